@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Portable qualifiers so the same kernel headers compile under gcc (host executor) and nvcc (cuda). */
+#ifndef GP_KDEFS_H
+#define GP_KDEFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+# define GP_KFN static inline __host__ __device__
+# define GP_KCONST __device__ __constant__
+#else
+# define GP_KFN static inline
+# define GP_KCONST static const
+#endif
+
+/* Byte-order helpers: every multi-byte field the specs define is read through these. */
+GP_KFN uint32_t gp_load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+GP_KFN void gp_store_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+
+GP_KFN uint64_t gp_load_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+GP_KFN void gp_store_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+GP_KFN void gp_store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+#endif
