@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The engine: executor choice, keys, messages, request submission and the stats line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "engine_internal.h"
+#include "kernels/msg_unit.h"
+
+static const gp_executor *const executors[GP_EXEC_COUNT] = {
+    [GP_EXEC_CUDA] = NULL,            /* the cuda executor arrives with the GPU engine */
+    [GP_EXEC_HOST] = &gp_exec_host,
+    [GP_EXEC_CPU] = &gp_exec_cpu,
+};
+
+static const char *const backend_names[] = { "auto", "cuda", "host", "cpu" };
+
+gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
+{
+    gp_engine *e = calloc(1, sizeof(*e));
+
+    if (e == NULL)
+        return NULL;
+    e->knobs = *knobs;
+    e->libctx = libctx;
+    pthread_mutex_init(&e->open_lock, NULL);
+    pthread_mutex_init(&e->pool.lock, NULL);
+    pthread_mutex_init(&e->pool.submit, NULL);
+    pthread_cond_init(&e->pool.wake, NULL);
+    pthread_cond_init(&e->pool.done, NULL);
+    return e;
+}
+
+void gp_engine_free(gp_engine *e)
+{
+    gp_stats s;
+
+    if (e == NULL)
+        return;
+    if (e->knobs.stats) {
+        gp_engine_stats(e, &s);
+        fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
+                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu backend=%s\n",
+                (unsigned long long)s.ops, (unsigned long long)s.bytes,
+                (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
+                (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
+                s.batches ? (double)s.ops / (double)s.batches : 0.0,
+                (unsigned long long)s.fallbacks, (unsigned long long)s.errors,
+                e->preferred != NULL ? e->preferred->name : "unused");
+    }
+    gp_host_pool_stop(&e->pool);
+    for (int i = 0; i < GP_EXEC_COUNT; i++)
+        if (executors[i] != NULL && e->opened[i] == 1)
+            executors[i]->close(e);
+    pthread_mutex_destroy(&e->open_lock);
+    pthread_mutex_destroy(&e->pool.lock);
+    pthread_mutex_destroy(&e->pool.submit);
+    pthread_cond_destroy(&e->pool.wake);
+    pthread_cond_destroy(&e->pool.done);
+    free(e);
+}
+
+void gp_engine_stats(gp_engine *e, gp_stats *out)
+{
+    out->ops = atomic_load(&e->ops);
+    out->bytes = atomic_load(&e->bytes);
+    out->cuda_ops = atomic_load(&e->exec_ops[GP_EXEC_CUDA]);
+    out->host_ops = atomic_load(&e->exec_ops[GP_EXEC_HOST]);
+    out->cpu_ops = atomic_load(&e->exec_ops[GP_EXEC_CPU]);
+    out->batches = atomic_load(&e->batches);
+    out->fallbacks = atomic_load(&e->fallbacks);
+    out->errors = atomic_load(&e->errors);
+}
+
+int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
+{
+    int ok;
+
+    if (x == NULL)
+        return 0;
+    pthread_mutex_lock(&e->open_lock);
+    if (e->opened[x->id] == 0)
+        e->opened[x->id] = x->open(e) ? 1 : -1;
+    ok = e->opened[x->id] == 1;
+    pthread_mutex_unlock(&e->open_lock);
+    return ok;
+}
+
+/* Resolve the backend knob once, at the first message (lazily, so a forked child decides itself). */
+static const gp_executor *preferred_executor(gp_engine *e)
+{
+    const gp_executor *want, *got;
+    gp_backend b = e->knobs.backend;
+
+    if (e->preferred != NULL)
+        return e->preferred;
+    switch (b) {
+    case GP_BACKEND_HOST:
+        want = &gp_exec_host;
+        break;
+    case GP_BACKEND_CUDA:
+    case GP_BACKEND_AUTO:
+        want = executors[GP_EXEC_CUDA];
+        if (gp_engine_executor_usable(e, want))
+            break;
+        if (b == GP_BACKEND_CUDA)
+            fprintf(stderr, "gpuprov: backend=cuda requested but this build has no usable cuda "
+                    "executor; using the cpu executor\n");
+        want = &gp_exec_cpu;
+        break;
+    case GP_BACKEND_CPU:
+    default:
+        want = &gp_exec_cpu;
+        break;
+    }
+    got = want;
+    if (!gp_engine_executor_usable(e, got)) {
+        fprintf(stderr, "gpuprov: the %s executor is unusable here (no default provider reachable); "
+                "using the host executor\n", got->name);
+        got = &gp_exec_host;
+    }
+    /* Benign race: every thread computes the same answer. */
+    e->preferred = got;
+    return got;
+}
+
+const char *gp_engine_backend_name(gp_engine *e)
+{
+    return e->preferred != NULL ? e->preferred->name : backend_names[e->knobs.backend];
+}
+
+/* ---- keys ---- */
+
+static atomic_uint_fast64_t next_key_id = 1;
+
+gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen)
+{
+    gp_key *k;
+
+    (void)e;
+    if (keylen > sizeof(k->raw))
+        return NULL;
+    k = OPENSSL_secure_zalloc(sizeof(*k));
+    if (k == NULL)
+        return NULL;
+    k->id = atomic_fetch_add(&next_key_id, 1);
+    k->alg = alg;
+    k->keylen = keylen;
+    memcpy(k->raw, key, keylen);
+    return k;
+}
+
+const gp_key_sched *gp_key_sched_get(gp_key *k)
+{
+    if (!k->sched_ready) {
+        gp_key_schedule(&k->sched, k->alg, k->raw, k->keylen);
+        k->sched_ready = 1;
+    }
+    return &k->sched;
+}
+
+gp_key *gp_key_dup(const gp_key *k)
+{
+    gp_key *d = OPENSSL_secure_malloc(sizeof(*d));
+
+    if (d == NULL)
+        return NULL;
+    memcpy(d, k, sizeof(*d));
+    d->id = atomic_fetch_add(&next_key_id, 1);
+    return d;
+}
+
+void gp_key_free(gp_key *k)
+{
+    if (k != NULL)
+        OPENSSL_secure_clear_free(k, sizeof(*k));   /* round keys, H and the raw key are secret */
+}
+
+/* ---- messages ---- */
+
+gp_msg *gp_msg_new(gp_engine *e)
+{
+    gp_msg *m = OPENSSL_secure_zalloc(sizeof(*m));
+
+    if (m != NULL)
+        m->engine = e;
+    return m;
+}
+
+gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy)
+{
+    gp_msg *d = gp_msg_new(m->engine);
+
+    if (d == NULL)
+        return NULL;
+    d->exec = m->exec;
+    d->key = key_of_copy;
+    d->enc = m->enc;
+    d->ivlen = m->ivlen;
+    memcpy(d->iv, m->iv, sizeof(d->iv));
+    memcpy(&d->st, &m->st, sizeof(d->st));
+    if (m->exec != NULL && m->exec->msg_copy != NULL && !m->exec->msg_copy(d, m)) {
+        gp_msg_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void gp_msg_free(gp_msg *m)
+{
+    if (m == NULL)
+        return;
+    for (int i = 0; i < GP_EXEC_COUNT; i++)
+        if (executors[i] != NULL && executors[i]->msg_clear != NULL)
+            executors[i]->msg_clear(m);
+    OPENSSL_secure_clear_free(m, sizeof(*m));   /* keystream, GHASH/Poly1305 state */
+}
+
+int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
+{
+    const gp_executor *x = preferred_executor(m->engine);
+
+    if (ivlen > sizeof(m->iv))
+        return 0;
+    m->key = k;
+    m->enc = enc;
+    m->ivlen = ivlen;
+    memcpy(m->iv, iv, ivlen);
+    m->exec = x;
+    if (!x->msg_start(m->engine, m)) {
+        atomic_fetch_add(&m->engine->errors, 1);
+        m->exec = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static int submit_one(gp_msg *m, gp_request *r)
+{
+    r->msg = m;
+    return gp_engine_submit(m->engine, r, 1) && r->status == GP_REQ_OK;
+}
+
+int gp_msg_aad(gp_msg *m, const uint8_t *aad, size_t len)
+{
+    gp_request r = { .kind = GP_REQ_AAD, .in = aad, .len = len };
+
+    return submit_one(m, &r);
+}
+
+int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+{
+    gp_request r = { .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len };
+
+    return submit_one(m, &r);
+}
+
+int gp_msg_tag(gp_msg *m, uint8_t tag[16])
+{
+    gp_request r = { .kind = GP_REQ_TAG, .tag_out = tag };
+
+    return submit_one(m, &r);
+}
+
+int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen)
+{
+    gp_request r = { .kind = GP_REQ_VERIFY, .tag_in = tag, .taglen = taglen, .msg = m };
+
+    gp_engine_submit(m->engine, &r, 1);
+    return r.status;
+}
+
+/* ---- submission ---- */
+
+static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, size_t n)
+{
+    uint64_t bytes = 0, failed = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        bytes += reqs[i].len;
+        failed += reqs[i].status == GP_REQ_FAILED;
+    }
+    atomic_fetch_add(&e->ops, n);
+    atomic_fetch_add(&e->bytes, bytes);
+    atomic_fetch_add(&e->exec_ops[x->id], n);
+    atomic_fetch_add(&e->errors, failed);
+}
+
+int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
+{
+    int all_ok = 1;
+    size_t i;
+
+    if (n == 0)
+        return 1;
+    atomic_fetch_add(&e->batches, 1);
+    for (i = 0; i < n; i++) {
+        reqs[i].status = GP_REQ_FAILED;
+        if (reqs[i].msg == NULL || reqs[i].msg->exec == NULL)
+            all_ok = 0;
+    }
+    if (!all_ok) {
+        atomic_fetch_add(&e->errors, 1);
+        return 0;
+    }
+    /* The common case: one executor serves the whole batch. */
+    for (i = 1; i < n && reqs[i].msg->exec == reqs[0].msg->exec; i++)
+        ;
+    if (i == n) {
+        reqs[0].msg->exec->run(e, reqs, n);
+        account(e, reqs[0].msg->exec, reqs, n);
+    } else {
+        /* Mixed: run each executor's share in submission order, as its own sub-batch. */
+        for (int x = 0; x < GP_EXEC_COUNT; x++) {
+            for (i = 0; i < n; i++) {
+                if (reqs[i].msg->exec == executors[x]) {
+                    executors[x]->run(e, &reqs[i], 1);
+                    account(e, executors[x], &reqs[i], 1);
+                }
+            }
+        }
+    }
+    for (i = 0; i < n; i++)
+        all_ok &= reqs[i].status == GP_REQ_OK;
+    return all_ok;
+}

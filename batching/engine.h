@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The engine's face to the provider: keys, messages, requests, executors and stats. */
+#ifndef GP_ENGINE_H
+#define GP_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <openssl/types.h>
+
+#include "kernels/batch_abi.h"
+
+/*
+ * The provider turns EVP calls into requests on messages; the engine runs them on an executor:
+ *   cuda : kernels/ on the GPU (issue 3)
+ *   host : the same kernel code on CPU threads (how CI proves the kernels; last-resort fallback)
+ *   cpu  : OpenSSL's default provider through a child library context
+ * A message is owned by the executor chosen when it starts (the cpu executor keeps its own
+ * default-provider context, so a message that starts there finishes there).
+ */
+
+typedef enum gp_backend {
+    GP_BACKEND_AUTO = 0,   /* cuda where a usable GPU is found, else cpu */
+    GP_BACKEND_CUDA,
+    GP_BACKEND_HOST,
+    GP_BACKEND_CPU
+} gp_backend;
+
+/* Knobs, from the provider's openssl.cnf section, overridden by GPUPROV_<KEY> variables. */
+typedef struct gp_knobs {
+    gp_backend backend;
+    int stats;             /* print one stats line to stderr when the provider unloads */
+    int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
+} gp_knobs;
+
+typedef struct gp_engine gp_engine;
+typedef struct gp_key gp_key;
+typedef struct gp_msg gp_msg;
+
+/* What a request asks of its message (one EVP update or final becomes one request). */
+typedef enum gp_req_kind {
+    GP_REQ_AAD = 1,      /* absorb in[0..len) as associated data */
+    GP_REQ_CRYPT,        /* out[0..len) = cipher(in[0..len)) in the message's direction */
+    GP_REQ_TAG,          /* encrypt: write the 16-byte tag to tag_out */
+    GP_REQ_VERIFY        /* decrypt: compare the tag with tag_in[0..taglen) in constant time */
+} gp_req_kind;
+
+typedef struct gp_request {
+    gp_msg *msg;
+    gp_req_kind kind;
+    const uint8_t *in;
+    uint8_t *out;
+    size_t len;
+    const uint8_t *tag_in;   /* GP_REQ_VERIFY */
+    size_t taglen;
+    uint8_t *tag_out;        /* GP_REQ_TAG, 16 bytes */
+    int status;              /* set by the executor: enum gp_req_status */
+} gp_request;
+
+enum gp_req_status {
+    GP_REQ_BAD_TAG = -1,     /* GP_REQ_VERIFY: the tag does not match */
+    GP_REQ_FAILED = 0,       /* the executor could not run it */
+    GP_REQ_OK = 1
+};
+
+gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx);
+void gp_engine_free(gp_engine *e);            /* prints the stats line when knobs.stats */
+const char *gp_engine_backend_name(gp_engine *e);   /* executor new messages go to */
+
+/* Keys: scheduled once, immutable afterwards; raw bytes kept for the cpu executor. */
+gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen);
+gp_key *gp_key_dup(const gp_key *k);
+void gp_key_free(gp_key *k);                  /* cleanses */
+
+/* Messages: one per EVP context; restarted for each new IV. */
+gp_msg *gp_msg_new(gp_engine *e);
+gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy);   /* deep copy, mid-stream too */
+void gp_msg_free(gp_msg *m);                  /* cleanses */
+int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc);
+int gp_msg_aad(gp_msg *m, const uint8_t *aad, size_t len);
+int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+int gp_msg_tag(gp_msg *m, uint8_t tag[16]);
+/* Decrypt: compare the computed tag with tag[0..taglen) in constant time; enum gp_req_status. */
+int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen);
+
+/* Run several requests as one batch (what the provider's single calls do with n = 1). Requests of
+ * one message run in submission order. Returns 1 when every request succeeded; each request's
+ * status says which did not. */
+int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
+
+/* A copy of the counters, for tests and the stats line. */
+typedef struct gp_stats {
+    uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors;
+} gp_stats;
+void gp_engine_stats(gp_engine *e, gp_stats *out);
+
+#endif

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Engine internals shared by the batching sources: the executor callback table, keys, messages, stats. */
+#ifndef GP_ENGINE_INTERNAL_H
+#define GP_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "engine.h"
+
+typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
+
+/*
+ * One table of callbacks per executor: the batching layer calls nothing else. `open` runs once per
+ * process, lazily (after a fork too), and says whether the executor can serve here.
+ */
+typedef struct gp_executor {
+    const char *name;
+    gp_exec_id id;
+    int (*open)(gp_engine *e);
+    void (*close)(gp_engine *e);
+    int (*msg_start)(gp_engine *e, gp_msg *m);          /* m->key, iv, enc are set */
+    void (*run)(gp_engine *e, gp_request *reqs, size_t n);   /* sets every reqs[i].status */
+    int (*msg_copy)(gp_msg *dst, const gp_msg *src);
+    void (*msg_clear)(gp_msg *m);                       /* free and cleanse executor state */
+} gp_executor;
+
+extern const gp_executor gp_exec_host;
+extern const gp_executor gp_exec_cpu;
+
+struct gp_key {
+    uint64_t id;                 /* unique per scheduled key: the cpu executor re-keys on change */
+    uint32_t alg;
+    size_t keylen;
+    uint8_t raw[32];
+    int sched_ready;             /* `sched` is made the first time a host/cuda message needs it */
+    gp_key_sched sched;
+};
+
+struct gp_msg {
+    gp_engine *engine;
+    const gp_executor *exec;     /* owner of the message in progress; NULL before the first start */
+    gp_key *key;                 /* borrowed from the provider context, which restarts the message
+                                  * whenever it replaces the key */
+    int enc;
+    uint8_t iv[128];
+    size_t ivlen;
+    gp_msg_state st;             /* host/cuda: the kernel state */
+    EVP_CIPHER_CTX *cpu_ctx;     /* cpu: a default-provider context */
+    uint64_t cpu_key_id;         /* key loaded in cpu_ctx, 0 if none */
+};
+
+/* The host executor's worker pool (started on the first batch worth spreading). */
+typedef struct gp_host_pool {
+    pthread_mutex_t submit;      /* one batch in the pool at a time */
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    pthread_t *threads;
+    int nthreads, started, stopping;
+    uint64_t generation;         /* bumped per posted batch */
+    pid_t pid;                   /* process that started the threads (a fork leaves them behind) */
+    gp_request *reqs;
+    size_t *order;               /* request indexes grouped by message, submission order kept */
+    size_t *group_start;         /* ngroups + 1 offsets into order */
+    size_t ngroups;
+    atomic_size_t next;          /* next group to claim */
+    int active;                  /* workers inside the current batch */
+} gp_host_pool;
+
+struct gp_engine {
+    gp_knobs knobs;
+    OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
+    pthread_mutex_t open_lock;
+    int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
+    const gp_executor *preferred;   /* where new messages go; resolved at first use */
+    EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
+    gp_host_pool pool;
+    atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
+};
+
+int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
+
+/* The kernel key schedule, made on first use: the cpu executor never needs it. A key belongs to
+ * one provider context (EVP contexts are not shared between threads), so no lock is needed. */
+const gp_key_sched *gp_key_sched_get(gp_key *k);
+
+/* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
+void gp_host_run_one(gp_request *r);
+void gp_host_pool_stop(gp_host_pool *p);
+
+#endif

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The host executor: the GPU's kernel code (kernels/msg_unit.h) run on CPU threads. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "engine_internal.h"
+#include "kernels/msg_unit.h"
+
+/* Below this many bytes a batch runs on the submitting thread: waking workers costs more. */
+#define HOST_SPREAD_MIN_BYTES (64 * 1024)
+
+void gp_host_run_one(gp_request *r)
+{
+    gp_msg *m = r->msg;
+    const gp_key_sched *ks = &m->key->sched;   /* made by host_msg_start */
+    uint8_t tag[16];
+
+    switch (r->kind) {
+    case GP_REQ_AAD:
+        gp_msg_run(&m->st, ks, GP_OP_AAD, r->in, NULL, r->len);
+        break;
+    case GP_REQ_CRYPT:
+        gp_msg_run(&m->st, ks, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->in, r->out, r->len);
+        break;
+    case GP_REQ_TAG:
+        gp_msg_run(&m->st, ks, GP_OP_TAG, NULL, r->tag_out, 0);
+        break;
+    case GP_REQ_VERIFY:
+        gp_msg_run(&m->st, ks, GP_OP_TAG, NULL, tag, 0);
+        /* Constant time: the position of a mismatch must not show (SP 800-38D §7.2 step 8). */
+        r->status = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(tag, r->tag_in, r->taglen) == 0
+                    ? GP_REQ_OK : GP_REQ_BAD_TAG;
+        OPENSSL_cleanse(tag, sizeof(tag));
+        return;
+    default:
+        r->status = GP_REQ_FAILED;
+        return;
+    }
+    r->status = GP_REQ_OK;
+}
+
+static int host_open(gp_engine *e)
+{
+    (void)e;
+    return 1;   /* plain C: always available */
+}
+
+static void host_close(gp_engine *e)
+{
+    (void)e;
+}
+
+static int host_msg_start(gp_engine *e, gp_msg *m)
+{
+    (void)e;
+    gp_msg_begin(&m->st, gp_key_sched_get(m->key), m->iv, m->ivlen);
+    return 1;
+}
+
+static int host_msg_copy(gp_msg *dst, const gp_msg *src)
+{
+    (void)dst;
+    (void)src;
+    return 1;   /* the kernel state is plain data, copied by the engine */
+}
+
+static void host_msg_clear(gp_msg *m)
+{
+    OPENSSL_cleanse(&m->st, sizeof(m->st));
+}
+
+/* ---- the worker pool ---- */
+
+/* Claim groups (all requests of one message, in order) until none is left. */
+static void pool_drain(gp_host_pool *p)
+{
+    for (;;) {
+        size_t g = atomic_fetch_add(&p->next, 1);
+
+        if (g >= p->ngroups)
+            return;
+        for (size_t i = p->group_start[g]; i < p->group_start[g + 1]; i++)
+            gp_host_run_one(&p->reqs[p->order[i]]);
+    }
+}
+
+static void *pool_worker(void *arg)
+{
+    gp_host_pool *p = arg;
+    uint64_t seen = 0;
+
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->stopping && p->generation == seen)
+            pthread_cond_wait(&p->wake, &p->lock);
+        if (p->stopping)
+            break;
+        seen = p->generation;
+        p->active++;
+        pthread_mutex_unlock(&p->lock);
+        pool_drain(p);
+        pthread_mutex_lock(&p->lock);
+        if (--p->active == 0)
+            pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Start the workers once per process; after a fork the parent's threads are gone. */
+static int pool_ensure(gp_engine *e)
+{
+    gp_host_pool *p = &e->pool;
+    int want = e->knobs.host_threads;
+
+    if (p->started && p->pid == getpid())
+        return p->nthreads > 0;
+    if (p->started) {               /* forked child: forget the parent's threads */
+        free(p->threads);
+        p->threads = NULL;
+        p->nthreads = 0;
+        p->active = 0;
+    }
+    p->started = 1;
+    p->pid = getpid();
+    if (want <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        want = n > 1 ? (int)(n < 64 ? n : 64) : 1;
+    }
+    want -= 1;                      /* the submitting thread works too */
+    if (want <= 0)
+        return 0;
+    p->threads = calloc((size_t)want, sizeof(*p->threads));
+    if (p->threads == NULL)
+        return 0;
+    for (int i = 0; i < want; i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0)
+            break;
+        p->nthreads++;
+    }
+    return p->nthreads > 0;
+}
+
+void gp_host_pool_stop(gp_host_pool *p)
+{
+    if (p->started && p->pid == getpid() && p->nthreads > 0) {
+        pthread_mutex_lock(&p->lock);
+        p->stopping = 1;
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+        for (int i = 0; i < p->nthreads; i++)
+            pthread_join(p->threads[i], NULL);
+    }
+    free(p->threads);
+    p->threads = NULL;
+    p->nthreads = 0;
+}
+
+static int cmp_by_msg(const void *a, const void *b, void *reqs_v)
+{
+    const gp_request *reqs = reqs_v;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    uintptr_t mi = (uintptr_t)reqs[i].msg, mj = (uintptr_t)reqs[j].msg;
+
+    if (mi != mj)
+        return mi < mj ? -1 : 1;
+    return i < j ? -1 : i > j;      /* keep submission order within a message */
+}
+
+/* Spread a batch over the pool; 0 if it cannot (the caller then runs it inline). */
+static int pool_run(gp_engine *e, gp_request *reqs, size_t n)
+{
+    gp_host_pool *p = &e->pool;
+    size_t *order = NULL, *starts = NULL, ngroups = 0;
+    int ok = 0;
+
+    pthread_mutex_lock(&p->submit);
+    if (!pool_ensure(e))
+        goto out;
+    order = malloc(n * sizeof(*order));
+    starts = malloc((n + 1) * sizeof(*starts));
+    if (order == NULL || starts == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof(*order), cmp_by_msg, reqs);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || reqs[order[i]].msg != reqs[order[i - 1]].msg)
+            starts[ngroups++] = i;
+    starts[ngroups] = n;
+
+    pthread_mutex_lock(&p->lock);
+    while (p->active > 0)           /* a late worker of the last batch must leave first */
+        pthread_cond_wait(&p->done, &p->lock);
+    p->reqs = reqs;
+    p->order = order;
+    p->group_start = starts;
+    p->ngroups = ngroups;
+    atomic_store(&p->next, 0);
+    p->generation++;
+    p->active++;                    /* the submitting thread */
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+
+    pool_drain(p);
+
+    pthread_mutex_lock(&p->lock);
+    if (--p->active == 0)
+        pthread_cond_broadcast(&p->done);
+    while (p->active > 0)
+        pthread_cond_wait(&p->done, &p->lock);
+    p->ngroups = 0;
+    pthread_mutex_unlock(&p->lock);
+    ok = 1;
+out:
+    pthread_mutex_unlock(&p->submit);
+    free(order);
+    free(starts);
+    return ok;
+}
+
+static void host_run(gp_engine *e, gp_request *reqs, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; i < n; i++)
+        bytes += reqs[i].len;
+    if (n > 1 && bytes >= HOST_SPREAD_MIN_BYTES && pool_run(e, reqs, n))
+        return;
+    for (size_t i = 0; i < n; i++)
+        gp_host_run_one(&reqs[i]);
+}
+
+const gp_executor gp_exec_host = {
+    .name = "host",
+    .id = GP_EXEC_HOST,
+    .open = host_open,
+    .close = host_close,
+    .msg_start = host_msg_start,
+    .run = host_run,
+    .msg_copy = host_msg_copy,
+    .msg_clear = host_msg_clear,
+};

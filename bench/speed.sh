@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305: the default provider against
+# gpuprov on each executor this host has; prints a table of throughput and ratios, writes CSV.
+# usage: bench/speed.sh [build-dir] [seconds-per-size]   (CSV: $BENCH_OUT or build-dir/bench/speed.csv)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+secs=${2:-1}
+moddir="$build/provider"
+[ -f "$moddir/gpuprov.so" ] || { echo "speed: $moddir/gpuprov.so not built" >&2; exit 1; }
+out=${BENCH_OUT:-$build/bench/speed.csv}
+mkdir -p "$(dirname "$out")"
+ciphers=(aes-256-gcm aes-128-ctr chacha20-poly1305)
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  device="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  backends=(cuda host cpu)
+else
+  device="none"
+  backends=(cpu host)
+  echo "speed: no GPU on this host: comparing gpuprov's cpu and host executors with the default provider"
+fi
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+echo "speed: $(openssl version) | CPU: $cpu_model | GPU: $device | ${secs}s per size, 1 process, sync"
+
+# One run: prints "+H" sizes and "+F" bytes/s lines (openssl speed -mr).
+run_speed() {   # $1 cipher, $2 backend or "default"
+  if [ "$2" = default ]; then
+    OPENSSL_CONF=/dev/null openssl speed -mr -seconds "$secs" -evp "$1" 2>/dev/null
+  else
+    OPENSSL_CONF=/dev/null GPUPROV_BACKEND="$2" openssl speed -mr -seconds "$secs" \
+      -provider-path "$moddir" -provider gpuprov -provider default -propquery provider=gpuprov \
+      -evp "$1" 2>/dev/null
+  fi
+}
+
+echo "cipher,size,config,bytes_per_s,ratio_vs_default,device" > "$out"
+printf '\n%-18s %7s %12s' cipher size "default MB/s"
+for b in "${backends[@]}"; do printf ' %18s' "gpuprov/$b"; done
+printf '\n'
+for c in "${ciphers[@]}"; do
+  ref=$(run_speed "$c" default)
+  sizes=($(echo "$ref" | awk -F: '/^\+H/ {for (i = 2; i <= NF; i++) print $i}'))
+  refv=($(echo "$ref" | awk -F: '/^\+F/ {for (i = 4; i <= NF; i++) print $i}'))
+  declare -A got=()
+  for b in "${backends[@]}"; do
+    vals=($(run_speed "$c" "$b" | awk -F: '/^\+F/ {for (i = 4; i <= NF; i++) print $i}'))
+    for i in "${!sizes[@]}"; do got[$b,$i]=${vals[$i]:-0}; done
+  done
+  for i in "${!sizes[@]}"; do
+    printf '%-18s %7s %12.1f' "$c" "${sizes[$i]}" "$(echo "${refv[$i]} / 1000000" | bc -l)"
+    echo "$c,${sizes[$i]},default,${refv[$i]},1.000,$device" >> "$out"
+    for b in "${backends[@]}"; do
+      v=${got[$b,$i]}
+      r=$(echo "if (${refv[$i]} > 0) $v / ${refv[$i]} else 0" | bc -l)
+      printf ' %10.1f (%4.2fx)' "$(echo "$v / 1000000" | bc -l)" "$r"
+      printf '%s,%s,gpuprov-%s,%s,%.3f,%s\n' "$c" "${sizes[$i]}" "$b" "$v" "$r" "$device" >> "$out"
+    done
+    printf '\n'
+  done
+  unset got
+done
+echo
+echo "speed: CSV written to $out"

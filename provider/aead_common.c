@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AEAD modes (AES-GCM, ChaCha20-Poly1305): IV and tag state, AAD, limits, TLS 1.2 record mode. */
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "cipher_ctx.h"
+
+#define TLS_AAD_LEN 13            /* seq(8) || type || version(2) || length(2) */
+#define TLS_GCM_FIXED_IV_LEN 4    /* RFC 5288 §3: salt */
+#define TLS_GCM_EXPLICIT_IV_LEN 8 /* RFC 5288 §3: nonce_explicit, sent in the record */
+#define AEAD_TAG_LEN 16
+#define GCM_MAX_IV_LEN 128        /* the default provider's limit (1024 bits) */
+#define CHACHAPOLY_IV_LEN 12
+
+static int is_gcm(const gp_cipher_ctx *ctx)
+{
+    return ctx->info->alg == GP_ALG_AES_GCM;
+}
+
+int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add)
+{
+    /* SP 800-38D §5.2.1.1: at most 2^39 - 256 bits of plaintext per IV. RFC 8439 §2.8: the 32-bit
+     * block counter starts at 1, so at most (2^32 - 1) 64-byte blocks per nonce. */
+    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 36) - 32 : ((UINT64_C(1) << 32) - 1) * 64;
+
+    return done <= max && add <= max - done;
+}
+
+int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add)
+{
+    /* SP 800-38D §5.2.1.1: AAD below 2^64 bits; RFC 8439 §2.8: a 64-bit byte count. */
+    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 61) - 1 : UINT64_MAX;
+
+    return done <= max && add <= max - done;
+}
+
+static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                     const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
+{
+    ctx->enc = enc;
+    if (iv != NULL) {
+        /* GCM takes IVs of 1..128 bytes (J0 through GHASH when not 12, SP 800-38D §7.1);
+         * ChaCha20-Poly1305 takes exactly 96 bits (RFC 8439 §2.8). */
+        if (is_gcm(ctx) ? ivlen == 0 || ivlen > GCM_MAX_IV_LEN : ivlen != CHACHAPOLY_IV_LEN) {
+            GP_RAISE(GP_R_INVALID_IV_LENGTH);
+            return 0;
+        }
+        memcpy(ctx->iv, iv, ivlen);
+        ctx->ivlen = ivlen;
+        ctx->iv_state = GP_IV_BUFFERED;
+        ctx->tls_aad_len = 0;
+    }
+    if (key != NULL) {
+        if (!gp_cipher_set_key(ctx, key, keylen))
+            return 0;
+        ctx->tls_enc_records = 0;
+        if (iv == NULL && ctx->iv_state == GP_IV_STARTED)
+            ctx->iv_state = GP_IV_BUFFERED;   /* the message restarts under the new key */
+    }
+    return gp_aead_set_ctx_params(ctx, params);
+}
+
+int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
+                  size_t ivlen, const OSSL_PARAM params[])
+{
+    return aead_init(vctx, key, keylen, iv, ivlen, params, 1);
+}
+
+int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
+                  size_t ivlen, const OSSL_PARAM params[])
+{
+    return aead_init(vctx, key, keylen, iv, ivlen, params, 0);
+}
+
+/* Make sure a message is in progress before AAD, data or Final. */
+static int ensure_started(gp_cipher_ctx *ctx)
+{
+    if (ctx->key == NULL) {
+        GP_RAISE(GP_R_NO_KEY_SET);
+        return 0;
+    }
+    switch (ctx->iv_state) {
+    case GP_IV_STARTED:
+        return 1;
+    case GP_IV_FINISHED:
+        /* SP 800-38D §8: an IV is used once. */
+        GP_RAISE(GP_R_MESSAGE_FINISHED);
+        return 0;
+    case GP_IV_UNSET:
+        /* As the default provider: a GCM encryption without an IV gets a random one. */
+        if (!is_gcm(ctx) || !ctx->enc) {
+            GP_RAISE(GP_R_NO_IV_SET);
+            return 0;
+        }
+        if (RAND_bytes_ex(ctx->provctx->libctx, ctx->iv, ctx->ivlen, 0) <= 0) {
+            GP_RAISE(GP_R_RANDOM_FAILURE);
+            return 0;
+        }
+        break;
+    case GP_IV_BUFFERED:
+        break;
+    }
+    return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+}
+
+static int gcm_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
+                          const unsigned char *in, size_t len)
+{
+    size_t payload;
+    int ok = 0;
+
+    /* RFC 5288 §3: explicit nonce || ciphertext || tag, processed in place in one update. */
+    if (out != in || len < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TLS_RECORD);
+        goto done;
+    }
+    if (ctx->key == NULL || !ctx->iv_gen) {
+        GP_RAISE(ctx->key == NULL ? GP_R_NO_KEY_SET : GP_R_NO_IV_SET);
+        goto done;
+    }
+    /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
+    if (ctx->enc && ++ctx->tls_enc_records == 0) {
+        GP_RAISE(GP_R_TOO_MANY_RECORDS);
+        goto done;
+    }
+    if (ctx->enc) {
+        /* The invocation field goes out as the explicit nonce, then counts up (§8.2.1). */
+        memcpy(out, ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, TLS_GCM_EXPLICIT_IV_LEN);
+        if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
+            goto done;
+        for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
+            ;
+    } else {
+        memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
+        if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
+            goto done;
+    }
+    payload = len - TLS_GCM_EXPLICIT_IV_LEN - AEAD_TAG_LEN;
+    in += TLS_GCM_EXPLICIT_IV_LEN;
+    out += TLS_GCM_EXPLICIT_IV_LEN;
+    if (!gp_msg_aad(ctx->msg, ctx->tls_aad, TLS_AAD_LEN) || !gp_msg_crypt(ctx->msg, in, out, payload)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        goto done;
+    }
+    if (ctx->enc) {
+        if (!gp_msg_tag(ctx->msg, out + payload)) {
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            goto done;
+        }
+        *outl = len;
+    } else {
+        if (gp_msg_verify(ctx->msg, in + payload, AEAD_TAG_LEN) != GP_REQ_OK) {
+            OPENSSL_cleanse(out, payload);   /* nothing of a forged record reaches the caller */
+            GP_RAISE(GP_R_TAG_MISMATCH);
+            goto done;
+        }
+        *outl = payload;
+    }
+    ok = 1;
+done:
+    ctx->iv_state = GP_IV_FINISHED;
+    ctx->tls_aad_len = 0;
+    return ok;
+}
+
+static int chachapoly_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
+                                 const unsigned char *in, size_t len)
+{
+    uint8_t nonce[CHACHAPOLY_IV_LEN];
+    size_t payload = ctx->tls_payload;
+    int ok = 0;
+
+    /* RFC 7905 §2: payload || tag in one update. */
+    if (out == NULL || in == NULL || len != payload + AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TLS_RECORD);
+        goto done;
+    }
+    if (ctx->key == NULL) {
+        GP_RAISE(GP_R_NO_KEY_SET);
+        goto done;
+    }
+    /* RFC 7905 §2: the 64-bit sequence number, left-padded, is XORed into the fixed 96-bit IV. */
+    memcpy(nonce, ctx->iv, sizeof(nonce));
+    for (int i = 0; i < 8; i++)
+        nonce[4 + i] ^= ctx->tls_aad[i];
+    if (!gp_cipher_begin(ctx, nonce, sizeof(nonce)))
+        goto done;
+    if (!gp_msg_aad(ctx->msg, ctx->tls_aad, TLS_AAD_LEN) || !gp_msg_crypt(ctx->msg, in, out, payload)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        goto done;
+    }
+    if (ctx->enc) {
+        if (!gp_msg_tag(ctx->msg, out + payload)) {
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            goto done;
+        }
+        *outl = payload + AEAD_TAG_LEN;
+    } else {
+        if (gp_msg_verify(ctx->msg, in + payload, AEAD_TAG_LEN) != GP_REQ_OK) {
+            OPENSSL_cleanse(out, payload);
+            GP_RAISE(GP_R_TAG_MISMATCH);
+            goto done;
+        }
+        *outl = payload;
+    }
+    ok = 1;
+done:
+    OPENSSL_cleanse(nonce, sizeof(nonce));
+    ctx->iv_state = GP_IV_FINISHED;
+    ctx->tls_aad_len = 0;
+    return ok;
+}
+
+int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
+                   const unsigned char *in, size_t inl)
+{
+    gp_cipher_ctx *ctx = vctx;
+
+    *outl = 0;
+    if (inl == 0)
+        return 1;
+    if (!gp_cipher_check_update(outsize, inl, out))
+        return 0;
+    if (ctx->tls_aad_len != 0)
+        return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, in, inl)
+                           : chachapoly_tls_record(ctx, out, outl, in, inl);
+    if (in == NULL) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (!ensure_started(ctx))
+        return 0;
+    if (out == NULL) {
+        /* AAD: all of it precedes the data (SP 800-38D §7.1, RFC 8439 §2.8). */
+        if (ctx->data_started) {
+            GP_RAISE(GP_R_AAD_AFTER_DATA);
+            return 0;
+        }
+        if (!gp_aead_aad_fits(ctx->info->alg, ctx->aad_bytes, inl)) {
+            GP_RAISE(GP_R_MESSAGE_TOO_LONG);
+            return 0;
+        }
+        if (!gp_msg_aad(ctx->msg, in, inl)) {
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            return 0;
+        }
+        ctx->aad_bytes += inl;
+        *outl = inl;   /* as the default provider reports AAD updates */
+        return 1;
+    }
+    if (!gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl)) {
+        GP_RAISE(GP_R_MESSAGE_TOO_LONG);
+        return 0;
+    }
+    if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    ctx->data_started = 1;
+    ctx->text_bytes += inl;
+    *outl = inl;
+    return 1;
+}
+
+int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
+{
+    gp_cipher_ctx *ctx = vctx;
+    int r;
+
+    (void)out;
+    (void)outsize;
+    *outl = 0;
+    if (ctx->tls_aad_len != 0) {
+        GP_RAISE(GP_R_TLS_MODE);
+        return 0;
+    }
+    if (!ctx->enc && ctx->key != NULL && ctx->iv_state != GP_IV_FINISHED && !ctx->tag_expected) {
+        GP_RAISE(GP_R_TAG_NOT_SET);   /* the tag must be set before a decrypt Final */
+        return 0;
+    }
+    if (!ensure_started(ctx))
+        return 0;
+    if (ctx->enc) {
+        if (!gp_msg_tag(ctx->msg, ctx->tag)) {
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            return 0;
+        }
+        ctx->tag_ready = 1;
+        ctx->iv_state = GP_IV_FINISHED;
+        return 1;
+    }
+    r = gp_msg_verify(ctx->msg, ctx->tag, ctx->taglen);
+    ctx->tag_expected = 0;
+    ctx->iv_state = GP_IV_FINISHED;
+    if (r != GP_REQ_OK) {
+        GP_RAISE(r == GP_REQ_BAD_TAG ? GP_R_TAG_MISMATCH : GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
+                   const unsigned char *in, size_t inl)
+{
+    if (in == NULL)
+        return gp_aead_final(vctx, out, outl, outsize);
+    return gp_aead_update(vctx, out, outl, outsize, in, inl);
+}
+
+/* ---- params ---- */
+
+static int set_tag(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data_size == 0 || p->data_size > AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TAG_LENGTH);
+        return 0;
+    }
+    if (p->data != NULL) {
+        if (ctx->enc) {
+            GP_RAISE(GP_R_TAG_NOT_NEEDED);
+            return 0;
+        }
+        memcpy(ctx->tag, p->data, p->data_size);
+        ctx->tag_expected = 1;
+    }
+    ctx->taglen = p->data_size;
+    return 1;
+}
+
+static int set_ivlen(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    size_t sz;
+    size_t max = is_gcm(ctx) ? GCM_MAX_IV_LEN : CHACHAPOLY_IV_LEN;
+
+    if (!OSSL_PARAM_get_size_t(p, &sz)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (sz == 0 || sz > max) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);
+        return 0;
+    }
+    if (sz != ctx->ivlen) {
+        ctx->ivlen = sz;
+        if (is_gcm(ctx))
+            ctx->iv_state = GP_IV_UNSET;   /* the buffered IV no longer fits */
+    }
+    return 1;
+}
+
+/* TLS1_AAD: keep the record header, with the length corrected to the payload (RFC 5246 §6.2.3.3). */
+static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    size_t len;
+    uint8_t *aad = ctx->tls_aad;
+
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data_size != TLS_AAD_LEN || p->data == NULL) {
+        GP_RAISE(GP_R_INVALID_TLS_AAD);
+        return 0;
+    }
+    memcpy(aad, p->data, TLS_AAD_LEN);
+    len = (size_t)aad[TLS_AAD_LEN - 2] << 8 | aad[TLS_AAD_LEN - 1];
+    if (is_gcm(ctx)) {
+        if (len < TLS_GCM_EXPLICIT_IV_LEN)
+            goto bad;
+        len -= TLS_GCM_EXPLICIT_IV_LEN;
+    }
+    if (!ctx->enc) {
+        if (len < AEAD_TAG_LEN)
+            goto bad;
+        len -= AEAD_TAG_LEN;
+    }
+    aad[TLS_AAD_LEN - 2] = (uint8_t)(len >> 8);
+    aad[TLS_AAD_LEN - 1] = (uint8_t)len;
+    ctx->tls_payload = len;
+    ctx->tls_aad_len = TLS_AAD_LEN;
+    ctx->tls_aad_pad = AEAD_TAG_LEN;   /* the tag the record carries beyond the payload */
+    return 1;
+bad:
+    ctx->tls_aad_len = 0;
+    GP_RAISE(GP_R_INVALID_TLS_AAD);
+    return 0;
+}
+
+static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    size_t len = p->data_size;
+
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL)
+        goto bad;
+    if (!is_gcm(ctx)) {
+        /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
+        if (len != CHACHAPOLY_IV_LEN)
+            goto bad;
+        memcpy(ctx->iv, p->data, len);
+        ctx->ivlen = len;
+        ctx->iv_state = GP_IV_BUFFERED;
+        return 1;
+    }
+    if (len == (size_t)-1) {
+        /* EVP_CTRL_GCM_SET_IV_FIXED with length -1: the whole IV is given. */
+        memcpy(ctx->iv, p->data, ctx->ivlen);
+    } else {
+        /* RFC 5288 §3: a fixed field of at least 4 bytes and an invocation field of at least 8. */
+        if (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN)
+            goto bad;
+        memcpy(ctx->iv, p->data, len);
+        if (ctx->enc && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
+            GP_RAISE(GP_R_RANDOM_FAILURE);
+            return 0;
+        }
+    }
+    ctx->iv_gen = 1;
+    ctx->iv_state = GP_IV_BUFFERED;
+    return 1;
+bad:
+    GP_RAISE(GP_R_INVALID_IV_LENGTH);
+    return 0;
+}
+
+/* TLS1_SET_IV_INV (GCM): the peer's invocation field, for decryption (SP 800-38D §8.2.1). */
+static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL || p->data_size == 0
+        || p->data_size > ctx->ivlen || !ctx->iv_gen || ctx->key == NULL || ctx->enc) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
+    return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+}
+
+/* TLS1_GET_IV_GEN (GCM): hand out the invocation field for this record and count up. */
+static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    size_t olen = p->data_size;
+
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL || !ctx->iv_gen
+        || ctx->key == NULL) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
+        return 0;
+    if (olen == 0 || olen > ctx->ivlen)
+        olen = ctx->ivlen;
+    memcpy(p->data, ctx->iv + ctx->ivlen - olen, olen);
+    p->return_size = olen;
+    for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
+        ;
+    return 1;
+}
+
+/* GCM's IV and UPDATED_IV are the same: the IV of the current message (counted up in TLS mode). */
+static int get_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    if (ctx->iv_state == GP_IV_UNSET) {
+        GP_RAISE(GP_R_NO_IV_SET);
+        return 0;
+    }
+    if (p->data_size < ctx->ivlen) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);
+        return 0;
+    }
+    if (!OSSL_PARAM_set_octet_string(p, ctx->iv, ctx->ivlen)
+        && !OSSL_PARAM_set_octet_ptr(p, ctx->iv, ctx->ivlen)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
+{
+    gp_cipher_ctx *ctx = vctx;
+    OSSL_PARAM *p;
+
+    if (!gp_cipher_get_keylen(ctx, params))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL
+        && !OSSL_PARAM_set_size_t(p, ctx->ivlen))
+        goto bad;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TAGLEN)) != NULL
+        && !OSSL_PARAM_set_size_t(p, ctx->taglen != 0 ? ctx->taglen : AEAD_TAG_LEN))
+        goto bad;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TAG)) != NULL) {
+        size_t sz = p->data_size;
+
+        if (sz == 0 || sz > AEAD_TAG_LEN) {
+            GP_RAISE(GP_R_INVALID_TAG_LENGTH);
+            return 0;
+        }
+        /* Only an encryption that reached Final has a tag to give (SP 800-38D §7.1). */
+        if (!ctx->enc || !ctx->tag_ready) {
+            GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
+            return 0;
+        }
+        if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz))
+            goto bad;
+    }
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD)) != NULL
+        && !OSSL_PARAM_set_size_t(p, ctx->tls_aad_pad))
+        goto bad;
+    if (!is_gcm(ctx))
+        return 1;
+
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IV)) != NULL && !get_iv(ctx, p))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_UPDATED_IV)) != NULL && !get_iv(ctx, p))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN)) != NULL
+        && !get_iv_gen(ctx, p))
+        return 0;
+    return 1;
+bad:
+    GP_RAISE(GP_R_INVALID_PARAMETER);
+    return 0;
+}
+
+int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
+{
+    gp_cipher_ctx *ctx = vctx;
+    const OSSL_PARAM *p;
+
+    if (params == NULL)
+        return 1;
+    if (!gp_cipher_set_keylen(ctx, params))
+        return 0;
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG)) != NULL && !set_tag(ctx, p))
+        return 0;
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_IVLEN)) != NULL && !set_ivlen(ctx, p))
+        return 0;
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD)) != NULL
+        && !set_tls_aad(ctx, p))
+        return 0;
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED)) != NULL
+        && !set_tls_iv_fixed(ctx, p))
+        return 0;
+    if (is_gcm(ctx) && (p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV)) != NULL
+        && !set_iv_inv(ctx, p))
+        return 0;
+    /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
+    return 1;
+}
+
+const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_IV, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN, NULL, 0),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_gcm_settable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV, NULL, 0),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_chachapoly_gettable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_chachapoly_settable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Context life cycle, static params and key handling shared by every gpuprov cipher. */
+#include <limits.h>
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "cipher_ctx.h"
+
+void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info)
+{
+    gp_provctx *pc = provctx;
+    gp_cipher_ctx *ctx = OPENSSL_zalloc(sizeof(*ctx));
+
+    if (ctx == NULL) {
+        GP_RAISE(GP_R_OUT_OF_MEMORY);
+        return NULL;
+    }
+    ctx->provctx = pc;
+    ctx->info = info;
+    ctx->ivlen = info->ivlen;
+    ctx->pad = 1;
+    ctx->msg = gp_msg_new(pc->engine);
+    if (ctx->msg == NULL) {
+        GP_RAISE(GP_R_OUT_OF_MEMORY);
+        OPENSSL_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+void gp_cipher_freectx(void *vctx)
+{
+    gp_cipher_ctx *ctx = vctx;
+
+    if (ctx == NULL)
+        return;
+    gp_msg_free(ctx->msg);
+    gp_key_free(ctx->key);
+    /* IVs, tags and the TLS AAD are not keys, but nothing of a message should outlive it. */
+    OPENSSL_clear_free(ctx, sizeof(*ctx));
+}
+
+/* A deep copy: key schedule, counters, MAC state, partial block, tag, TLS state (EVP_CIPHER_CTX_copy). */
+void *gp_cipher_dupctx(void *vctx)
+{
+    gp_cipher_ctx *src = vctx, *d = OPENSSL_malloc(sizeof(*d));
+
+    if (d == NULL) {
+        GP_RAISE(GP_R_OUT_OF_MEMORY);
+        return NULL;
+    }
+    memcpy(d, src, sizeof(*d));
+    d->key = NULL;
+    d->msg = NULL;
+    if (src->key != NULL && (d->key = gp_key_dup(src->key)) == NULL)
+        goto err;
+    if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL)
+        goto err;
+    return d;
+err:
+    GP_RAISE(GP_R_OUT_OF_MEMORY);
+    gp_cipher_freectx(d);
+    return NULL;
+}
+
+int gp_cipher_get_static_params(OSSL_PARAM params[], const gp_cipher_info *info)
+{
+    OSSL_PARAM *p;
+
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_MODE)) != NULL
+        && !OSSL_PARAM_set_uint(p, info->mode))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD)) != NULL
+        && !OSSL_PARAM_set_int(p, info->aead))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_CUSTOM_IV)) != NULL
+        && !OSSL_PARAM_set_int(p, info->custom_iv))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_CTS)) != NULL
+        && !OSSL_PARAM_set_int(p, 0))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_TLS1_MULTIBLOCK)) != NULL
+        && !OSSL_PARAM_set_int(p, 0))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_HAS_RAND_KEY)) != NULL
+        && !OSSL_PARAM_set_int(p, 0))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_KEYLEN)) != NULL
+        && !OSSL_PARAM_set_size_t(p, info->keylen))
+        goto err;
+    /* Stream and AEAD modes all have a block size of 1 for EVP (no padding, any length). */
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_BLOCK_SIZE)) != NULL
+        && !OSSL_PARAM_set_size_t(p, 1))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL
+        && !OSSL_PARAM_set_size_t(p, info->ivlen))
+        goto err;
+    return 1;
+err:
+    GP_RAISE(GP_R_INVALID_PARAMETER);
+    return 0;
+}
+
+const OSSL_PARAM *gp_cipher_gettable_params(void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_MODE, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_BLOCK_SIZE, NULL),
+        OSSL_PARAM_int(OSSL_CIPHER_PARAM_AEAD, NULL),
+        OSSL_PARAM_int(OSSL_CIPHER_PARAM_CUSTOM_IV, NULL),
+        OSSL_PARAM_int(OSSL_CIPHER_PARAM_CTS, NULL),
+        OSSL_PARAM_int(OSSL_CIPHER_PARAM_TLS1_MULTIBLOCK, NULL),
+        OSSL_PARAM_int(OSSL_CIPHER_PARAM_HAS_RAND_KEY, NULL),
+        OSSL_PARAM_END
+    };
+
+    (void)provctx;
+    return params;
+}
+
+int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen)
+{
+    gp_key *k;
+
+    if (keylen != ctx->info->keylen) {
+        GP_RAISE(GP_R_INVALID_KEY_LENGTH);
+        return 0;
+    }
+    k = gp_key_new(ctx->provctx->engine, ctx->info->alg, key, keylen);
+    if (k == NULL) {
+        GP_RAISE(GP_R_OUT_OF_MEMORY);
+        return 0;
+    }
+    gp_key_free(ctx->key);
+    ctx->key = k;
+    return 1;
+}
+
+int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
+{
+    if (!gp_msg_start(ctx->msg, ctx->key, iv, ivlen, ctx->enc)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    ctx->iv_state = GP_IV_STARTED;
+    ctx->aad_bytes = 0;
+    ctx->text_bytes = 0;
+    ctx->data_started = 0;
+    ctx->tag_ready = 0;
+    return 1;
+}
+
+int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out)
+{
+    /* EVP's lengths are ints: anything larger is a caller bug (EVP passes a negative inl as a huge
+     * size_t), refused before a byte is touched. */
+    if (inl > INT_MAX) {
+        GP_RAISE(GP_R_LENGTH_TOO_LARGE);
+        return 0;
+    }
+    if (out != NULL && outsize < inl) {
+        GP_RAISE(GP_R_OUTPUT_BUFFER_TOO_SMALL);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_cipher_get_keylen(gp_cipher_ctx *ctx, OSSL_PARAM params[])
+{
+    OSSL_PARAM *p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_KEYLEN);
+
+    if (p != NULL && !OSSL_PARAM_set_size_t(p, ctx->info->keylen)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+{
+    const OSSL_PARAM *p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_KEYLEN);
+    size_t keylen;
+
+    if (p == NULL)
+        return 1;
+    if (!OSSL_PARAM_get_size_t(p, &keylen)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (keylen != ctx->info->keylen) {
+        GP_RAISE(GP_R_INVALID_KEY_LENGTH);
+        return 0;
+    }
+    return 1;
+}

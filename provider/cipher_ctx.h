@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The cipher context shared by every algorithm, and the helpers the per-mode files build on. */
+#ifndef GP_CIPHER_CTX_H
+#define GP_CIPHER_CTX_H
+
+#include <openssl/core_dispatch.h>
+#include <openssl/params.h>
+
+#include "prov.h"
+
+/* Static description of one algorithm, as the default provider reports it. */
+typedef struct gp_cipher_info {
+    uint32_t alg;               /* enum gp_alg */
+    unsigned int mode;          /* EVP_CIPH_CTR_MODE, EVP_CIPH_GCM_MODE, or 0 (ChaCha) */
+    size_t keylen;
+    size_t ivlen;               /* default IV length */
+    int aead;
+    int custom_iv;
+} gp_cipher_info;
+
+/*
+ * Where the current IV stands. BUFFERED: an IV is set and the message starts at the next update;
+ * STARTED: a message is in progress; FINISHED: an AEAD Final was done and the IV must not be reused.
+ */
+typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FINISHED } gp_iv_state;
+
+typedef struct gp_cipher_ctx {
+    gp_provctx *provctx;
+    const gp_cipher_info *info;
+    int enc;
+    gp_key *key;                /* NULL until a key is set */
+    gp_msg *msg;
+    gp_iv_state iv_state;
+    uint8_t iv[128];            /* the IV the next/current message starts from */
+    size_t ivlen;
+    uint8_t oiv[16];            /* CTR/ChaCha20: the IV as given (OSSL_CIPHER_PARAM_IV) */
+    uint64_t aad_bytes;         /* this message */
+    uint64_t text_bytes;
+    int data_started;
+    unsigned int pad;           /* PADDING: stored and reported; stream modes do not pad */
+    /* AEAD */
+    uint8_t tag[16];
+    size_t taglen;              /* length of the expected tag (decrypt) */
+    int tag_expected;           /* decrypt: SET_TAG given for the next Final */
+    int tag_ready;              /* encrypt: Final computed `tag` */
+    /* TLS 1.2 record mode */
+    uint8_t tls_aad[13];
+    size_t tls_aad_len;         /* 0 unless TLS1_AAD was set for the next record */
+    size_t tls_aad_pad;
+    size_t tls_payload;         /* ChaCha20-Poly1305: payload length from the AAD */
+    int iv_gen;                 /* GCM: TLS1_IV_FIXED set, invocation field per record */
+    uint64_t tls_enc_records;
+} gp_cipher_ctx;
+
+void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info);
+void gp_cipher_freectx(void *vctx);
+void *gp_cipher_dupctx(void *vctx);
+
+int gp_cipher_get_static_params(OSSL_PARAM params[], const gp_cipher_info *info);
+const OSSL_PARAM *gp_cipher_gettable_params(void *provctx);
+
+/* Replace the key; 0 with an error raised when the length is wrong or memory runs out. */
+int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen);
+/* Start a message from `iv`; resets the per-message counters. */
+int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
+/* Checks every update makes before touching data. */
+int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out);
+
+/* KEYLEN readable by every algorithm and settable to its own value only. */
+int gp_cipher_get_keylen(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
+int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
+
+/* Stream modes (AES-CTR, ChaCha20): provider/stream_common.c */
+OSSL_FUNC_cipher_encrypt_init_fn gp_stream_einit;
+OSSL_FUNC_cipher_decrypt_init_fn gp_stream_dinit;
+OSSL_FUNC_cipher_update_fn gp_stream_update;
+OSSL_FUNC_cipher_final_fn gp_stream_final;
+OSSL_FUNC_cipher_cipher_fn gp_stream_cipher;
+OSSL_FUNC_cipher_get_ctx_params_fn gp_stream_get_ctx_params;
+OSSL_FUNC_cipher_set_ctx_params_fn gp_stream_set_ctx_params;
+OSSL_FUNC_cipher_gettable_ctx_params_fn gp_ctr_gettable_ctx_params, gp_chacha20_gettable_ctx_params;
+OSSL_FUNC_cipher_settable_ctx_params_fn gp_ctr_settable_ctx_params, gp_chacha20_settable_ctx_params;
+
+/* AEAD modes (AES-GCM, ChaCha20-Poly1305): provider/aead_common.c */
+/* Per-IV limits: may `add` more bytes follow `done`? (SP 800-38D §5.2.1.1, RFC 8439 §2.8) */
+int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add);
+int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add);
+OSSL_FUNC_cipher_encrypt_init_fn gp_aead_einit;
+OSSL_FUNC_cipher_decrypt_init_fn gp_aead_dinit;
+OSSL_FUNC_cipher_update_fn gp_aead_update;
+OSSL_FUNC_cipher_final_fn gp_aead_final;
+OSSL_FUNC_cipher_cipher_fn gp_aead_cipher;
+OSSL_FUNC_cipher_get_ctx_params_fn gp_aead_get_ctx_params;
+OSSL_FUNC_cipher_set_ctx_params_fn gp_aead_set_ctx_params;
+OSSL_FUNC_cipher_gettable_ctx_params_fn gp_gcm_gettable_ctx_params, gp_chachapoly_gettable_ctx_params;
+OSSL_FUNC_cipher_settable_ctx_params_fn gp_gcm_settable_ctx_params, gp_chachapoly_settable_ctx_params;
+
+/*
+ * One dispatch table per algorithm and key size: the per-algorithm files hold only this.
+ * FAMILY is stream or aead; the gettable/settable lists are per algorithm.
+ */
+#define GP_CIPHER_DISPATCH(sym, info, family, tables)                                           \
+    static OSSL_FUNC_cipher_newctx_fn sym##_newctx;                                            \
+    static OSSL_FUNC_cipher_get_params_fn sym##_get_params;                                    \
+    static void *sym##_newctx(void *provctx) { return gp_cipher_newctx(provctx, &(info)); }    \
+    static int sym##_get_params(OSSL_PARAM params[])                                            \
+    { return gp_cipher_get_static_params(params, &(info)); }                                    \
+    const OSSL_DISPATCH gp_##sym##_functions[] = {                                              \
+        { OSSL_FUNC_CIPHER_NEWCTX, (void (*)(void))sym##_newctx },                             \
+        { OSSL_FUNC_CIPHER_FREECTX, (void (*)(void))gp_cipher_freectx },                       \
+        { OSSL_FUNC_CIPHER_DUPCTX, (void (*)(void))gp_cipher_dupctx },                         \
+        { OSSL_FUNC_CIPHER_ENCRYPT_INIT, (void (*)(void))gp_##family##_einit },                \
+        { OSSL_FUNC_CIPHER_DECRYPT_INIT, (void (*)(void))gp_##family##_dinit },                \
+        { OSSL_FUNC_CIPHER_UPDATE, (void (*)(void))gp_##family##_update },                     \
+        { OSSL_FUNC_CIPHER_FINAL, (void (*)(void))gp_##family##_final },                       \
+        { OSSL_FUNC_CIPHER_CIPHER, (void (*)(void))gp_##family##_cipher },                     \
+        { OSSL_FUNC_CIPHER_GET_PARAMS, (void (*)(void))sym##_get_params },                     \
+        { OSSL_FUNC_CIPHER_GETTABLE_PARAMS, (void (*)(void))gp_cipher_gettable_params },       \
+        { OSSL_FUNC_CIPHER_GET_CTX_PARAMS, (void (*)(void))gp_##family##_get_ctx_params },     \
+        { OSSL_FUNC_CIPHER_SET_CTX_PARAMS, (void (*)(void))gp_##family##_set_ctx_params },     \
+        { OSSL_FUNC_CIPHER_GETTABLE_CTX_PARAMS, (void (*)(void))gp_##tables##_gettable_ctx_params }, \
+        { OSSL_FUNC_CIPHER_SETTABLE_CTX_PARAMS, (void (*)(void))gp_##tables##_settable_ctx_params }, \
+        { 0, NULL }                                                                             \
+    }
+
+#endif

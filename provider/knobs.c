@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Knobs: read from the provider's openssl.cnf section, each overridden by GPUPROV_<KEY>. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/params.h>
+
+#include "prov.h"
+
+/* The value for `key`: the environment wins over the config section; NULL when neither sets it. */
+static const char *knob_value(const char *key, const char *from_cnf, char *envname, size_t envsz)
+{
+    const char *v;
+    size_t i;
+
+    snprintf(envname, envsz, "GPUPROV_%s", key);
+    for (i = 0; envname[i] != '\0'; i++)
+        envname[i] = (char)toupper((unsigned char)envname[i]);
+    v = getenv(envname);
+    return v != NULL && *v != '\0' ? v : from_cnf;
+}
+
+static void bad_knob(const char *key, const char *val, const char *expected)
+{
+    fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n", key, val, expected);
+}
+
+static int parse_bool(const char *key, const char *v, int dflt)
+{
+    if (v == NULL)
+        return dflt;
+    if (strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0 || strcasecmp(v, "true") == 0
+        || strcasecmp(v, "on") == 0)
+        return 1;
+    if (strcmp(v, "0") == 0 || strcasecmp(v, "no") == 0 || strcasecmp(v, "false") == 0
+        || strcasecmp(v, "off") == 0)
+        return 0;
+    bad_knob(key, v, "0 or 1");
+    return dflt;
+}
+
+static int parse_count(const char *key, const char *v, int dflt, int max)
+{
+    char *end;
+    long n;
+
+    if (v == NULL)
+        return dflt;
+    n = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n < 0 || n > max) {
+        bad_knob(key, v, "a number from 0 up");
+        return dflt;
+    }
+    return (int)n;
+}
+
+static gp_backend parse_backend(const char *v)
+{
+    static const char *const names[] = { "auto", "cuda", "host", "cpu" };
+
+    if (v == NULL)
+        return GP_BACKEND_AUTO;
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(v, names[i]) == 0)
+            return (gp_backend)i;
+    bad_knob("backend", v, "auto, cuda, host or cpu");
+    return GP_BACKEND_AUTO;
+}
+
+void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params)
+{
+    /* Keys of the provider's config section are readable by name through the core. */
+    char *backend = NULL, *stats = NULL, *host_threads = NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_utf8_ptr("backend", &backend, 0),
+        OSSL_PARAM_utf8_ptr("stats", &stats, 0),
+        OSSL_PARAM_utf8_ptr("host_threads", &host_threads, 0),
+        OSSL_PARAM_END
+    };
+    char env[64];
+
+    if (get_params != NULL)
+        get_params(handle, params);
+    k->backend = parse_backend(knob_value("backend", backend, env, sizeof(env)));
+    k->stats = parse_bool("stats", knob_value("stats", stats, env, sizeof(env)), 0);
+    k->host_threads = parse_count("host_threads",
+                                  knob_value("host_threads", host_threads, env, sizeof(env)), 0, 1024);
+}

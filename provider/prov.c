@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Provider entry point: init, teardown, algorithm query, provider params and reason strings. */
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/params.h>
+
+#include "prov.h"
+
+#ifndef GPUPROV_VERSION
+# define GPUPROV_VERSION "0.0.0"
+#endif
+#ifndef GPUPROV_BUILDINFO
+# define GPUPROV_BUILDINFO "gpuprov " GPUPROV_VERSION
+#endif
+
+/* Core functions: error raising is process-wide, so these are too. */
+static OSSL_FUNC_core_new_error_fn *core_new_error;
+static OSSL_FUNC_core_set_error_debug_fn *core_set_error_debug;
+static OSSL_FUNC_core_vset_error_fn *core_vset_error;
+
+void gp_raise(const char *file, int line, const char *func, int reason)
+{
+    if (core_new_error == NULL)
+        return;
+    core_new_error(NULL);
+    core_set_error_debug(NULL, file, line, func);
+    core_vset_error(NULL, ERR_PACK(ERR_LIB_PROV, 0, reason), NULL, NULL);
+}
+
+static const OSSL_ITEM reason_strings[] = {
+    { GP_R_INVALID_KEY_LENGTH, "invalid key length" },
+    { GP_R_INVALID_IV_LENGTH, "invalid iv length" },
+    { GP_R_INVALID_TAG_LENGTH, "invalid tag length" },
+    { GP_R_TAG_NOT_AVAILABLE, "tag not available (encrypt final not done, or decrypting)" },
+    { GP_R_TAG_NOT_NEEDED, "tag cannot be set when encrypting" },
+    { GP_R_TAG_NOT_SET, "decrypt final without an expected tag" },
+    { GP_R_TAG_MISMATCH, "tag verification failed" },
+    { GP_R_NO_KEY_SET, "no key set" },
+    { GP_R_NO_IV_SET, "no iv set" },
+    { GP_R_MESSAGE_FINISHED, "message already finished: re-initialise with a new iv" },
+    { GP_R_AAD_AFTER_DATA, "aad after data" },
+    { GP_R_MESSAGE_TOO_LONG, "message exceeds the mode's limit for one iv" },
+    { GP_R_LENGTH_TOO_LARGE, "length larger than INT_MAX" },
+    { GP_R_OUTPUT_BUFFER_TOO_SMALL, "output buffer too small" },
+    { GP_R_INVALID_TLS_AAD, "invalid tls aad" },
+    { GP_R_INVALID_TLS_RECORD, "invalid tls record (too short or not in place)" },
+    { GP_R_TOO_MANY_RECORDS, "too many records for one key" },
+    { GP_R_INVALID_PARAMETER, "invalid parameter" },
+    { GP_R_EXECUTOR_FAILURE, "executor failure" },
+    { GP_R_RANDOM_FAILURE, "random generator failure" },
+    { GP_R_OUT_OF_MEMORY, "out of memory" },
+    { GP_R_TLS_MODE, "operation not allowed in tls record mode" },
+    { 0, NULL }
+};
+
+#define ALG(names, funcs, desc) { names, "provider=" GP_PROV_NAME, funcs, desc }
+static const OSSL_ALGORITHM gp_ciphers[] = {
+    /* Names and aliases as the default provider registers them (libssl fetches the id- names). */
+    ALG("AES-256-GCM:id-aes256-GCM:2.16.840.1.101.3.4.1.46", gp_aes256gcm_functions, "gpuprov AES-256-GCM"),
+    ALG("AES-192-GCM:id-aes192-GCM:2.16.840.1.101.3.4.1.26", gp_aes192gcm_functions, "gpuprov AES-192-GCM"),
+    ALG("AES-128-GCM:id-aes128-GCM:2.16.840.1.101.3.4.1.6", gp_aes128gcm_functions, "gpuprov AES-128-GCM"),
+    ALG("AES-256-CTR", gp_aes256ctr_functions, "gpuprov AES-256-CTR"),
+    ALG("AES-192-CTR", gp_aes192ctr_functions, "gpuprov AES-192-CTR"),
+    ALG("AES-128-CTR", gp_aes128ctr_functions, "gpuprov AES-128-CTR"),
+    ALG("ChaCha20", gp_chacha20_functions, "gpuprov ChaCha20"),
+    ALG("ChaCha20-Poly1305", gp_chacha20_poly1305_functions, "gpuprov ChaCha20-Poly1305"),
+    { NULL, NULL, NULL, NULL }
+};
+
+static const OSSL_ALGORITHM *gp_query(void *provctx, int operation_id, int *no_cache)
+{
+    (void)provctx;
+    *no_cache = 0;
+    return operation_id == OSSL_OP_CIPHER ? gp_ciphers : NULL;
+}
+
+static const OSSL_PARAM *gp_gettable_params(void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_DEFN(OSSL_PROV_PARAM_NAME, OSSL_PARAM_UTF8_PTR, NULL, 0),
+        OSSL_PARAM_DEFN(OSSL_PROV_PARAM_VERSION, OSSL_PARAM_UTF8_PTR, NULL, 0),
+        OSSL_PARAM_DEFN(OSSL_PROV_PARAM_BUILDINFO, OSSL_PARAM_UTF8_PTR, NULL, 0),
+        OSSL_PARAM_DEFN(OSSL_PROV_PARAM_STATUS, OSSL_PARAM_INTEGER, NULL, 0),
+        OSSL_PARAM_END
+    };
+
+    (void)provctx;
+    return params;
+}
+
+static int gp_get_params(void *provctx, OSSL_PARAM params[])
+{
+    OSSL_PARAM *p;
+
+    (void)provctx;
+    if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_NAME)) != NULL
+        && !OSSL_PARAM_set_utf8_ptr(p, "gpuprov: GPU AES-CTR, AES-GCM, ChaCha20-Poly1305"))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_VERSION)) != NULL
+        && !OSSL_PARAM_set_utf8_ptr(p, GPUPROV_VERSION))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_BUILDINFO)) != NULL
+        && !OSSL_PARAM_set_utf8_ptr(p, GPUPROV_BUILDINFO))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_STATUS)) != NULL
+        && !OSSL_PARAM_set_int(p, 1))
+        return 0;
+    return 1;
+}
+
+static const OSSL_ITEM *gp_get_reason_strings(void *provctx)
+{
+    (void)provctx;
+    return reason_strings;
+}
+
+static void gp_teardown(void *vprovctx)
+{
+    gp_provctx *pc = vprovctx;
+
+    if (pc == NULL)
+        return;
+    gp_engine_free(pc->engine);   /* prints the stats line when asked */
+    OSSL_LIB_CTX_free(pc->libctx);
+    free(pc);
+}
+
+static const OSSL_DISPATCH gp_provider_functions[] = {
+    { OSSL_FUNC_PROVIDER_TEARDOWN, (void (*)(void))gp_teardown },
+    { OSSL_FUNC_PROVIDER_GETTABLE_PARAMS, (void (*)(void))gp_gettable_params },
+    { OSSL_FUNC_PROVIDER_GET_PARAMS, (void (*)(void))gp_get_params },
+    { OSSL_FUNC_PROVIDER_QUERY_OPERATION, (void (*)(void))gp_query },
+    { OSSL_FUNC_PROVIDER_GET_REASON_STRINGS, (void (*)(void))gp_get_reason_strings },
+    { 0, NULL }
+};
+
+__attribute__((visibility("default")))
+int OSSL_provider_init(const OSSL_CORE_HANDLE *handle, const OSSL_DISPATCH *in,
+                       const OSSL_DISPATCH **out, void **provctx)
+{
+    OSSL_FUNC_core_get_params_fn *core_get_params = NULL;
+    gp_provctx *pc;
+
+    for (const OSSL_DISPATCH *f = in; f->function_id != 0; f++) {
+        switch (f->function_id) {
+        case OSSL_FUNC_CORE_GET_PARAMS:
+            core_get_params = OSSL_FUNC_core_get_params(f);
+            break;
+        case OSSL_FUNC_CORE_NEW_ERROR:
+            core_new_error = OSSL_FUNC_core_new_error(f);
+            break;
+        case OSSL_FUNC_CORE_SET_ERROR_DEBUG:
+            core_set_error_debug = OSSL_FUNC_core_set_error_debug(f);
+            break;
+        case OSSL_FUNC_CORE_VSET_ERROR:
+            core_vset_error = OSSL_FUNC_core_vset_error(f);
+            break;
+        default:
+            break;
+        }
+    }
+    if (core_new_error == NULL || core_set_error_debug == NULL || core_vset_error == NULL)
+        return 0;
+
+    if ((pc = calloc(1, sizeof(*pc))) == NULL)
+        return 0;
+    pc->handle = handle;
+    gp_knobs_load(&pc->knobs, handle, core_get_params);
+    /* A child context sees the application's providers: the cpu executor fetches from default
+     * there, and the IV generator draws from its DRBG. Never the NULL context. */
+    pc->libctx = OSSL_LIB_CTX_new_child(handle, in);
+    if (pc->libctx == NULL)
+        goto err;
+    pc->engine = gp_engine_new(&pc->knobs, pc->libctx);
+    if (pc->engine == NULL)
+        goto err;
+    *out = gp_provider_functions;
+    *provctx = pc;
+    return 1;
+err:
+    gp_teardown(pc);
+    return 0;
+}

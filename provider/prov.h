@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Provider-wide internals: the provider context, error raising, reason codes, algorithm tables. */
+#ifndef GP_PROV_H
+#define GP_PROV_H
+
+#include <openssl/core.h>
+#include <openssl/core_dispatch.h>
+#include <openssl/crypto.h>
+
+#include "batching/engine.h"
+
+#define GP_PROV_NAME "gpuprov"
+
+typedef struct gp_provctx {
+    const OSSL_CORE_HANDLE *handle;
+    OSSL_LIB_CTX *libctx;        /* child of the loading application's context */
+    gp_engine *engine;
+    gp_knobs knobs;
+} gp_provctx;
+
+/* Reason codes; their strings are served through OSSL_FUNC_PROVIDER_GET_REASON_STRINGS. */
+enum gp_reason {
+    GP_R_INVALID_KEY_LENGTH = 100,
+    GP_R_INVALID_IV_LENGTH,
+    GP_R_INVALID_TAG_LENGTH,
+    GP_R_TAG_NOT_AVAILABLE,
+    GP_R_TAG_NOT_NEEDED,
+    GP_R_TAG_NOT_SET,
+    GP_R_TAG_MISMATCH,
+    GP_R_NO_KEY_SET,
+    GP_R_NO_IV_SET,
+    GP_R_MESSAGE_FINISHED,
+    GP_R_AAD_AFTER_DATA,
+    GP_R_MESSAGE_TOO_LONG,
+    GP_R_LENGTH_TOO_LARGE,
+    GP_R_OUTPUT_BUFFER_TOO_SMALL,
+    GP_R_INVALID_TLS_AAD,
+    GP_R_INVALID_TLS_RECORD,
+    GP_R_TOO_MANY_RECORDS,
+    GP_R_INVALID_PARAMETER,
+    GP_R_EXECUTOR_FAILURE,
+    GP_R_RANDOM_FAILURE,
+    GP_R_OUT_OF_MEMORY,
+    GP_R_TLS_MODE,
+};
+
+/* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */
+void gp_raise(const char *file, int line, const char *func, int reason);
+#define GP_RAISE(reason) gp_raise(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason))
+
+/* Dispatch tables, one per algorithm and key size (provider/cipher_*.c). */
+extern const OSSL_DISPATCH gp_aes128ctr_functions[], gp_aes192ctr_functions[], gp_aes256ctr_functions[];
+extern const OSSL_DISPATCH gp_aes128gcm_functions[], gp_aes192gcm_functions[], gp_aes256gcm_functions[];
+extern const OSSL_DISPATCH gp_chacha20_functions[], gp_chacha20_poly1305_functions[];
+
+/* Knobs: the provider's config section through the core, then GPUPROV_<KEY> variables. */
+void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params);
+
+#endif

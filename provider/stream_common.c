@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Stream modes (AES-CTR, ChaCha20): init, update and params over the engine's messages. */
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+
+#include "cipher_ctx.h"
+
+/* Bytes per counter step: the AES block, or the ChaCha20 block (RFC 8439 §2.3). */
+static size_t block_bytes(const gp_cipher_ctx *ctx)
+{
+    return ctx->info->alg == GP_ALG_AES_CTR ? 16 : 64;
+}
+
+/*
+ * Advance a counter block by n steps, as the default provider counts: AES-CTR treats all 16 bytes
+ * as one big-endian integer (SP 800-38A Appendix B.1, OpenSSL's ctr128); OpenSSL's ChaCha20 IV is
+ * a little-endian 32-bit counter that carries into the next word, i.e. a 64-bit LE counter.
+ */
+static void counter_add(const gp_cipher_ctx *ctx, uint8_t *ctr, uint64_t n)
+{
+    if (ctx->info->alg == GP_ALG_AES_CTR) {
+        for (int i = 15; i >= 0 && n != 0; i--) {
+            uint64_t s = (uint64_t)ctr[i] + (n & 0xff);
+
+            ctr[i] = (uint8_t)s;
+            n = (n >> 8) + (s >> 8);
+        }
+    } else {
+        for (int i = 0; i < 8 && n != 0; i++) {
+            uint64_t s = (uint64_t)ctr[i] + (n & 0xff);
+
+            ctr[i] = (uint8_t)s;
+            n = (n >> 8) + (s >> 8);
+        }
+    }
+}
+
+/* The counter of the next whole block of the message in progress. */
+static void next_block_counter(const gp_cipher_ctx *ctx, uint8_t out[16])
+{
+    size_t blk = block_bytes(ctx);
+
+    memcpy(out, ctx->iv, 16);
+    counter_add(ctx, out, (ctx->text_bytes + blk - 1) / blk);
+}
+
+static int stream_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                       const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
+{
+    ctx->enc = enc;
+    if (iv != NULL) {
+        if (ivlen != ctx->info->ivlen) {
+            GP_RAISE(GP_R_INVALID_IV_LENGTH);
+            return 0;
+        }
+        memcpy(ctx->iv, iv, ivlen);
+        memcpy(ctx->oiv, iv, ivlen);
+        ctx->ivlen = ivlen;
+        ctx->iv_state = GP_IV_BUFFERED;
+    } else if (ctx->iv_state == GP_IV_STARTED) {
+        /* A re-init without an IV continues at the next whole block, dropping the partial
+         * keystream, as the default provider does (it resets `num`, keeps the counter). */
+        uint8_t next[16];
+
+        next_block_counter(ctx, next);
+        memcpy(ctx->iv, next, 16);
+        ctx->iv_state = GP_IV_BUFFERED;
+    }
+    if (key != NULL && !gp_cipher_set_key(ctx, key, keylen))
+        return 0;
+    return gp_stream_set_ctx_params(ctx, params);
+}
+
+int gp_stream_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
+                    size_t ivlen, const OSSL_PARAM params[])
+{
+    return stream_init(vctx, key, keylen, iv, ivlen, params, 1);
+}
+
+int gp_stream_dinit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
+                    size_t ivlen, const OSSL_PARAM params[])
+{
+    return stream_init(vctx, key, keylen, iv, ivlen, params, 0);
+}
+
+int gp_stream_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
+                     const unsigned char *in, size_t inl)
+{
+    gp_cipher_ctx *ctx = vctx;
+
+    *outl = 0;
+    if (!gp_cipher_check_update(outsize, inl, out))
+        return 0;
+    if (inl == 0)
+        return 1;
+    if (ctx->key == NULL) {
+        GP_RAISE(GP_R_NO_KEY_SET);
+        return 0;
+    }
+    if (ctx->iv_state == GP_IV_UNSET) {
+        /* The default provider would run from an all-zero counter; refusing is safer. */
+        GP_RAISE(GP_R_NO_IV_SET);
+        return 0;
+    }
+    if (in == NULL || out == NULL) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (ctx->iv_state != GP_IV_STARTED && !gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
+        return 0;
+    if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    ctx->text_bytes += inl;
+    *outl = inl;
+    return 1;
+}
+
+int gp_stream_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
+{
+    gp_cipher_ctx *ctx = vctx;
+
+    (void)out;
+    (void)outsize;
+    *outl = 0;
+    if (ctx->key == NULL) {
+        GP_RAISE(GP_R_NO_KEY_SET);
+        return 0;
+    }
+    return 1;   /* stream modes produce everything in update */
+}
+
+int gp_stream_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
+                     const unsigned char *in, size_t inl)
+{
+    if (in == NULL)
+        return gp_stream_final(vctx, out, outl, outsize);
+    return gp_stream_update(vctx, out, outl, outsize, in, inl);
+}
+
+int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
+{
+    gp_cipher_ctx *ctx = vctx;
+    OSSL_PARAM *p;
+
+    if (!gp_cipher_get_keylen(ctx, params))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL
+        && !OSSL_PARAM_set_size_t(p, ctx->info->ivlen))
+        goto err;
+    if (ctx->info->alg != GP_ALG_AES_CTR)
+        return 1;   /* ChaCha20 reports only the lengths, as the default provider does */
+
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_PADDING)) != NULL
+        && !OSSL_PARAM_set_uint(p, ctx->pad))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_NUM)) != NULL
+        && !OSSL_PARAM_set_uint(p, ctx->iv_state == GP_IV_STARTED ? (unsigned int)(ctx->text_bytes % 16) : 0))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IV)) != NULL
+        && !OSSL_PARAM_set_octet_ptr(p, ctx->oiv, ctx->info->ivlen)
+        && !OSSL_PARAM_set_octet_string(p, ctx->oiv, ctx->info->ivlen))
+        goto err;
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_UPDATED_IV)) != NULL) {
+        uint8_t next[16];
+
+        if (ctx->iv_state == GP_IV_STARTED)
+            next_block_counter(ctx, next);
+        else
+            memcpy(next, ctx->iv, 16);
+        if (!OSSL_PARAM_set_octet_string(p, next, 16))
+            goto err;
+    }
+    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_TLS_MAC)) != NULL
+        && !OSSL_PARAM_set_octet_ptr(p, NULL, 0))
+        goto err;
+    return 1;
+err:
+    GP_RAISE(GP_R_INVALID_PARAMETER);
+    return 0;
+}
+
+int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
+{
+    gp_cipher_ctx *ctx = vctx;
+    const OSSL_PARAM *p;
+
+    if (params == NULL)
+        return 1;
+    if (!gp_cipher_set_keylen(ctx, params))
+        return 0;
+    if (ctx->info->alg != GP_ALG_AES_CTR) {
+        size_t ivlen;
+
+        if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL) {
+            if (!OSSL_PARAM_get_size_t(p, &ivlen) || ivlen != ctx->info->ivlen) {
+                GP_RAISE(GP_R_INVALID_IV_LENGTH);
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_PADDING)) != NULL
+        && !OSSL_PARAM_get_uint(p, &ctx->pad)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_NUM)) != NULL) {
+        unsigned int num, cur = ctx->iv_state == GP_IV_STARTED ? (unsigned int)(ctx->text_bytes % 16) : 0;
+
+        /* Moving the keystream position by hand is not supported; re-stating it is harmless. */
+        if (!OSSL_PARAM_get_uint(p, &num) || num != cur) {
+            GP_RAISE(GP_R_INVALID_PARAMETER);
+            return 0;
+        }
+    }
+    /* TLS_VERSION and TLS_MAC_SIZE (set by libssl) and unknown keys: accepted, no effect here. */
+    return 1;
+}
+
+const OSSL_PARAM *gp_ctr_gettable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_PADDING, NULL),
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_NUM, NULL),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_IV, NULL, 0),
+        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
+        OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_TLS_MAC, NULL, 0),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_ctr_settable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_PADDING, NULL),
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_NUM, NULL),
+        OSSL_PARAM_uint(OSSL_CIPHER_PARAM_TLS_VERSION, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, NULL),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_chacha20_gettable_ctx_params(void *cctx, void *provctx)
+{
+    static const OSSL_PARAM params[] = {
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
+        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_END
+    };
+
+    (void)cctx;
+    (void)provctx;
+    return params;
+}
+
+const OSSL_PARAM *gp_chacha20_settable_ctx_params(void *cctx, void *provctx)
+{
+    return gp_chacha20_gettable_ctx_params(cctx, provctx);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds gpuprov and runs every test suite that this machine can run, then the same suites again
+# under AddressSanitizer + UndefinedBehaviorSanitizer. The README's test command.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash tests/install-deps.sh
+
+# Wycheproof vectors (C2SP/wycheproof, testvectors_v1): WYCHEPROOF_DIR, else ../shared/vectors/wycheproof,
+# else a shallow clone from GitHub; without them the Wycheproof tests report "skipped".
+wp=${WYCHEPROOF_DIR:-}
+if [ -z "$wp" ] && [ -f "$root/../shared/vectors/wycheproof/aes_gcm_test.json" ]; then
+  wp="$root/../shared/vectors/wycheproof"
+fi
+if [ -z "$wp" ]; then
+  if [ ! -f build-vectors/wycheproof/testvectors_v1/aes_gcm_test.json ]; then
+    git clone -q --depth 1 https://github.com/C2SP/wycheproof build-vectors/wycheproof 2>/dev/null || true
+  fi
+  [ -f build-vectors/wycheproof/testvectors_v1/aes_gcm_test.json ] && wp="$root/build-vectors/wycheproof/testvectors_v1"
+fi
+[ -n "$wp" ] && wp=$(cd "$wp" && pwd) || echo "run-all: no Wycheproof vectors found: those tests will be skipped"
+echo "run-all: Wycheproof vectors: ${wp:-none}"
+
+# Suites: unit, kat, evp, integration, cli (gpu needs a GPU: tests/gpu/README).
+no_gpu="--no-suite gpu"
+
+meson setup build --reconfigure -Dwycheproof_dir="$wp" >/dev/null 2>&1 || meson setup build -Dwycheproof_dir="$wp"
+ninja -C build
+meson test -C build $no_gpu --print-errorlogs --num-processes 2
+
+# Sanitizers: the module and the tests are instrumented; the stock openssl binary used by the cli
+# tests is not, so the runtimes are preloaded for them.
+meson setup build-asan --reconfigure -Dcuda=disabled -Dwycheproof_dir="$wp" -Db_sanitize=address,undefined \
+  -Db_lundef=false -Dc_args=-fno-sanitize-recover=all >/dev/null 2>&1 \
+  || meson setup build-asan -Dcuda=disabled -Dwycheproof_dir="$wp" -Db_sanitize=address,undefined \
+       -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
+ninja -C build-asan
+preload="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  meson test -C build-asan $no_gpu --print-errorlogs --num-processes 2 --timeout-multiplier 4
+echo "run-all: all suites passed (plain and ASan+UBSan)"

@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Engine tests: batches of interleaved requests through the host pool and the cpu executor, stats,
+ * knobs and the per-IV limits, checked against OpenSSL's default provider. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/provider.h>
+
+#include "gptest.h"
+#include "batching/engine.h"
+#include "provider/cipher_ctx.h"
+
+#define NMSG 48
+
+typedef struct {
+    uint32_t alg;
+    const char *name;
+    size_t keylen, ivlen;
+} alg_desc;
+
+static const alg_desc algs[] = {
+    { GP_ALG_AES_CTR, "AES-128-CTR", 16, 16 },
+    { GP_ALG_AES_CTR, "AES-256-CTR", 32, 16 },
+    { GP_ALG_AES_GCM, "AES-128-GCM", 16, 12 },
+    { GP_ALG_AES_GCM, "AES-192-GCM", 24, 12 },
+    { GP_ALG_AES_GCM, "AES-256-GCM", 32, 12 },
+    { GP_ALG_CHACHA20, "ChaCha20", 32, 16 },
+    { GP_ALG_CHACHA20_POLY1305, "ChaCha20-Poly1305", 32, 12 },
+};
+
+static int is_aead(uint32_t alg)
+{
+    return alg == GP_ALG_AES_GCM || alg == GP_ALG_CHACHA20_POLY1305;
+}
+
+/* The reference: one-shot through the default provider. */
+static void reference(OSSL_LIB_CTX *lib, const alg_desc *a, const uint8_t *key, const uint8_t *iv,
+                      const uint8_t *aad, size_t aadlen, const uint8_t *in, size_t len,
+                      uint8_t *out, uint8_t tag[16])
+{
+    EVP_CIPHER *c = EVP_CIPHER_fetch(lib, a->name, "provider=default");
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int outl;
+
+    assert_non_null(c);
+    assert_true(EVP_EncryptInit_ex2(ctx, c, key, iv, NULL));
+    if (is_aead(a->alg) && aadlen > 0)
+        assert_true(EVP_EncryptUpdate(ctx, NULL, &outl, aad, (int)aadlen));
+    if (len > 0)
+        assert_true(EVP_EncryptUpdate(ctx, out, &outl, in, (int)len));
+    assert_true(EVP_EncryptFinal_ex(ctx, out + len, &outl));
+    if (is_aead(a->alg))
+        assert_true(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag));
+    EVP_CIPHER_CTX_free(ctx);
+    EVP_CIPHER_free(c);
+}
+
+typedef struct {
+    const alg_desc *a;
+    uint8_t key[32], iv[16], aad[40], tag[16], ref_tag[16];
+    size_t aadlen, len;
+    uint8_t *in, *out, *ref;
+    gp_key *k;
+    gp_msg *m;
+} msg_case;
+
+/* Many messages, their requests interleaved in one batch: each message's requests must still run
+ * in order, whichever worker takes them. */
+static void run_batch(gp_backend backend, int host_threads)
+{
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = backend, .stats = 0, .host_threads = host_threads };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+    msg_case mc[NMSG];
+    gp_request reqs[NMSG * 4];
+    size_t nreq = 0;
+    gp_stats st;
+
+    assert_non_null(e);
+    gptest_rand_seed();
+    for (int i = 0; i < NMSG; i++) {
+        msg_case *c = &mc[i];
+
+        c->a = &algs[gptest_rand_range(0, sizeof(algs) / sizeof(algs[0]) - 1)];
+        c->len = i % 7 == 0 ? gptest_rand_range(0, 40) : gptest_rand_range(1000, 9000);
+        c->aadlen = is_aead(c->a->alg) ? gptest_rand_range(0, sizeof(c->aad)) : 0;
+        gptest_rand_bytes(c->key, sizeof(c->key));
+        gptest_rand_bytes(c->iv, sizeof(c->iv));
+        gptest_rand_bytes(c->aad, sizeof(c->aad));
+        if (c->a->alg == GP_ALG_CHACHA20)
+            c->iv[0] = c->iv[1] = c->iv[2] = c->iv[3] = 0;   /* keep libsodium-style counters small */
+        c->in = malloc(c->len + 1);
+        c->out = malloc(c->len + 1);
+        c->ref = malloc(c->len + 16);
+        gptest_rand_bytes(c->in, c->len);
+        reference(lib, c->a, c->key, c->iv, c->aad, c->aadlen, c->in, c->len, c->ref, c->ref_tag);
+        c->k = gp_key_new(e, c->a->alg, c->key, c->a->keylen);
+        c->m = gp_msg_new(e);
+        assert_non_null(c->k);
+        assert_non_null(c->m);
+        assert_true(gp_msg_start(c->m, c->k, c->iv, c->a->ivlen, 1));
+    }
+    /* Round-robin over messages: AAD, first half, second half, tag. */
+    for (int step = 0; step < 4; step++) {
+        for (int i = 0; i < NMSG; i++) {
+            msg_case *c = &mc[i];
+            gp_request r = { .msg = c->m };
+            size_t half = c->len / 2;
+
+            if (step == 0 && c->aadlen > 0) {
+                r.kind = GP_REQ_AAD, r.in = c->aad, r.len = c->aadlen;
+            } else if (step == 1) {
+                r.kind = GP_REQ_CRYPT, r.in = c->in, r.out = c->out, r.len = half;
+            } else if (step == 2) {
+                r.kind = GP_REQ_CRYPT, r.in = c->in + half, r.out = c->out + half, r.len = c->len - half;
+            } else if (step == 3 && is_aead(c->a->alg)) {
+                r.kind = GP_REQ_TAG, r.tag_out = c->tag;
+            } else {
+                continue;
+            }
+            reqs[nreq++] = r;
+        }
+    }
+    assert_true(gp_engine_submit(e, reqs, nreq));
+    for (size_t i = 0; i < nreq; i++)
+        assert_int_equal(reqs[i].status, GP_REQ_OK);
+    for (int i = 0; i < NMSG; i++) {
+        msg_case *c = &mc[i];
+
+        assert_memory_equal(c->out, c->ref, c->len);
+        if (is_aead(c->a->alg))
+            assert_memory_equal(c->tag, c->ref_tag, 16);
+    }
+    gp_engine_stats(e, &st);
+    assert_int_equal(st.batches, 1);
+    assert_int_equal(st.ops, nreq);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(backend == GP_BACKEND_HOST ? st.host_ops : st.cpu_ops, nreq);
+    assert_string_equal(gp_engine_backend_name(e), backend == GP_BACKEND_HOST ? "host" : "cpu");
+
+    for (int i = 0; i < NMSG; i++) {
+        gp_msg_free(mc[i].m);
+        gp_key_free(mc[i].k);
+        free(mc[i].in);
+        free(mc[i].out);
+        free(mc[i].ref);
+    }
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+static void test_host_batch_pool(void **state)
+{
+    (void)state;
+    run_batch(GP_BACKEND_HOST, 4);
+}
+
+static void test_host_batch_inline(void **state)
+{
+    (void)state;
+    run_batch(GP_BACKEND_HOST, 1);
+}
+
+static void test_cpu_batch(void **state)
+{
+    (void)state;
+    run_batch(GP_BACKEND_CPU, 0);
+}
+
+/* Verify: a wrong tag is reported as such, a right one passes, truncated tags compare a prefix. */
+static void test_verify_statuses(void **state)
+{
+    static const gp_backend backends[] = { GP_BACKEND_HOST, GP_BACKEND_CPU };
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+
+    (void)state;
+    for (size_t b = 0; b < 2; b++) {
+        gp_knobs knobs = { .backend = backends[b] };
+        gp_engine *e = gp_engine_new(&knobs, lib);
+        uint8_t key[32] = { 1 }, iv[12] = { 2 }, pt[100], ct[100], back[100], tag[16];
+        gp_key *k = gp_key_new(e, GP_ALG_AES_GCM, key, 32);
+        gp_msg *m = gp_msg_new(e);
+
+        memset(pt, 0x5a, sizeof(pt));
+        assert_true(gp_msg_start(m, k, iv, 12, 1));
+        assert_true(gp_msg_crypt(m, pt, ct, sizeof(pt)));
+        assert_true(gp_msg_tag(m, tag));
+        for (size_t taglen = 16; taglen >= 4; taglen -= 4) {
+            assert_true(gp_msg_start(m, k, iv, 12, 0));
+            assert_true(gp_msg_crypt(m, ct, back, sizeof(ct)));
+            assert_int_equal(gp_msg_verify(m, tag, taglen), GP_REQ_OK);
+            assert_memory_equal(back, pt, sizeof(pt));
+        }
+        tag[0] ^= 1;
+        assert_true(gp_msg_start(m, k, iv, 12, 0));
+        assert_true(gp_msg_crypt(m, ct, back, sizeof(ct)));
+        assert_int_equal(gp_msg_verify(m, tag, 16), GP_REQ_BAD_TAG);
+        gp_msg_free(m);
+        gp_key_free(k);
+        gp_engine_free(e);
+    }
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+/* A process whose library context has no default provider still serves, on the host executor. */
+static void test_cpu_unusable_falls_back_to_host(void **state)
+{
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    /* Only the null provider: the default one is no longer loaded implicitly, so the cpu executor
+     * cannot fetch anything. */
+    OSSL_PROVIDER *null = OSSL_PROVIDER_load(lib, "null");
+    gp_knobs knobs = { .backend = GP_BACKEND_CPU };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+    uint8_t key[16] = { 0 }, iv[16] = { 0 }, in[32] = { 0 }, out[32];
+    gp_key *k = gp_key_new(e, GP_ALG_AES_CTR, key, 16);
+    gp_msg *m = gp_msg_new(e);
+
+    (void)state;
+    assert_true(gp_msg_start(m, k, iv, 16, 1));
+    assert_true(gp_msg_crypt(m, in, out, sizeof(in)));
+    assert_string_equal(gp_engine_backend_name(e), "host");
+    /* FIPS-197 C.1 style check: AES-128(0^128) under the zero key = 66e94bd4ef8a2c3b884cfa59ca342b2e */
+    {
+        static const uint8_t expect[16] = { 0x66, 0xe9, 0x4b, 0xd4, 0xef, 0x8a, 0x2c, 0x3b,
+                                            0x88, 0x4c, 0xfa, 0x59, 0xca, 0x34, 0x2b, 0x2e };
+        assert_memory_equal(out, expect, 16);
+    }
+    gp_msg_free(m);
+    gp_key_free(k);
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(null);
+    OSSL_LIB_CTX_free(lib);
+}
+
+/* SP 800-38D §5.2.1.1 and RFC 8439 §2.8 limits, at their exact boundaries. */
+static void test_limits(void **state)
+{
+    const uint64_t gcm_max = (UINT64_C(1) << 36) - 32, cp_max = ((UINT64_C(1) << 32) - 1) * 64;
+
+    (void)state;
+    assert_true(gp_aead_text_fits(GP_ALG_AES_GCM, 0, gcm_max));
+    assert_false(gp_aead_text_fits(GP_ALG_AES_GCM, 0, gcm_max + 1));
+    assert_true(gp_aead_text_fits(GP_ALG_AES_GCM, gcm_max - 16, 16));
+    assert_false(gp_aead_text_fits(GP_ALG_AES_GCM, gcm_max - 16, 17));
+    assert_false(gp_aead_text_fits(GP_ALG_AES_GCM, gcm_max + 5, 0));
+    assert_false(gp_aead_text_fits(GP_ALG_AES_GCM, 1, UINT64_MAX));   /* no wrap-around */
+    assert_true(gp_aead_text_fits(GP_ALG_CHACHA20_POLY1305, cp_max - 64, 64));
+    assert_false(gp_aead_text_fits(GP_ALG_CHACHA20_POLY1305, cp_max - 64, 65));
+    assert_true(gp_aead_aad_fits(GP_ALG_AES_GCM, (UINT64_C(1) << 61) - 2, 1));
+    assert_false(gp_aead_aad_fits(GP_ALG_AES_GCM, (UINT64_C(1) << 61) - 2, 2));
+    assert_true(gp_aead_aad_fits(GP_ALG_CHACHA20_POLY1305, UINT64_MAX - 1, 1));
+    assert_false(gp_aead_aad_fits(GP_ALG_CHACHA20_POLY1305, UINT64_MAX - 1, 2));
+}
+
+/* Knobs: environment values are parsed, bad ones fall back to the defaults. */
+static void test_knobs_from_env(void **state)
+{
+    gp_knobs k;
+
+    (void)state;
+    setenv("GPUPROV_BACKEND", "host", 1);
+    setenv("GPUPROV_STATS", "1", 1);
+    setenv("GPUPROV_HOST_THREADS", "3", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_int_equal(k.backend, GP_BACKEND_HOST);
+    assert_int_equal(k.stats, 1);
+    assert_int_equal(k.host_threads, 3);
+    setenv("GPUPROV_BACKEND", "CPU", 1);
+    setenv("GPUPROV_STATS", "no", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_int_equal(k.backend, GP_BACKEND_CPU);
+    assert_int_equal(k.stats, 0);
+    setenv("GPUPROV_BACKEND", "gpu-please", 1);
+    setenv("GPUPROV_STATS", "maybe", 1);
+    setenv("GPUPROV_HOST_THREADS", "-2", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_int_equal(k.backend, GP_BACKEND_AUTO);
+    assert_int_equal(k.stats, 0);
+    assert_int_equal(k.host_threads, 0);
+    unsetenv("GPUPROV_BACKEND");
+    unsetenv("GPUPROV_STATS");
+    unsetenv("GPUPROV_HOST_THREADS");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_batch_pool),
+        cmocka_unit_test(test_host_batch_inline),
+        cmocka_unit_test(test_cpu_batch),
+        cmocka_unit_test(test_verify_statuses),
+        cmocka_unit_test(test_cpu_unusable_falls_back_to_host),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_knobs_from_env),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
