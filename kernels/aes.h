@@ -179,35 +179,66 @@ GP_KFN void gp_aes_sbox_planes(uint64_t q[8])
 }
 
 /*
- * Byte <-> plane conversion with fixed-bound loops (every iteration runs regardless of the data).
- * This is the slow part of the host kernel: a SWAPMOVE transpose network (8x8 bit-matrix transposes
- * on 64-bit words, then a nibble shuffle into the 4p+k order) would replace the 512 single-bit moves.
+ * Byte <-> plane conversion, as transposes (fixed data-independent sequence of shifts and masks).
+ * Lane i = 4p + k of the 64 lanes is byte p of block k. Word W_m holds lanes 8m..8m+7 as its bytes;
+ * an 8x8 bit transpose inside each word (bit j of byte i <-> bit i of byte j) and an 8x8 byte
+ * transpose across the 8 words (byte j of word m <-> byte m of word j) then leave plane j in word j.
  */
-GP_KFN void gp_aes_pack(uint64_t q[8], const uint8_t in[64])
+GP_KFN void gp_aes_bit_transpose8(uint64_t *x)
 {
-    for (int j = 0; j < 8; j++)
-        q[j] = 0;
-    for (int k = 0; k < 4; k++) {
-        for (int p = 0; p < 16; p++) {
-            uint64_t b = in[16 * k + p];
-            unsigned sh = (unsigned)(4 * p + k);
-            for (int j = 0; j < 8; j++)
-                q[j] |= ((b >> j) & 1) << sh;
+    uint64_t v = *x, t;
+
+    t = (v ^ (v >> 7)) & 0x00AA00AA00AA00AAull;  v ^= t ^ (t << 7);
+    t = (v ^ (v >> 14)) & 0x0000CCCC0000CCCCull; v ^= t ^ (t << 14);
+    t = (v ^ (v >> 28)) & 0x00000000F0F0F0F0ull; v ^= t ^ (t << 28);
+    *x = v;
+}
+
+GP_KFN void gp_aes_byte_transpose8(uint64_t w[8])
+{
+    /* Recursive block transpose: swap the off-diagonal 1x1, then 2x2, then 4x4 blocks of bytes. */
+    const uint64_t mask[3] = {0x00FF00FF00FF00FFull, 0x0000FFFF0000FFFFull, 0x00000000FFFFFFFFull};
+
+    for (int lv = 0; lv < 3; lv++) {
+        int s = 1 << lv;
+
+        for (int m = 0; m < 8; m++) {
+            if (m & s)
+                continue;
+            uint64_t t = ((w[m] >> (8 * s)) ^ w[m + s]) & mask[lv];
+            w[m + s] ^= t;
+            w[m] ^= t << (8 * s);
         }
     }
 }
 
+GP_KFN void gp_aes_pack(uint64_t q[8], const uint8_t in[64])
+{
+    for (int m = 0; m < 8; m++) {
+        uint64_t w = 0;
+
+        /* byte i of W_m is lane 8m+i: block k = i % 4, position p = 2m + i / 4 */
+        for (int i = 0; i < 8; i++)
+            w |= (uint64_t)in[16 * (i % 4) + 2 * m + i / 4] << (8 * i);
+        gp_aes_bit_transpose8(&w);
+        q[m] = w;
+    }
+    gp_aes_byte_transpose8(q);
+}
+
 GP_KFN void gp_aes_unpack(uint8_t out[64], const uint64_t q[8])
 {
-    for (int k = 0; k < 4; k++) {
-        for (int p = 0; p < 16; p++) {
-            unsigned sh = (unsigned)(4 * p + k);
-            unsigned b = 0;
-            for (int j = 0; j < 8; j++)
-                b |= (unsigned)((q[j] >> sh) & 1) << j;
-            out[16 * k + p] = (uint8_t)b;
-        }
+    uint64_t w[8];
+
+    for (int j = 0; j < 8; j++)
+        w[j] = q[j];
+    gp_aes_byte_transpose8(w);
+    for (int m = 0; m < 8; m++) {
+        gp_aes_bit_transpose8(&w[m]);
+        for (int i = 0; i < 8; i++)
+            out[16 * (i % 4) + 2 * m + i / 4] = (uint8_t)(w[m] >> (8 * i));
     }
+    gp_state_wipe(w, sizeof(w));
 }
 
 /* ShiftRows (FIPS-197 §5.1.2): s'[r][c] = s[r][(c + r) mod 4], i.e. row r moves r columns down. */

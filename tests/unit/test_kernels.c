@@ -416,14 +416,17 @@ static size_t pick_ivlen(uint32_t alg)
     return alg == GP_ALG_CHACHA20_POLY1305 ? 12 : 16;
 }
 
-static void random_case(const alg_cfg *c, size_t len)
+/* aad_want: the AAD length, or -1 for a random one (AEADs only). */
+static void random_case(const alg_cfg *c, size_t len, long aad_want)
 {
     uint8_t key[32], iv[128];
     size_t ivlen = pick_ivlen(c->alg);
     size_t aadlen = 0;
     uint8_t *aad, *pt;
 
-    if (is_aead(c->alg)) {
+    if (is_aead(c->alg) && aad_want >= 0) {
+        aadlen = (size_t)aad_want;
+    } else if (is_aead(c->alg)) {
         switch (gptest_rand_range(0, 3)) {
         case 0: aadlen = 0; break;
         case 1: aadlen = gptest_rand_range(1, 32); break;
@@ -451,11 +454,14 @@ static void test_msg_unit_vs_references(void **state)
     for (size_t ci = 0; ci < sizeof(all_cfgs) / sizeof(all_cfgs[0]); ci++) {
         const alg_cfg *c = &all_cfgs[ci];
 
+        /* no AAD and no data at all; AAD only; then the listed lengths and random ones */
+        random_case(c, 0, 0);
+        random_case(c, 0, 17);
         for (int rep = 0; rep < 3; rep++)
             for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
-                random_case(c, lens[li]);
-        for (int rep = 0; rep < 12; rep++)
-            random_case(c, gptest_rand_range(0, rep < 6 ? 2000 : 70000));
+                random_case(c, lens[li], -1);
+        for (int rep = 0; rep < 40; rep++)
+            random_case(c, gptest_rand_range(0, rep < 15 ? 2000 : 70000), -1);
     }
 }
 
