@@ -45,4 +45,30 @@ GP_KFN void gp_store_le64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)v;
 }
 
+GP_KFN uint32_t gp_load_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+GP_KFN void gp_store_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* Kernels call no libc (device code has none): byte loops instead of memcpy/memset. */
+GP_KFN void gp_bytes_copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i];
+}
+
+/* Cleanse secrets: volatile stores so the compiler cannot drop them as dead. */
+GP_KFN void gp_state_wipe(void *p, size_t n)
+{
+    volatile uint8_t *v = (volatile uint8_t *)p;
+
+    for (size_t i = 0; i < n; i++)
+        v[i] = 0;
+}
+
 #endif

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Constant-time GHASH (SP 800-38D §6.3-6.4) from plain integer multiplies: no carry-less instruction. */
+#ifndef GP_GHASH_H
+#define GP_GHASH_H
+
+#include "kdefs.h"
+
+/*
+ * Field elements are two big-endian words [hi, lo] of the 16-byte block. SP 800-38D §6.3 makes the
+ * leftmost bit of the block the coefficient of x^0, so as a 128-bit integer the element is the
+ * bit-reversal of its polynomial ("reflected" representation): integer bit 127-i = coefficient i.
+ */
+
+/*
+ * Low 64 bits of the carry-less product x*y, using ordinary multiplies. Each operand is split into
+ * four parts that keep only every 4th bit ("holes"). In a product of two such parts every result bit
+ * position that can receive terms gets at most 15 of them below bit 64 (16 only at bits 60..63 whose
+ * carry leaves the word), so the integer sum never carries into the next used position and its low
+ * bit is the XOR of the terms. Four part-products land on each residue class mod 4; XOR them and
+ * keep that class. Multiplies take constant time on the targets we build for (x86-64, sm_80+).
+ */
+GP_KFN uint64_t gp_clmul64_lo(uint64_t x, uint64_t y)
+{
+    const uint64_t m0 = 0x1111111111111111ull, m1 = m0 << 1, m2 = m0 << 2, m3 = m0 << 3;
+    uint64_t x0 = x & m0, x1 = x & m1, x2 = x & m2, x3 = x & m3;
+    uint64_t y0 = y & m0, y1 = y & m1, y2 = y & m2, y3 = y & m3;
+    uint64_t z0 = (x0 * y0) ^ (x1 * y3) ^ (x2 * y2) ^ (x3 * y1);
+    uint64_t z1 = (x0 * y1) ^ (x1 * y0) ^ (x2 * y3) ^ (x3 * y2);
+    uint64_t z2 = (x0 * y2) ^ (x1 * y1) ^ (x2 * y0) ^ (x3 * y3);
+    uint64_t z3 = (x0 * y3) ^ (x1 * y2) ^ (x2 * y1) ^ (x3 * y0);
+
+    return (z0 & m0) | (z1 & m1) | (z2 & m2) | (z3 & m3);
+}
+
+GP_KFN uint64_t gp_rev64(uint64_t x)
+{
+    x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
+    x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
+    x = ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
+    x = ((x >> 8) & 0x00FF00FF00FF00FFull) | ((x & 0x00FF00FF00FF00FFull) << 8);
+    x = ((x >> 16) & 0x0000FFFF0000FFFFull) | ((x & 0x0000FFFF0000FFFFull) << 16);
+    return (x >> 32) | (x << 32);
+}
+
+/*
+ * x = x * H in GF(2^128) mod x^128 + x^7 + x^2 + x + 1 (SP 800-38D §6.3, Algorithm 1's result).
+ *
+ * 1. 128x128 carry-less product of the two integers by Karatsuba over 64-bit halves. The high half
+ *    of a 64x64 product is the low half of the product of the bit-reversed operands, reversed and
+ *    shifted right by 1 (the full product has only 127 bits).
+ * 2. Because both integers are bit-reversed polynomials, the 255-bit integer product is the
+ *    bit-reversed 255-coefficient polynomial product; shifting it left by 1 aligns it to 256 bits:
+ *    the top 128 bits are then coefficients 0..127 and the low 128 bits 128..255, both reflected.
+ * 3. Reduction: each coefficient 128+k folds into k, k+1, k+2, k+7. In integer terms a bit at
+ *    position p (< 128) is XORed into p+128, p+127, p+126 and p+121; done for the low word first,
+ *    because its spill lands in the second word, which is then folded the same way.
+ */
+GP_KFN void gp_ghash_mul(uint64_t x[2], const uint64_t h[2])
+{
+    uint64_t a1 = x[0], a0 = x[1], b1 = h[0], b0 = h[1];
+    uint64_t a2 = a0 ^ a1, b2 = b0 ^ b1;
+    uint64_t ra0 = gp_rev64(a0), ra1 = gp_rev64(a1), ra2 = ra0 ^ ra1;
+    uint64_t rb0 = gp_rev64(b0), rb1 = gp_rev64(b1), rb2 = rb0 ^ rb1;
+    uint64_t z0l = gp_clmul64_lo(a0, b0), z0h = gp_rev64(gp_clmul64_lo(ra0, rb0)) >> 1;
+    uint64_t z1l = gp_clmul64_lo(a1, b1), z1h = gp_rev64(gp_clmul64_lo(ra1, rb1)) >> 1;
+    uint64_t z2l = gp_clmul64_lo(a2, b2), z2h = gp_rev64(gp_clmul64_lo(ra2, rb2)) >> 1;
+    uint64_t w0, w1, w2, w3;
+
+    /* Karatsuba middle term: a0b1 + a1b0 = (a0+a1)(b0+b1) + a0b0 + a1b1. */
+    z2l ^= z0l ^ z1l;
+    z2h ^= z0h ^ z1h;
+    w0 = z0l;
+    w1 = z0h ^ z2l;
+    w2 = z1l ^ z2h;
+    w3 = z1h;
+
+    /* Align the 255-bit reflected product to 256 bits. */
+    w3 = (w3 << 1) | (w2 >> 63);
+    w2 = (w2 << 1) | (w1 >> 63);
+    w1 = (w1 << 1) | (w0 >> 63);
+    w0 <<= 1;
+
+    /* Fold coefficients 128..255 (words w1, w0) into 0..127 (words w3, w2). */
+    w2 ^= w0 ^ (w0 >> 1) ^ (w0 >> 2) ^ (w0 >> 7);
+    w1 ^= (w0 << 63) ^ (w0 << 62) ^ (w0 << 57);
+    w3 ^= w1 ^ (w1 >> 1) ^ (w1 >> 2) ^ (w1 >> 7);
+    w2 ^= (w1 << 63) ^ (w1 << 62) ^ (w1 << 57);
+
+    x[0] = w3;
+    x[1] = w2;
+}
+
+/* GHASH_H over whole 16-byte blocks (SP 800-38D §6.4): X = (X ^ block) * H for each block. */
+GP_KFN void gp_ghash_blocks(uint64_t x[2], const uint64_t h[2], const uint8_t *p, size_t nblocks)
+{
+    for (size_t i = 0; i < nblocks; i++, p += 16) {
+        x[0] ^= gp_load_be64(p);
+        x[1] ^= gp_load_be64(p + 8);
+        gp_ghash_mul(x, h);
+    }
+}
+
+#endif

@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of the crypto kernels (host build): known answers plus differential runs vs OpenSSL/libsodium. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <sodium.h>
+
+#include "gptest.h"
+#include "kernels/msg_unit.h"
+
+/* ---------- helpers ---------- */
+
+static uint8_t *xmalloc(size_t n)
+{
+    uint8_t *p = malloc(n + 1);
+
+    assert_non_null(p);
+    return p;
+}
+
+static uint8_t *unhex_or_die(const char *hex, size_t *len)
+{
+    uint8_t *p = gptest_unhex(hex, len);
+
+    assert_non_null(p);
+    return p;
+}
+
+static void assert_hex_equal(const uint8_t *got, const char *want_hex)
+{
+    size_t n;
+    uint8_t *want = unhex_or_die(want_hex, &n);
+
+    assert_memory_equal(got, want, n);
+    free(want);
+}
+
+/* ---------- AES ---------- */
+
+/* Reference S-box from its definition (FIPS-197 §5.1.1): multiplicative inverse in GF(2^8) mod
+ * x^8+x^4+x^3+x+1 (0 maps to 0), then the affine map b ^ rotl(b,1..4) ^ 0x63. */
+static uint8_t gf256_mul(uint8_t a, uint8_t b)
+{
+    uint8_t r = 0;
+
+    for (int i = 0; i < 8; i++) {
+        if (b & 1)
+            r ^= a;
+        a = (uint8_t)((a << 1) ^ ((a & 0x80) ? 0x1b : 0));
+        b >>= 1;
+    }
+    return r;
+}
+
+static uint8_t ref_sbox(uint8_t x)
+{
+    uint8_t inv = 0, s;
+
+    for (int c = 1; c < 256 && x != 0; c++) {
+        if (gf256_mul(x, (uint8_t)c) == 1) {
+            inv = (uint8_t)c;
+            break;
+        }
+    }
+    s = inv;
+    for (int i = 1; i <= 4; i++)
+        s ^= (uint8_t)((inv << i) | (inv >> (8 - i)));
+    return (uint8_t)(s ^ 0x63);
+}
+
+static void test_sbox_exhaustive(void **state)
+{
+    (void)state;
+    /* 64 bit lanes per plane: four evaluations of the circuit cover all 256 inputs. */
+    for (int base = 0; base < 256; base += 64) {
+        uint64_t q[8] = {0};
+
+        for (int lane = 0; lane < 64; lane++)
+            for (int j = 0; j < 8; j++)
+                q[j] |= (uint64_t)(((base + lane) >> j) & 1) << lane;
+        gp_aes_sbox_planes(q);
+        for (int lane = 0; lane < 64; lane++) {
+            unsigned got = 0;
+
+            for (int j = 0; j < 8; j++)
+                got |= (unsigned)((q[j] >> lane) & 1) << j;
+            if (got != ref_sbox((uint8_t)(base + lane)))
+                fail_msg("S(%02x) = %02x, want %02x", base + lane, got, ref_sbox((uint8_t)(base + lane)));
+        }
+    }
+    /* Spot values printed in FIPS-197 Fig. 7. */
+    assert_int_equal(ref_sbox(0x00), 0x63);
+    assert_int_equal(ref_sbox(0x53), 0xed);
+    assert_int_equal(ref_sbox(0xff), 0x16);
+}
+
+static void test_aes_fips197(void **state)
+{
+    /* FIPS-197 Appendix C.1-C.3: plaintext 00112233..ff, key 000102.. of 16/24/32 bytes. */
+    static const char *const want[3] = {
+        "69c4e0d86a7b0430d8cdb78070b4c55a",
+        "dda97ca4864cdfe06eaf70a0ec0d7191",
+        "8ea2b7ca516745bfeafc49904b496089",
+    };
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        uint32_t keylen = 16 + 8 * (uint32_t)v;
+        uint8_t key[32], in[64], out[64];
+        gp_aes_sched s;
+
+        for (uint32_t i = 0; i < keylen; i++)
+            key[i] = (uint8_t)i;
+        for (int b = 0; b < 4; b++)
+            for (int i = 0; i < 16; i++)
+                in[16 * b + i] = (uint8_t)(0x11 * i);
+        gp_aes_schedule(&s, key, keylen);
+        assert_int_equal(s.nr, 10 + 2 * v);
+        gp_aes_encrypt4(&s, in, out);
+        for (int b = 0; b < 4; b++)   /* the same block in all four lanes */
+            assert_hex_equal(out + 16 * b, want[v]);
+    }
+}
+
+static const EVP_CIPHER *ecb_cipher(size_t keylen)
+{
+    return keylen == 16 ? EVP_aes_128_ecb() : keylen == 24 ? EVP_aes_192_ecb() : EVP_aes_256_ecb();
+}
+
+static void test_aes_vs_openssl(void **state)
+{
+    (void)state;
+    for (int iter = 0; iter < 300; iter++) {
+        size_t keylen = 16 + 8 * (size_t)(iter % 3);
+        uint8_t key[32], in[64], out[64], ref[64];
+        gp_aes_sched s;
+        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+        int outl = 0;
+
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(in, sizeof(in));
+        assert_non_null(ctx);
+        assert_int_equal(EVP_EncryptInit_ex(ctx, ecb_cipher(keylen), NULL, key, NULL), 1);
+        EVP_CIPHER_CTX_set_padding(ctx, 0);
+        assert_int_equal(EVP_EncryptUpdate(ctx, ref, &outl, in, 64), 1);
+        assert_int_equal(outl, 64);
+        EVP_CIPHER_CTX_free(ctx);
+        gp_aes_schedule(&s, key, (uint32_t)keylen);
+        gp_aes_encrypt4(&s, in, out);
+        assert_memory_equal(out, ref, 64);
+    }
+}
+
+/* ---------- ChaCha20 / Poly1305 known answers (RFC 8439) ---------- */
+
+static void test_chacha20_block_rfc(void **state)
+{
+    /* RFC 8439 §2.3.2: key 00..1f, nonce 000000090000004a00000000, block counter 1. */
+    uint8_t key[32], ctr16[16] = {1, 0, 0, 0, 0, 0, 0, 0x09, 0, 0, 0, 0x4a, 0, 0, 0, 0};
+    uint32_t kw[8];
+    uint8_t out[64];
+
+    (void)state;
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 8; i++)
+        kw[i] = gp_load_le32(key + 4 * i);
+    gp_chacha20_block(kw, ctr16, out);
+    assert_hex_equal(out, "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
+                          "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e");
+}
+
+static void test_poly1305_rfc(void **state)
+{
+    /* RFC 8439 §2.5.2 ("Cryptographic Forum Research Group", 2 blocks + 2 bytes), then Appendix A.3
+     * #5-#8, which drive h into [2^130-5, 2^130) and other carry corners that random input never
+     * reaches: they are what proves the final masked reduction. */
+    static const char *const vec[][3] = {
+        {"85d6be7857556d337f4452fe42d506a80103808afb0db2fd4abff6af4149f51b",
+         "43727970746f6772617068696320466f72756d2052657365617263682047726f7570",
+         "a8061dc1305136c6c22b8baf0c0127a9"},
+        {"0200000000000000000000000000000000000000000000000000000000000000",
+         "ffffffffffffffffffffffffffffffff", "03000000000000000000000000000000"},
+        {"02000000000000000000000000000000ffffffffffffffffffffffffffffffff",
+         "02000000000000000000000000000000", "03000000000000000000000000000000"},
+        {"0100000000000000000000000000000000000000000000000000000000000000",
+         "fffffffffffffffffffffffffffffffff0ffffffffffffffffffffffffffffff11000000000000000000000000000000",
+         "05000000000000000000000000000000"},
+        {"0100000000000000000000000000000000000000000000000000000000000000",
+         "fffffffffffffffffffffffffffffffffbfefefefefefefefefefefefefefefe01010101010101010101010101010101",
+         "00000000000000000000000000000000"},
+    };
+
+    (void)state;
+    for (size_t v = 0; v < sizeof(vec) / sizeof(vec[0]); v++) {
+        size_t klen, mlen;
+        uint8_t *key = unhex_or_die(vec[v][0], &klen);
+        uint8_t *msg = unhex_or_die(vec[v][1], &mlen);
+        gp_poly1305_state st;
+        uint8_t tag[16];
+
+        gp_poly1305_init(&st, key);
+        gp_poly1305_blocks(&st, msg, mlen / 16);
+        gp_poly1305_finish(&st, msg + 16 * (mlen / 16), mlen % 16, tag);
+        assert_hex_equal(tag, vec[v][2]);
+        free(key);
+        free(msg);
+    }
+}
+
+static void test_poly1305_vs_sodium(void **state)
+{
+    (void)state;
+    for (int iter = 0; iter < 400; iter++) {
+        size_t len = iter < 40 ? (size_t)iter : gptest_rand_range(0, 2000);
+        uint8_t key[32], tag[16], ref[16];
+        uint8_t *msg = xmalloc(len);
+        gp_poly1305_state st;
+
+        gptest_rand_bytes(key, sizeof(key));
+        if (iter % 7 == 0)   /* all-ones key and message push the limbs to their bounds */
+            memset(key, 0xff, sizeof(key));
+        gptest_rand_bytes(msg, len);
+        if (iter % 5 == 0)
+            memset(msg, 0xff, len);
+        crypto_onetimeauth_poly1305(ref, msg, len, key);
+        gp_poly1305_init(&st, key);
+        gp_poly1305_blocks(&st, msg, len / 16);
+        gp_poly1305_finish(&st, msg + 16 * (len / 16), len % 16, tag);
+        assert_memory_equal(tag, ref, 16);
+        free(msg);
+    }
+}
+
+/* ---------- the message unit vs OpenSSL and libsodium ---------- */
+
+typedef struct alg_cfg {
+    uint32_t alg;
+    size_t keylen;
+    const char *name;
+} alg_cfg;
+
+static const alg_cfg all_cfgs[] = {
+    {GP_ALG_AES_CTR, 16, "AES-128-CTR"}, {GP_ALG_AES_CTR, 24, "AES-192-CTR"},
+    {GP_ALG_AES_CTR, 32, "AES-256-CTR"}, {GP_ALG_AES_GCM, 16, "AES-128-GCM"},
+    {GP_ALG_AES_GCM, 24, "AES-192-GCM"}, {GP_ALG_AES_GCM, 32, "AES-256-GCM"},
+    {GP_ALG_CHACHA20, 32, "ChaCha20"},   {GP_ALG_CHACHA20_POLY1305, 32, "ChaCha20-Poly1305"},
+};
+
+static const EVP_CIPHER *evp_cipher_of(const alg_cfg *c)
+{
+    switch (c->alg) {
+    case GP_ALG_AES_CTR:
+        return c->keylen == 16 ? EVP_aes_128_ctr() : c->keylen == 24 ? EVP_aes_192_ctr() : EVP_aes_256_ctr();
+    case GP_ALG_AES_GCM:
+        return c->keylen == 16 ? EVP_aes_128_gcm() : c->keylen == 24 ? EVP_aes_192_gcm() : EVP_aes_256_gcm();
+    case GP_ALG_CHACHA20:
+        return EVP_chacha20();
+    default:
+        return EVP_chacha20_poly1305();
+    }
+}
+
+static int is_aead(uint32_t alg)
+{
+    return alg == GP_ALG_AES_GCM || alg == GP_ALG_CHACHA20_POLY1305;
+}
+
+/* OpenSSL default provider, one shot: out = E(in), tag for AEADs. */
+static void ref_encrypt(const alg_cfg *c, const uint8_t *key, const uint8_t *iv, size_t ivlen,
+                        const uint8_t *aad, size_t aadlen, const uint8_t *in, size_t len,
+                        uint8_t *out, uint8_t tag[16])
+{
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int outl = 0, finl = 0;
+
+    assert_non_null(ctx);
+    assert_int_equal(EVP_EncryptInit_ex(ctx, evp_cipher_of(c), NULL, NULL, NULL), 1);
+    if (is_aead(c->alg))   /* before the IV: GCM IVs other than 12 bytes need IVLEN first */
+        assert_int_equal(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)ivlen, NULL), 1);
+    assert_int_equal(EVP_EncryptInit_ex(ctx, NULL, NULL, key, iv), 1);
+    if (aadlen > 0)
+        assert_int_equal(EVP_EncryptUpdate(ctx, NULL, &outl, aad, (int)aadlen), 1);
+    outl = 0;
+    if (len > 0)
+        assert_int_equal(EVP_EncryptUpdate(ctx, out, &outl, in, (int)len), 1);
+    assert_int_equal(EVP_EncryptFinal_ex(ctx, out + outl, &finl), 1);
+    assert_int_equal((size_t)(outl + finl), len);
+    if (is_aead(c->alg))
+        assert_int_equal(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag), 1);
+    EVP_CIPHER_CTX_free(ctx);
+}
+
+/* Next update size: 0 = one piece, 1 = byte by byte, 2 = mixed (1-byte, small, block-ish, large). */
+static size_t next_piece(size_t rem, int mode)
+{
+    size_t n;
+
+    if (mode == 0 || rem == 0)
+        return rem;
+    if (mode == 1)
+        return 1;
+    switch (gptest_rand_range(0, 4)) {
+    case 0: n = 1; break;
+    case 1: n = gptest_rand_range(1, 17); break;
+    case 2: n = 16 * gptest_rand_range(1, 8); break;
+    case 3: n = gptest_rand_range(1, 200); break;
+    default: n = gptest_rand_range(1, rem); break;
+    }
+    return n < rem ? n : rem;
+}
+
+/* Drive the message unit: AAD and data in random pieces, then the tag (AEADs). */
+static void unit_crypt(const gp_key_sched *ks, const uint8_t *iv, size_t ivlen, const uint8_t *aad,
+                       size_t aadlen, const uint8_t *in, uint8_t *out, size_t len, uint32_t op,
+                       int mode, uint8_t tag[16])
+{
+    gp_msg_state st;
+    size_t off = 0;
+
+    gp_msg_begin(&st, ks, iv, ivlen);
+    while (off < aadlen) {
+        size_t n = next_piece(aadlen - off, mode);
+
+        gp_msg_run(&st, ks, GP_OP_AAD, aad + off, NULL, n);
+        off += n;
+    }
+    off = 0;
+    while (off < len) {
+        size_t n = next_piece(len - off, mode);
+
+        gp_msg_run(&st, ks, op, in + off, out + off, n);
+        off += n;
+    }
+    if (mode == 2 && gptest_rand_range(0, 3) == 0)   /* empty updates change nothing */
+        gp_msg_run(&st, ks, op, in, out, 0);
+    if (is_aead(ks->alg))
+        gp_msg_run(&st, ks, GP_OP_TAG, NULL, tag, 0);
+}
+
+/* One differential case: our encrypt and decrypt, in place and out of place at odd offsets. */
+static void check_case(const alg_cfg *c, const uint8_t *key, const uint8_t *iv, size_t ivlen,
+                       const uint8_t *aad, size_t aadlen, const uint8_t *pt, size_t len)
+{
+    uint8_t *ref = xmalloc(len), *buf = xmalloc(len + 8), *src = xmalloc(len + 8);
+    uint8_t ref_tag[16] = {0}, tag[16] = {0};
+    gp_key_sched ks;
+    int aead = is_aead(c->alg);
+    int mode = len <= 1200 && gptest_rand_range(0, 2) == 0 ? 1 : (int)gptest_rand_range(0, 2);
+
+    if (mode == 1 && len > 1200)
+        mode = 2;
+    ref_encrypt(c, key, iv, ivlen, aad, aadlen, pt, len, ref, ref_tag);
+
+    /* libsodium as a second reference for the ChaCha20 family. */
+    if (c->alg == GP_ALG_CHACHA20_POLY1305) {
+        uint8_t stag[16];
+        unsigned long long tl = 0;
+
+        crypto_aead_chacha20poly1305_ietf_encrypt_detached(buf, stag, &tl, pt, len, aad, aadlen,
+                                                           NULL, iv, key);
+        assert_int_equal(tl, 16);
+        assert_memory_equal(buf, ref, len);
+        assert_memory_equal(stag, ref_tag, 16);
+    } else if (c->alg == GP_ALG_CHACHA20) {
+        uint32_t ic = gp_load_le32(iv);
+
+        if ((uint64_t)ic + (len + 63) / 64 <= 0xffffffffull) {   /* libsodium does not carry */
+            crypto_stream_chacha20_ietf_xor_ic(buf, pt, len, iv + 4, ic, key);
+            assert_memory_equal(buf, ref, len);
+        }
+    }
+
+    gp_key_schedule(&ks, c->alg, key, c->keylen);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        size_t so = gptest_rand_range(0, 7), bo = gptest_rand_range(0, 7);
+        uint8_t *o = buf + bo;
+        const uint8_t *i = inplace ? o : src + so;
+
+        /* encrypt */
+        memcpy(inplace ? o : src + so, pt, len);
+        memset(tag, 0, sizeof(tag));
+        unit_crypt(&ks, iv, ivlen, aad, aadlen, i, o, len, GP_OP_ENCRYPT, mode, tag);
+        if (len > 0 && memcmp(o, ref, len) != 0)
+            fail_msg("%s encrypt len %zu aad %zu ivlen %zu mode %d inplace %d: output differs",
+                     c->name, len, aadlen, ivlen, mode, inplace);
+        if (aead && memcmp(tag, ref_tag, 16) != 0)
+            fail_msg("%s encrypt len %zu aad %zu ivlen %zu mode %d inplace %d: tag differs",
+                     c->name, len, aadlen, ivlen, mode, inplace);
+
+        /* decrypt (the tag is the one a receiver recomputes over the ciphertext) */
+        memcpy(inplace ? o : src + so, ref, len);
+        memset(tag, 0, sizeof(tag));
+        unit_crypt(&ks, iv, ivlen, aad, aadlen, i, o, len, GP_OP_DECRYPT, mode, tag);
+        if (len > 0 && memcmp(o, pt, len) != 0)
+            fail_msg("%s decrypt len %zu aad %zu ivlen %zu mode %d inplace %d: output differs",
+                     c->name, len, aadlen, ivlen, mode, inplace);
+        if (aead && memcmp(tag, ref_tag, 16) != 0)
+            fail_msg("%s decrypt len %zu aad %zu ivlen %zu mode %d inplace %d: tag differs",
+                     c->name, len, aadlen, ivlen, mode, inplace);
+    }
+    free(ref);
+    free(buf);
+    free(src);
+}
+
+static size_t pick_ivlen(uint32_t alg)
+{
+    if (alg == GP_ALG_AES_GCM)
+        return gptest_rand_range(0, 1) ? 12 : gptest_rand_range(1, 128);
+    return alg == GP_ALG_CHACHA20_POLY1305 ? 12 : 16;
+}
+
+/* aad_want: the AAD length, or -1 for a random one (AEADs only). */
+static void random_case(const alg_cfg *c, size_t len, long aad_want)
+{
+    uint8_t key[32], iv[128];
+    size_t ivlen = pick_ivlen(c->alg);
+    size_t aadlen = 0;
+    uint8_t *aad, *pt;
+
+    if (is_aead(c->alg) && aad_want >= 0) {
+        aadlen = (size_t)aad_want;
+    } else if (is_aead(c->alg)) {
+        switch (gptest_rand_range(0, 3)) {
+        case 0: aadlen = 0; break;
+        case 1: aadlen = gptest_rand_range(1, 32); break;
+        default: aadlen = gptest_rand_range(0, 600); break;
+        }
+    }
+    aad = xmalloc(aadlen);
+    pt = xmalloc(len);
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    if (c->alg == GP_ALG_CHACHA20)
+        iv[3] &= 0x7f;   /* keep clear of the counter wrap here; the edge test covers it */
+    gptest_rand_bytes(aad, aadlen);
+    gptest_rand_bytes(pt, len);
+    check_case(c, key, iv, ivlen, aad, aadlen, pt, len);
+    free(aad);
+    free(pt);
+}
+
+static void test_msg_unit_vs_references(void **state)
+{
+    static const size_t lens[] = {0, 1, 15, 16, 17, 63, 64, 65, 255, 256, 257};
+
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(all_cfgs) / sizeof(all_cfgs[0]); ci++) {
+        const alg_cfg *c = &all_cfgs[ci];
+
+        /* no AAD and no data at all; AAD only; then the listed lengths and random ones */
+        random_case(c, 0, 0);
+        random_case(c, 0, 17);
+        for (int rep = 0; rep < 3; rep++)
+            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+                random_case(c, lens[li], -1);
+        for (int rep = 0; rep < 40; rep++)
+            random_case(c, gptest_rand_range(0, rep < 15 ? 2000 : 70000), -1);
+    }
+}
+
+/* RFC 8439 §2.8.2 AEAD known answer through the message unit. */
+static void test_aead_rfc(void **state)
+{
+    size_t kl, nl, al, pl, cl, tl;
+    uint8_t *key = unhex_or_die("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f", &kl);
+    uint8_t *nonce = unhex_or_die("070000004041424344454647", &nl);
+    uint8_t *aad = unhex_or_die("50515253c0c1c2c3c4c5c6c7", &al);
+    uint8_t *pt = unhex_or_die(
+        "4c616469657320616e642047656e746c656d656e206f662074686520636c617373206f66202739393a20496620"
+        "4920636f756c64206f6666657220796f75206f6e6c79206f6e652074697020666f7220746865206675747572"
+        "652c2073756e73637265656e20776f756c642062652069742e", &pl);
+    uint8_t *ct = unhex_or_die(
+        "d31a8d34648e60db7b86afbc53ef7ec2a4aded51296e08fea9e2b5a736ee62d63dbea45e8ca9671282fafb69"
+        "da92728b1a71de0a9e060b2905d6a5b67ecd3b3692ddbd7f2d778b8c9803aee328091b58fab324e4fad67594"
+        "5585808b4831d7bc3ff4def08e4b7a9de576d26586cec64b6116", &cl);
+    uint8_t *want_tag = unhex_or_die("1ae10b594f09e26a7e902ecbd0600691", &tl);
+    uint8_t *out = xmalloc(pl), tag[16];
+    gp_key_sched ks;
+
+    (void)state;
+    assert_int_equal(pl, cl);
+    gp_key_schedule(&ks, GP_ALG_CHACHA20_POLY1305, key, kl);
+    unit_crypt(&ks, nonce, nl, aad, al, pt, out, pl, GP_OP_ENCRYPT, 0, tag);
+    assert_memory_equal(out, ct, cl);
+    assert_memory_equal(tag, want_tag, 16);
+    free(key); free(nonce); free(aad); free(pt); free(ct); free(want_tag); free(out);
+}
+
+/* ---------- counter edge cases vs OpenSSL ---------- */
+
+static void edge_case(const alg_cfg *c, const uint8_t *key, const uint8_t *iv, size_t ivlen, size_t len)
+{
+    uint8_t *pt = xmalloc(len);
+
+    gptest_rand_bytes(pt, len);
+    check_case(c, key, iv, ivlen, NULL, 0, pt, len);
+    free(pt);
+}
+
+static void test_ctr_wrap(void **state)
+{
+    uint8_t key[32], iv[16];
+
+    (void)state;
+    for (size_t ci = 0; ci < 3; ci++) {
+        for (int rep = 0; rep < 4; rep++) {
+            gptest_rand_bytes(key, sizeof(key));
+            /* ff..ff: the whole 128-bit counter wraps to zero (OpenSSL ctr128 carries all 16 bytes) */
+            memset(iv, 0xff, 16);
+            iv[15] = (uint8_t)(0xff - rep);
+            edge_case(&all_cfgs[ci], key, iv, 16, 64 * 3 + 7);
+            /* 00..00 ff*8: the carry crosses the middle of the block */
+            memset(iv, 0, 8);
+            memset(iv + 8, 0xff, 8);
+            iv[15] = (uint8_t)(0xff - rep);
+            edge_case(&all_cfgs[ci], key, iv, 16, 64 * 3 + 7);
+        }
+    }
+}
+
+/* GF(2^128) helpers for building an IV with a chosen J0: one = x^0 = top bit of the first word. */
+static void gf_inv(uint64_t out[2], const uint64_t a[2])
+{
+    /* a^(2^128-2) = prod_{i=1..127} a^(2^i) */
+    uint64_t t[2] = {a[0], a[1]}, r[2] = {0x8000000000000000ull, 0};
+
+    for (int i = 1; i < 128; i++) {
+        uint64_t sq[2] = {t[0], t[1]};
+
+        gp_ghash_mul(t, sq);
+        gp_ghash_mul(r, t);
+    }
+    out[0] = r[0];
+    out[1] = r[1];
+}
+
+static void test_gcm_inc32_wrap(void **state)
+{
+    (void)state;
+    for (size_t ci = 3; ci < 6; ci++) {
+        const alg_cfg *c = &all_cfgs[ci];
+        uint8_t key[32], iv[16];
+        uint64_t hinv[2], x[2], j0[2], chk[2], one[2] = {0x8000000000000000ull, 0};
+        gp_key_sched ks;
+        gp_msg_state st;
+
+        gptest_rand_bytes(key, sizeof(key));
+        gp_key_schedule(&ks, c->alg, key, c->keylen);
+        gf_inv(hinv, ks.gcm_h);
+        chk[0] = hinv[0]; chk[1] = hinv[1];
+        gp_ghash_mul(chk, ks.gcm_h);
+        assert_memory_equal(chk, one, sizeof(one));   /* the inverse really is one */
+
+        /* Want J0 with low word fffffffe. For a 16-byte IV, J0 = ((IV*H) ^ L)*H with
+         * L = [0]64 || [128]64 (SP 800-38D §7.1 step 2), so IV = ((J0*H^-1) ^ L)*H^-1. */
+        j0[0] = gptest_rand_u64();
+        j0[1] = (gptest_rand_u64() & 0xffffffff00000000ull) | 0xfffffffeull;
+        x[0] = j0[0]; x[1] = j0[1];
+        gp_ghash_mul(x, hinv);
+        x[1] ^= 128;
+        gp_ghash_mul(x, hinv);
+        gp_store_be64(iv, x[0]);
+        gp_store_be64(iv + 8, x[1]);
+
+        gp_msg_begin(&st, &ks, iv, 16);
+        /* ctr = inc32(J0): low word ffffffff, upper 96 bits of J0 untouched */
+        assert_int_equal(gp_load_be64(st.ctr), j0[0]);
+        assert_int_equal(gp_load_be64(st.ctr + 8), (j0[1] & 0xffffffff00000000ull) | 0xffffffffull);
+        /* Blocks at ffffffff, 00000000, 00000001...: inc32 wraps without carrying. */
+        edge_case(c, key, iv, 16, 16 * 6 + 5);
+    }
+}
+
+static void test_chacha20_counter_carry(void **state)
+{
+    uint8_t key[32], iv[16];
+
+    (void)state;
+    for (int rep = 0; rep < 6; rep++) {
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(iv, sizeof(iv));
+        /* LE32 counter ffffffff (or just below): the next block carries into the first nonce word */
+        iv[0] = (uint8_t)(0xff - rep); iv[1] = 0xff; iv[2] = 0xff; iv[3] = 0xff;
+        if (rep == 5)
+            memset(iv + 4, 0xff, 4);   /* and that word wraps too */
+        edge_case(&all_cfgs[6], key, iv, 16, 64 * 8 + 3);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sbox_exhaustive),
+        cmocka_unit_test(test_aes_fips197),
+        cmocka_unit_test(test_aes_vs_openssl),
+        cmocka_unit_test(test_chacha20_block_rfc),
+        cmocka_unit_test(test_poly1305_rfc),
+        cmocka_unit_test(test_poly1305_vs_sodium),
+        cmocka_unit_test(test_aead_rfc),
+        cmocka_unit_test(test_msg_unit_vs_references),
+        cmocka_unit_test(test_ctr_wrap),
+        cmocka_unit_test(test_gcm_inc32_wrap),
+        cmocka_unit_test(test_chacha20_counter_carry),
+    };
+
+    if (sodium_init() < 0)
+        return 1;
+    gptest_rand_seed();
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}
