@@ -334,13 +334,13 @@ static int set_tag(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 static int set_ivlen(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
     size_t sz;
-    size_t max = is_gcm(ctx) ? GCM_MAX_IV_LEN : CHACHAPOLY_IV_LEN;
 
     if (!OSSL_PARAM_get_size_t(p, &sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
-    if (sz == 0 || sz > max) {
+    /* GCM: 1..128 bytes; ChaCha20-Poly1305: the 96-bit nonce only (RFC 8439 §2.8), as default. */
+    if (is_gcm(ctx) ? sz == 0 || sz > GCM_MAX_IV_LEN : sz != CHACHAPOLY_IV_LEN) {
         GP_RAISE(GP_R_INVALID_IV_LENGTH);
         return 0;
     }
