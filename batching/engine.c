@@ -43,13 +43,12 @@ void gp_engine_free(gp_engine *e)
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
-                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu backend=%s\n",
+                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,
                 (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
                 (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
                 s.batches ? (double)s.ops / (double)s.batches : 0.0,
-                (unsigned long long)s.fallbacks, (unsigned long long)s.errors,
-                e->preferred != NULL ? e->preferred->name : "unused");
+                (unsigned long long)s.fallbacks, (unsigned long long)s.errors);
     }
     gp_host_pool_stop(&e->pool);
     for (int i = 0; i < GP_EXEC_COUNT; i++)
