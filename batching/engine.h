@@ -69,6 +69,9 @@ const char *gp_engine_backend_name(gp_engine *e);   /* executor new messages go 
 /* Keys: scheduled once, immutable afterwards; raw bytes kept for the cpu executor. */
 gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen);
 gp_key *gp_key_dup(const gp_key *k);
+/* Does `k` hold exactly this key? (constant time in the key bytes) Re-inits with the same key, as
+ * `openssl speed` and many applications do per message, keep their schedules. */
+int gp_key_matches(const gp_key *k, const uint8_t *key, size_t keylen);
 void gp_key_free(gp_key *k);                  /* cleanses */
 
 /* Messages: one per EVP context; restarted for each new IV. */
@@ -87,7 +90,7 @@ int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen);
  * status says which did not. */
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
 
-/* A copy of the counters, for tests and the stats line. */
+/* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line. */
 typedef struct gp_stats {
     uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors;
 } gp_stats;

@@ -49,6 +49,7 @@ struct gp_msg {
     gp_msg_state st;             /* host/cuda: the kernel state */
     EVP_CIPHER_CTX *cpu_ctx;     /* cpu: a default-provider context */
     uint64_t cpu_key_id;         /* key loaded in cpu_ctx, 0 if none */
+    size_t cpu_ivlen;            /* GCM IV length cpu_ctx is set to */
 };
 
 /* The host executor's worker pool (started on the first batch worth spreading). */

@@ -85,13 +85,14 @@ static int cpu_msg_start(gp_engine *e, gp_msg *m)
     c = e->cpu_ciphers[slot];
     if (m->cpu_ctx == NULL && (m->cpu_ctx = EVP_CIPHER_CTX_new()) == NULL)
         return 0;
-    if (m->key->alg == GP_ALG_AES_GCM)
-        ivlen[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &want_ivlen);
     if (EVP_CIPHER_CTX_get0_cipher(m->cpu_ctx) != c) {
         if (!EVP_CipherInit_ex2(m->cpu_ctx, c, NULL, NULL, m->enc, NULL))
             goto err;
         m->cpu_key_id = 0;
+        m->cpu_ivlen = EVP_CIPHER_get_iv_length(c);
     }
+    if (m->key->alg == GP_ALG_AES_GCM && m->cpu_ivlen != want_ivlen)
+        ivlen[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &want_ivlen);
     /* The IV length goes first (GCM IVs other than 12 bytes); the key only when it changed, so a
      * TLS 1.3-style IV-only re-init stays cheap. */
     if ((ivlen[0].key != NULL && !EVP_CIPHER_CTX_set_params(m->cpu_ctx, ivlen))
@@ -99,9 +100,11 @@ static int cpu_msg_start(gp_engine *e, gp_msg *m)
                                m->iv, m->enc, NULL))
         goto err;
     m->cpu_key_id = m->key->id;
+    m->cpu_ivlen = want_ivlen;
     return 1;
 err:
     m->cpu_key_id = 0;
+    m->cpu_ivlen = 0;   /* unknown: set it again next time */
     return 0;
 }
 
@@ -157,6 +160,7 @@ static int cpu_msg_copy(gp_msg *dst, const gp_msg *src)
         return 0;
     /* The copy holds the source's key, but the provider gives the copy its own key object. */
     dst->cpu_key_id = dst->key != NULL ? dst->key->id : 0;
+    dst->cpu_ivlen = src->cpu_ivlen;
     return 1;
 }
 
@@ -165,6 +169,7 @@ static void cpu_msg_clear(gp_msg *m)
     EVP_CIPHER_CTX_free(m->cpu_ctx);   /* the default provider cleanses its key schedule */
     m->cpu_ctx = NULL;
     m->cpu_key_id = 0;
+    m->cpu_ivlen = 0;
 }
 
 const gp_executor gp_exec_cpu = {

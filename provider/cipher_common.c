@@ -131,6 +131,8 @@ int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyle
         GP_RAISE(GP_R_INVALID_KEY_LENGTH);
         return 0;
     }
+    if (gp_key_matches(ctx->key, key, keylen))
+        return 1;   /* same key again: keep its schedules (and the cpu executor's context) */
     k = gp_key_new(ctx->provctx->engine, ctx->info->alg, key, keylen);
     if (k == NULL) {
         GP_RAISE(GP_R_OUT_OF_MEMORY);

@@ -76,7 +76,7 @@ static void run_batch(gp_backend backend, int host_threads)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = backend, .stats = 0, .host_threads = host_threads };
+    gp_knobs knobs = { .backend = backend, .stats = 1, .host_threads = host_threads };
     gp_engine *e = gp_engine_new(&knobs, lib);
     msg_case mc[NMSG];
     gp_request reqs[NMSG * 4];
