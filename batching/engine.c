@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -11,12 +12,14 @@
 #include "kernels/msg_unit.h"
 
 static const gp_executor *const executors[GP_EXEC_COUNT] = {
-    [GP_EXEC_CUDA] = NULL,            /* the cuda executor arrives with the GPU engine */
+#ifdef GPUPROV_HAVE_CUDA
+    [GP_EXEC_CUDA] = &gp_exec_cuda,
+#else
+    [GP_EXEC_CUDA] = NULL,            /* built without nvcc */
+#endif
     [GP_EXEC_HOST] = &gp_exec_host,
     [GP_EXEC_CPU] = &gp_exec_cpu,
 };
-
-static const char *const backend_names[] = { "auto", "cuda", "host", "cpu" };
 
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
 {
@@ -26,12 +29,31 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
         return NULL;
     e->knobs = *knobs;
     e->libctx = libctx;
+    e->pid = getpid();
     pthread_mutex_init(&e->open_lock, NULL);
     pthread_mutex_init(&e->pool.lock, NULL);
     pthread_mutex_init(&e->pool.submit, NULL);
     pthread_cond_init(&e->pool.wake, NULL);
     pthread_cond_init(&e->pool.done, NULL);
     return e;
+}
+
+/*
+ * Executors open lazily, once per process. A child forked after its parent opened them (openssl
+ * speed -multi forks after loading providers) decides again for itself; CUDA state does not survive
+ * a fork, so a child of a parent that used the GPU never touches it.
+ */
+static void check_fork(gp_engine *e)
+{
+    pid_t now = getpid();
+
+    if (e->pid == now)
+        return;
+    e->pid = now;
+    e->preferred = NULL;
+    /* The host and cpu executors hold plain memory, which the child has; the GPU context is not. */
+    if (e->opened[GP_EXEC_CUDA] != 0)
+        e->opened[GP_EXEC_CUDA] = -1;
 }
 
 void gp_engine_free(gp_engine *e)
@@ -51,6 +73,9 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.fallbacks, (unsigned long long)s.errors);
     }
     gp_host_pool_stop(&e->pool);
+    pthread_mutex_lock(&e->open_lock);
+    check_fork(e);
+    pthread_mutex_unlock(&e->open_lock);
     for (int i = 0; i < GP_EXEC_COUNT; i++)
         if (executors[i] != NULL && e->opened[i] == 1)
             executors[i]->close(e);
@@ -87,11 +112,21 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
     if (x == NULL)
         return 0;
     pthread_mutex_lock(&e->open_lock);
+    check_fork(e);
     if (e->opened[x->id] == 0)
         e->opened[x->id] = x->open(e) ? 1 : -1;
     ok = e->opened[x->id] == 1;
     pthread_mutex_unlock(&e->open_lock);
     return ok;
+}
+
+void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
+{
+    pthread_mutex_lock(&e->open_lock);
+    e->opened[x->id] = -1;
+    if (e->preferred == x)
+        e->preferred = NULL;
+    pthread_mutex_unlock(&e->open_lock);
 }
 
 /* Resolve the backend knob once, at the first message (lazily, so a forked child decides itself). */
@@ -100,7 +135,7 @@ static const gp_executor *preferred_executor(gp_engine *e)
     const gp_executor *want, *got;
     gp_backend b = e->knobs.backend;
 
-    if (e->preferred != NULL)
+    if (e->preferred != NULL && e->pid == getpid())
         return e->preferred;
     switch (b) {
     case GP_BACKEND_HOST:
@@ -112,8 +147,8 @@ static const gp_executor *preferred_executor(gp_engine *e)
         if (gp_engine_executor_usable(e, want))
             break;
         if (b == GP_BACKEND_CUDA)
-            fprintf(stderr, "gpuprov: backend=cuda requested but this build has no usable cuda "
-                    "executor; using the cpu executor\n");
+            fprintf(stderr, "gpuprov: backend=cuda requested but no usable GPU%s; using the cpu "
+                    "executor\n", executors[GP_EXEC_CUDA] == NULL ? " (built without nvcc)" : "");
         want = &gp_exec_cpu;
         break;
     case GP_BACKEND_CPU:
@@ -134,7 +169,7 @@ static const gp_executor *preferred_executor(gp_engine *e)
 
 const char *gp_engine_backend_name(gp_engine *e)
 {
-    return e->preferred != NULL ? e->preferred->name : backend_names[e->knobs.backend];
+    return preferred_executor(e)->name;
 }
 
 /* ---- keys ---- */
@@ -304,6 +339,26 @@ static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, 
         atomic_fetch_add_explicit(&e->errors, failed, memory_order_relaxed);
 }
 
+/*
+ * Run a batch on x. If x fails as a whole (a CUDA error), nothing of the batch was changed: its
+ * messages move to the host executor, which shares the kernel state format, and the batch runs
+ * there. Nothing is lost and no answer is wrong; x takes no new messages in this process.
+ */
+static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
+{
+    if (x->run(e, reqs, n)) {
+        account(e, x, reqs, n);
+        return;
+    }
+    gp_engine_executor_failed(e, x);
+    for (size_t i = 0; i < n; i++)
+        reqs[i].msg->exec = &gp_exec_host;
+    if (e->knobs.stats)
+        atomic_fetch_add_explicit(&e->fallbacks, n, memory_order_relaxed);
+    gp_exec_host.run(e, reqs, n);
+    account(e, &gp_exec_host, reqs, n);
+}
+
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
 {
     int all_ok = 1;
@@ -326,18 +381,13 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
     for (i = 1; i < n && reqs[i].msg->exec == reqs[0].msg->exec; i++)
         ;
     if (i == n) {
-        reqs[0].msg->exec->run(e, reqs, n);
-        account(e, reqs[0].msg->exec, reqs, n);
+        run_on(e, reqs[0].msg->exec, reqs, n);
     } else {
         /* Mixed: run each executor's share in submission order, as its own sub-batch. */
-        for (int x = 0; x < GP_EXEC_COUNT; x++) {
-            for (i = 0; i < n; i++) {
-                if (reqs[i].msg->exec == executors[x]) {
-                    executors[x]->run(e, &reqs[i], 1);
-                    account(e, executors[x], &reqs[i], 1);
-                }
-            }
-        }
+        for (int x = 0; x < GP_EXEC_COUNT; x++)
+            for (i = 0; i < n; i++)
+                if (reqs[i].msg->exec == executors[x])
+                    run_on(e, executors[x], &reqs[i], 1);
     }
     for (i = 0; i < n; i++)
         all_ok &= reqs[i].status == GP_REQ_OK;

@@ -30,6 +30,7 @@ typedef struct gp_knobs {
     gp_backend backend;
     int stats;             /* print one stats line to stderr when the provider unloads */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
+    int device;            /* CUDA device index for the cuda executor */
 } gp_knobs;
 
 typedef struct gp_engine gp_engine;
@@ -64,7 +65,8 @@ enum gp_req_status {
 
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx);
 void gp_engine_free(gp_engine *e);            /* prints the stats line when knobs.stats */
-const char *gp_engine_backend_name(gp_engine *e);   /* executor new messages go to */
+/* The executor new messages go to (resolves the backend knob: opens executors on first use). */
+const char *gp_engine_backend_name(gp_engine *e);
 
 /* Keys: scheduled once, immutable afterwards; raw bytes kept for the cpu executor. */
 gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen);

@@ -21,13 +21,19 @@ typedef struct gp_executor {
     int (*open)(gp_engine *e);
     void (*close)(gp_engine *e);
     int (*msg_start)(gp_engine *e, gp_msg *m);          /* m->key, iv, enc are set */
-    void (*run)(gp_engine *e, gp_request *reqs, size_t n);   /* sets every reqs[i].status */
+    /* Run a batch: sets every reqs[i].status and returns 1; or returns 0, having changed nothing
+     * (no output, no message state), when the executor itself failed: the engine then re-runs
+     * the batch elsewhere. */
+    int (*run)(gp_engine *e, gp_request *reqs, size_t n);
     int (*msg_copy)(gp_msg *dst, const gp_msg *src);
     void (*msg_clear)(gp_msg *m);                       /* free and cleanse executor state */
 } gp_executor;
 
 extern const gp_executor gp_exec_host;
 extern const gp_executor gp_exec_cpu;
+#ifdef GPUPROV_HAVE_CUDA
+extern const gp_executor gp_exec_cuda;
+#endif
 
 struct gp_key {
     uint64_t id;                 /* unique per scheduled key: the cpu executor re-keys on change */
@@ -73,14 +79,18 @@ struct gp_engine {
     gp_knobs knobs;
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
     pthread_mutex_t open_lock;
+    pid_t pid;                   /* process the executors were opened in (fork resets them) */
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
     const gp_executor *preferred;   /* where new messages go; resolved at first use */
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_host_pool pool;
+    void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
 };
 
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
+/* An executor failed as a whole: no new message goes to it in this process. */
+void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
 
 /* The kernel key schedule, made on first use: the cpu executor never needs it. A key belongs to
  * one provider context (EVP contexts are not shared between threads), so no lock is needed. */

@@ -143,11 +143,12 @@ static int cpu_run_one(gp_request *r)
     }
 }
 
-static void cpu_run(gp_engine *e, gp_request *reqs, size_t n)
+static int cpu_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     (void)e;
     for (size_t i = 0; i < n; i++)
         reqs[i].status = cpu_run_one(&reqs[i]);
+    return 1;
 }
 
 static int cpu_msg_copy(gp_msg *dst, const gp_msg *src)

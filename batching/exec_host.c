@@ -223,16 +223,17 @@ out:
     return ok;
 }
 
-static void host_run(gp_engine *e, gp_request *reqs, size_t n)
+static int host_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     size_t bytes = 0;
 
     for (size_t i = 0; i < n; i++)
         bytes += reqs[i].len;
     if (n > 1 && bytes >= HOST_SPREAD_MIN_BYTES && pool_run(e, reqs, n))
-        return;
+        return 1;
     for (size_t i = 0; i < n; i++)
         gp_host_run_one(&reqs[i]);
+    return 1;
 }
 
 const gp_executor gp_exec_host = {

@@ -49,12 +49,12 @@ for c in "${ciphers[@]}"; do
     for i in "${!sizes[@]}"; do got[$b,$i]=${vals[$i]:-0}; done
   done
   for i in "${!sizes[@]}"; do
-    printf '%-18s %7s %12.1f' "$c" "${sizes[$i]}" "$(echo "${refv[$i]} / 1000000" | bc -l)"
+    printf '%-18s %7s %12.1f' "$c" "${sizes[$i]}" "$(awk -v v="${refv[$i]}" 'BEGIN {print v / 1e6}')"
     echo "$c,${sizes[$i]},default,${refv[$i]},1.000,$device" >> "$out"
     for b in "${backends[@]}"; do
       v=${got[$b,$i]}
-      r=$(echo "if (${refv[$i]} > 0) $v / ${refv[$i]} else 0" | bc -l)
-      printf ' %10.1f (%4.2fx)' "$(echo "$v / 1000000" | bc -l)" "$r"
+      r=$(awk -v v="$v" -v d="${refv[$i]}" 'BEGIN {print d > 0 ? v / d : 0}')
+      printf ' %10.1f (%4.2fx)' "$(awk -v v="$v" 'BEGIN {print v / 1e6}')" "$r"
       printf '%s,%s,gpuprov-%s,%s,%.3f,%s\n' "$c" "${sizes[$i]}" "$b" "$v" "$r" "$device" >> "$out"
     done
     printf '\n'

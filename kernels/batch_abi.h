@@ -53,4 +53,33 @@ typedef struct gp_msg_state {
     gp_poly1305_state poly;       /* ChaCha20-Poly1305 accumulator and one-time key */
 } gp_msg_state;
 
+/*
+ * A batch as the GPU sees it: one arena (descriptor tables, key schedules, message states, input
+ * and output bytes) copied in and out as a whole; every field is an offset into it. Requests of one
+ * message form a group that one thread runs in order (the per-message unit); groups are
+ * independent.
+ */
+typedef struct gp_work {
+    uint64_t key_off;             /* gp_key_sched */
+    uint64_t state_off;           /* gp_msg_state, shared by the requests of one group */
+    uint64_t in_off;              /* GP_OP_AAD / ENCRYPT / DECRYPT input */
+    uint64_t out_off;             /* ENCRYPT / DECRYPT output, or the 16-byte tag for GP_OP_TAG */
+    uint64_t len;
+    uint32_t op;                  /* enum gp_op */
+    uint32_t reserved;
+} gp_work;
+
+typedef struct gp_work_group {
+    uint32_t first;               /* index of the group's first gp_work */
+    uint32_t count;
+} gp_work_group;
+
+#if defined(__cplusplus)
+static_assert(sizeof(gp_work) == 48, "gp_work layout is shared by host and device");
+static_assert(sizeof(gp_work_group) == 8, "gp_work_group layout is shared by host and device");
+#else
+_Static_assert(sizeof(gp_work) == 48, "gp_work layout is shared by host and device");
+_Static_assert(sizeof(gp_work_group) == 8, "gp_work_group layout is shared by host and device");
+#endif
+
 #endif

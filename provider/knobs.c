@@ -73,11 +73,12 @@ static gp_backend parse_backend(const char *v)
 void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params)
 {
     /* Keys of the provider's config section are readable by name through the core. */
-    char *backend = NULL, *stats = NULL, *host_threads = NULL;
+    char *backend = NULL, *stats = NULL, *host_threads = NULL, *device = NULL;
     OSSL_PARAM params[] = {
         OSSL_PARAM_utf8_ptr("backend", &backend, 0),
         OSSL_PARAM_utf8_ptr("stats", &stats, 0),
         OSSL_PARAM_utf8_ptr("host_threads", &host_threads, 0),
+        OSSL_PARAM_utf8_ptr("device", &device, 0),
         OSSL_PARAM_END
     };
     char env[64];
@@ -88,4 +89,5 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     k->stats = parse_bool("stats", knob_value("stats", stats, env, sizeof(env)), 0);
     k->host_threads = parse_count("host_threads",
                                   knob_value("host_threads", host_threads, env, sizeof(env)), 0, 1024);
+    k->device = parse_count("device", knob_value("device", device, env, sizeof(env)), 0, 1023);
 }

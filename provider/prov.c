@@ -84,6 +84,7 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
         OSSL_PARAM_DEFN(OSSL_PROV_PARAM_VERSION, OSSL_PARAM_UTF8_PTR, NULL, 0),
         OSSL_PARAM_DEFN(OSSL_PROV_PARAM_BUILDINFO, OSSL_PARAM_UTF8_PTR, NULL, 0),
         OSSL_PARAM_DEFN(OSSL_PROV_PARAM_STATUS, OSSL_PARAM_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_EXECUTOR, OSSL_PARAM_UTF8_PTR, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -93,9 +94,9 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
 
 static int gp_get_params(void *provctx, OSSL_PARAM params[])
 {
+    gp_provctx *pc = provctx;
     OSSL_PARAM *p;
 
-    (void)provctx;
     if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_NAME)) != NULL
         && !OSSL_PARAM_set_utf8_ptr(p, "gpuprov: GPU AES-CTR, AES-GCM, ChaCha20-Poly1305"))
         return 0;
@@ -107,6 +108,9 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_STATUS)) != NULL
         && !OSSL_PARAM_set_int(p, 1))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_EXECUTOR)) != NULL
+        && !OSSL_PARAM_set_utf8_ptr(p, gp_engine_backend_name(pc->engine)))
         return 0;
     return 1;
 }

@@ -10,6 +10,8 @@
 #include "batching/engine.h"
 
 #define GP_PROV_NAME "gpuprov"
+/* Provider param (OSSL_PROVIDER_get_params): the executor new messages go to, e.g. "cuda". */
+#define GP_PROV_PARAM_EXECUTOR "gpuprov-executor"
 
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;

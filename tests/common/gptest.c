@@ -23,6 +23,30 @@ static void print_errors(void)
     ERR_print_errors_fp(stderr);
 }
 
+/* $GPTEST_REQUIRE_EXECUTOR: gpuprov must really serve with that executor (no silent fallback, e.g.
+ * a cuda run on a machine where the GPU cannot be used). */
+static int check_executor(const gptest_env *env)
+{
+    const char *want = getenv("GPTEST_REQUIRE_EXECUTOR");
+    const char *got = NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_utf8_ptr("gpuprov-executor", (char **)&got, 0),
+        OSSL_PARAM_END
+    };
+
+    if (want == NULL || *want == '\0' || env->gpuprov == NULL)
+        return 1;
+    if (!OSSL_PROVIDER_get_params(env->gpuprov, params) || got == NULL) {
+        fprintf(stderr, "gptest: cannot read gpuprov's executor\n");
+        return 0;
+    }
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "gptest: gpuprov serves with the %s executor, this run requires %s\n", got, want);
+        return 0;
+    }
+    return 1;
+}
+
 int gptest_env_setup(void **state)
 {
     gptest_env *env = calloc(1, sizeof(*env));
@@ -43,6 +67,8 @@ int gptest_env_setup(void **state)
         print_errors();
         goto err;
     }
+    if (!check_executor(env))
+        goto err;
     gptest_rand_seed();
     *state = env;
     return 0;

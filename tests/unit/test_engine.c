@@ -142,8 +142,10 @@ static void run_batch(gp_backend backend, int host_threads)
     assert_int_equal(st.batches, 1);
     assert_int_equal(st.ops, nreq);
     assert_int_equal(st.errors, 0);
-    assert_int_equal(backend == GP_BACKEND_HOST ? st.host_ops : st.cpu_ops, nreq);
-    assert_string_equal(gp_engine_backend_name(e), backend == GP_BACKEND_HOST ? "host" : "cpu");
+    assert_int_equal(backend == GP_BACKEND_HOST ? st.host_ops
+                     : backend == GP_BACKEND_CUDA ? st.cuda_ops : st.cpu_ops, nreq);
+    assert_string_equal(gp_engine_backend_name(e), backend == GP_BACKEND_HOST ? "host"
+                        : backend == GP_BACKEND_CUDA ? "cuda" : "cpu");
 
     for (int i = 0; i < NMSG; i++) {
         gp_msg_free(mc[i].m);
@@ -173,6 +175,57 @@ static void test_cpu_batch(void **state)
 {
     (void)state;
     run_batch(GP_BACKEND_CPU, 0);
+}
+
+static void test_cuda_batch(void **state)
+{
+    (void)state;
+    run_batch(GP_BACKEND_CUDA, 0);
+}
+
+/* A CUDA error mid-stream: the failed batch and the rest of its messages complete on the host from
+ * the same state, byte-identical; new messages go to the cpu executor. */
+static void test_cuda_fault_falls_back(void **state)
+{
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = GP_BACKEND_CUDA, .stats = 1 };
+    gp_engine *e;
+    const alg_desc *a = &algs[4];   /* AES-256-GCM */
+    uint8_t key[32], iv[16], aad[40], in[3000], out[3000], ref[3016], tag[16], ref_tag[16];
+    gp_key *k;
+    gp_msg *m;
+    gp_stats st;
+
+    (void)state;
+    setenv("GPUPROV_TEST_CUDA_FAULT_AFTER", "2", 1);   /* start, first half: GPU; then it fails */
+    e = gp_engine_new(&knobs, lib);
+    unsetenv("GPUPROV_TEST_CUDA_FAULT_AFTER");
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(aad, sizeof(aad));
+    gptest_rand_bytes(in, sizeof(in));
+    reference(lib, a, key, iv, aad, sizeof(aad), in, sizeof(in), ref, ref_tag);
+    k = gp_key_new(e, a->alg, key, a->keylen);
+    m = gp_msg_new(e);
+    assert_true(gp_msg_start(m, k, iv, 12, 1));
+    assert_string_equal(gp_engine_backend_name(e), "cuda");
+    assert_true(gp_msg_aad(m, aad, sizeof(aad)));
+    assert_true(gp_msg_crypt(m, in, out, 1000));
+    assert_true(gp_msg_crypt(m, in + 1000, out + 1000, sizeof(in) - 1000));   /* fails on the GPU */
+    assert_true(gp_msg_tag(m, tag));
+    assert_memory_equal(out, ref, sizeof(in));
+    assert_memory_equal(tag, ref_tag, 16);
+    assert_string_equal(gp_engine_backend_name(e), "cpu");
+    gp_engine_stats(e, &st);
+    assert_int_equal(st.cuda_ops, 2);
+    assert_int_equal(st.fallbacks, 1);
+    assert_int_equal(st.host_ops, 2);
+    gp_msg_free(m);
+    gp_key_free(k);
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
 }
 
 /* Verify: a wrong tag is reported as such, a right one passes, truncated tags compare a prefix. */
@@ -294,6 +347,11 @@ static void test_knobs_from_env(void **state)
 
 int main(void)
 {
+    /* The gpu suite runs this binary with GPTEST_ENGINE_CUDA=1 on a GPU machine. */
+    const struct CMUnitTest cuda_tests[] = {
+        cmocka_unit_test(test_cuda_batch),
+        cmocka_unit_test(test_cuda_fault_falls_back),
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_batch_pool),
         cmocka_unit_test(test_host_batch_inline),
@@ -304,5 +362,7 @@ int main(void)
         cmocka_unit_test(test_knobs_from_env),
     };
 
+    if (getenv("GPTEST_ENGINE_CUDA") != NULL)
+        return cmocka_run_group_tests(cuda_tests, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

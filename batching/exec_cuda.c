@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The cuda executor: a batch of requests as one pinned arena, one copy in, one launch, one copy out. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <openssl/crypto.h>
+
+#include "engine_internal.h"
+#include "kernels/msg_unit.h"
+
+/* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
+void gp_batch_kernel(const gp_work_group *groups, const gp_work *work, unsigned int ngroups,
+                     uint8_t *arena);
+
+#define ARENA_MIN (1u << 20)
+#define ALIGN16(x) (((x) + 15) & ~(size_t)15)
+
+typedef struct gp_cuda {
+    pthread_mutex_t lock;        /* one batch in flight (double buffering comes with the queue) */
+    int device;
+    cudaStream_t stream;
+    uint8_t *host;               /* pinned, `cap` bytes */
+    uint8_t *dev;                /* device, `cap` bytes */
+    size_t cap;
+    /* Scratch for one batch's layout, grown with the batch. */
+    size_t *order, *group_of, order_cap;
+    /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
+     * so the runtime itself reports an error, to prove the fallback path. */
+    long fault_after;
+} gp_cuda;
+
+/* Report a CUDA failure once per process, clear the sticky error where there is one. */
+static int cuda_failed(gp_engine *e, const char *what, cudaError_t err)
+{
+    static int logged;
+
+    if (!logged) {
+        logged = 1;
+        fprintf(stderr, "gpuprov: cuda executor: %s failed: %s (%s); its work is re-run on the host "
+                "and new messages go to the %s executor\n", what, cudaGetErrorName(err),
+                cudaGetErrorString(err), e->knobs.backend == GP_BACKEND_CUDA ? "cpu/host" : "cpu");
+    }
+    (void)cudaGetLastError();
+    return 0;
+}
+
+static void arena_free(gp_cuda *c)
+{
+    if (c->host != NULL) {
+        OPENSSL_cleanse(c->host, c->cap);   /* held plaintext and key schedules */
+        cudaFreeHost(c->host);
+    }
+    if (c->dev != NULL) {
+        cudaMemset(c->dev, 0, c->cap);
+        cudaFree(c->dev);
+    }
+    c->host = c->dev = NULL;
+    c->cap = 0;
+}
+
+/* Pools sized at start and grown by doubling: no allocation per operation. */
+static int arena_reserve(gp_engine *e, gp_cuda *c, size_t need)
+{
+    size_t cap = c->cap != 0 ? c->cap : ARENA_MIN;
+    cudaError_t err;
+
+    if (need <= c->cap)
+        return 1;
+    while (cap < need)
+        cap *= 2;
+    arena_free(c);
+    if ((err = cudaHostAlloc((void **)&c->host, cap, cudaHostAllocDefault)) != cudaSuccess) {
+        c->host = NULL;
+        return cuda_failed(e, "cudaHostAlloc", err);
+    }
+    if ((err = cudaMalloc((void **)&c->dev, cap)) != cudaSuccess) {
+        c->dev = NULL;
+        return cuda_failed(e, "cudaMalloc", err);
+    }
+    c->cap = cap;
+    return 1;
+}
+
+static int cuda_open(gp_engine *e)
+{
+    gp_cuda *c;
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+
+    if (err != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        if (e->knobs.backend == GP_BACKEND_CUDA)
+            fprintf(stderr, "gpuprov: no usable GPU: %s\n",
+                    err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+        return 0;
+    }
+    if (e->knobs.device < 0 || e->knobs.device >= n) {
+        fprintf(stderr, "gpuprov: device %d does not exist (%d GPU%s); the cuda executor is off\n",
+                e->knobs.device, n, n == 1 ? "" : "s");
+        return 0;
+    }
+    if ((c = OPENSSL_zalloc(sizeof(*c))) == NULL)
+        return 0;
+    c->device = e->knobs.device;
+    c->fault_after = getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
+                     ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1;
+    pthread_mutex_init(&c->lock, NULL);
+    e->cuda = c;
+    if ((err = cudaSetDevice(c->device)) != cudaSuccess
+        || (err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cuda_failed(e, "device setup", err);
+        return 0;
+    }
+    return arena_reserve(e, c, ARENA_MIN);
+}
+
+static void cuda_close(gp_engine *e)
+{
+    gp_cuda *c = e->cuda;
+
+    if (c == NULL)
+        return;
+    arena_free(c);
+    if (c->stream != NULL)
+        cudaStreamDestroy(c->stream);
+    OPENSSL_free(c->order);
+    OPENSSL_free(c->group_of);
+    pthread_mutex_destroy(&c->lock);
+    OPENSSL_free(c);
+    e->cuda = NULL;
+}
+
+static int cuda_msg_start(gp_engine *e, gp_msg *m)
+{
+    (void)e;
+    /* The per-message setup (J0, E_K(J0), the Poly1305 key) uses the shared unit code; the state it
+     * leaves is what the kernel continues from. */
+    gp_msg_begin(&m->st, gp_key_sched_get(m->key), m->iv, m->ivlen);
+    return 1;
+}
+
+static int cmp_index_by_msg(const void *a, const void *b, void *reqs_v)
+{
+    const gp_request *reqs = reqs_v;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    uintptr_t mi = (uintptr_t)reqs[i].msg, mj = (uintptr_t)reqs[j].msg;
+
+    if (mi != mj)
+        return mi < mj ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static uint32_t op_of(const gp_request *r)
+{
+    switch (r->kind) {
+    case GP_REQ_AAD:
+        return GP_OP_AAD;
+    case GP_REQ_CRYPT:
+        return r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT;
+    default:
+        return GP_OP_TAG;   /* TAG and VERIFY both compute the tag; VERIFY compares on the host */
+    }
+}
+
+/*
+ * Arena layout: [groups][work][key schedules][inputs][message states][outputs]. The first five go
+ * to the device, the last two come back; offsets are 16-byte aligned.
+ */
+static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
+{
+    gp_cuda *c = e->cuda;
+    size_t ngroups = 0, off, groups_off, work_off, out_off;
+    size_t keys_off = 0, in_off = 0, states_off = 0, total = 0;
+    size_t *order, *group_of;
+    gp_work_group *groups;
+    gp_work *work;
+    cudaError_t err;
+    int ok = 0;
+
+    pthread_mutex_lock(&c->lock);
+    if (c->order_cap < n) {
+        OPENSSL_free(c->order);
+        OPENSSL_free(c->group_of);
+        c->order = OPENSSL_malloc(n * sizeof(*c->order));
+        c->group_of = OPENSSL_malloc(n * sizeof(*c->group_of));
+        c->order_cap = c->order != NULL && c->group_of != NULL ? n : 0;
+        if (c->order_cap == 0)
+            goto out;
+    }
+    order = c->order;
+    group_of = c->group_of;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof(*order), cmp_index_by_msg, reqs);
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || reqs[order[i]].msg != reqs[order[i - 1]].msg)
+            ngroups++;
+        group_of[i] = ngroups - 1;
+    }
+
+    groups_off = 0;
+    work_off = ALIGN16(groups_off + ngroups * sizeof(gp_work_group));
+    keys_off = ALIGN16(work_off + n * sizeof(gp_work));
+    in_off = keys_off + ngroups * sizeof(gp_key_sched);
+    off = in_off;
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].kind == GP_REQ_AAD || reqs[i].kind == GP_REQ_CRYPT)
+            off += ALIGN16(reqs[i].len);
+    states_off = ALIGN16(off);
+    out_off = states_off + ngroups * sizeof(gp_msg_state);
+    off = ALIGN16(out_off);
+    for (size_t i = 0; i < n; i++)
+        off += reqs[i].kind == GP_REQ_CRYPT ? ALIGN16(reqs[i].len) : reqs[i].kind == GP_REQ_AAD ? 0 : 16;
+    total = off;
+    if (!arena_reserve(e, c, total))
+        goto out;
+
+    /* Fill: the descriptor tables, one key schedule and one state per message, the inputs. */
+    groups = (gp_work_group *)(c->host + groups_off);
+    work = (gp_work *)(c->host + work_off);
+    {
+        size_t in_pos = in_off, out_pos = ALIGN16(out_off);
+
+        for (size_t k = 0; k < n; k++) {
+            const gp_request *r = &reqs[order[k]];
+            size_t g = group_of[k];
+            gp_work *w = &work[k];
+
+            if (k == 0 || group_of[k - 1] != g) {
+                groups[g].first = (uint32_t)k;
+                groups[g].count = 0;
+                memcpy(c->host + keys_off + g * sizeof(gp_key_sched), gp_key_sched_get(r->msg->key),
+                       sizeof(gp_key_sched));
+                memcpy(c->host + states_off + g * sizeof(gp_msg_state), &r->msg->st, sizeof(gp_msg_state));
+            }
+            groups[g].count++;
+            w->key_off = keys_off + g * sizeof(gp_key_sched);
+            w->state_off = states_off + g * sizeof(gp_msg_state);
+            w->op = op_of(r);
+            w->reserved = 0;
+            w->len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
+            w->in_off = in_pos;
+            w->out_off = out_pos;
+            if (r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT) {
+                memcpy(c->host + in_pos, r->in, r->len);
+                in_pos += ALIGN16(r->len);
+            }
+            if (r->kind != GP_REQ_AAD)
+                out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(r->len) : 16;
+        }
+    }
+
+    /* Every call checked: any failure leaves the callers' buffers and states untouched. */
+    {
+        const gp_work_group *dgroups = (const gp_work_group *)(c->dev + groups_off);
+        const gp_work *dwork = (const gp_work *)(c->dev + work_off);
+        unsigned int ng = (unsigned int)ngroups;
+        uint8_t *darena = c->dev;
+        void *args[] = { &dgroups, &dwork, &ng, &darena };
+        dim3 block = { 64, 1, 1 }, grid = { (ng + 63) / 64, 1, 1 };
+
+        if (c->fault_after >= 0 && c->fault_after-- == 0)
+            grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+
+        if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
+            cuda_failed(e, "cudaSetDevice", err);
+            goto out;
+        }
+        if ((err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
+            cuda_failed(e, "copy to the GPU", err);
+            goto out;
+        }
+        if ((err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, 0, c->stream)) != cudaSuccess) {
+            cuda_failed(e, "kernel launch", err);
+            goto out;
+        }
+        if ((err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, total - states_off,
+                                   cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess) {
+            cuda_failed(e, "copy from the GPU", err);
+            goto out;
+        }
+        /* Key schedules and states do not stay on the device after the batch. */
+        if ((err = cudaMemsetAsync(c->dev + keys_off, 0, in_off - keys_off, c->stream)) != cudaSuccess
+            || (err = cudaMemsetAsync(c->dev + states_off, 0, out_off - states_off, c->stream)) != cudaSuccess) {
+            cuda_failed(e, "device cleanse", err);
+            goto out;
+        }
+        if ((err = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+            cuda_failed(e, "synchronisation", err);
+            goto out;
+        }
+    }
+
+    /* Deliver: outputs, tags, verdicts and the advanced message states. */
+    for (size_t k = 0; k < n; k++) {
+        gp_request *r = &reqs[order[k]];
+        const gp_work *w = &work[k];
+        const uint8_t *res = c->host + w->out_off;
+
+        if (k == 0 || group_of[k - 1] != group_of[k])
+            memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
+        r->status = GP_REQ_OK;
+        if (r->kind == GP_REQ_CRYPT) {
+            memcpy(r->out, res, r->len);
+        } else if (r->kind == GP_REQ_TAG) {
+            memcpy(r->tag_out, res, 16);
+        } else if (r->kind == GP_REQ_VERIFY) {
+            /* Constant time (SP 800-38D §7.2 step 8). */
+            r->status = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(res, r->tag_in, r->taglen) == 0
+                        ? GP_REQ_OK : GP_REQ_BAD_TAG;
+        }
+    }
+    ok = 1;
+out:
+    if (c->host != NULL && total != 0 && total <= c->cap) {
+        /* Keys, states and computed tags must not linger in pinned memory. */
+        OPENSSL_cleanse(c->host + keys_off, in_off - keys_off);
+        OPENSSL_cleanse(c->host + states_off, total - states_off);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ok;
+}
+
+static int cuda_msg_copy(gp_msg *dst, const gp_msg *src)
+{
+    (void)dst;
+    (void)src;
+    return 1;   /* the kernel state is plain data, copied by the engine */
+}
+
+static void cuda_msg_clear(gp_msg *m)
+{
+    OPENSSL_cleanse(&m->st, sizeof(m->st));
+}
+
+const gp_executor gp_exec_cuda = {
+    .name = "cuda",
+    .id = GP_EXEC_CUDA,
+    .open = cuda_open,
+    .close = cuda_close,
+    .msg_start = cuda_msg_start,
+    .run = cuda_run,
+    .msg_copy = cuda_msg_copy,
+    .msg_clear = cuda_msg_clear,
+};

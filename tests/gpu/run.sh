@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The gpu suite on a GPU machine: build with nvcc, run every test through the cuda executor, then
+# again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
+# usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT optional)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu: no NVIDIA GPU on this machine: the gpu suite is skipped (it needs one)"
+  exit 0
+fi
+build=${1:-build-gpu}
+out=${OUT:-$build}
+mkdir -p "$out"
+wp=${WYCHEPROOF_DIR:-$root/../shared/vectors/wycheproof}
+[ -f "$wp/aes_gcm_test.json" ] || { echo "gpu: no Wycheproof vectors at $wp"; wp=""; }
+echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) | $(nvcc --version | tail -1) | $(openssl version)"
+
+status=0
+step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
+  local name=$1; shift
+  echo "== $name: $*"
+  if "$@" > "$out/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (see $name.log)"; tail -40 "$out/$name.log"; status=1; fi
+}
+
+reconf=""; [ -d "$build/meson-private" ] && reconf="--reconfigure"
+step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89,90}" -Dwycheproof_dir="$wp"
+step build ninja -C "$build"
+step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
+# Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
+# single GPU thread each until the unit split arrives).
+sanitized="engine-cuda kat-cuda wycheproof-cuda badinput-cuda tls-cuda load-cuda"
+step memcheck meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+  --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
+step racecheck meson test -C "$build" kat-cuda engine-cuda --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+  --wrapper "compute-sanitizer --tool racecheck --target-processes all --error-exitcode 99 --print-limit 20"
+cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
+step speed env BENCH_OUT="$out/speed.csv" bash bench/speed.sh "$build" "${SPEED_SECONDS:-1}"
+cat "$out/speed.log" 2>/dev/null | tail -24
+[ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
+exit $status
