@@ -24,15 +24,24 @@ fi
 cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "speed: $(openssl version) | CPU: $cpu_model | GPU: $device | ${secs}s per size, 1 process, sync"
 
-# One run: prints "+H" sizes and "+F" bytes/s lines (openssl speed -mr).
+# One run: prints "+H" sizes and "+F" bytes/s lines (openssl speed -mr); a run that produced no
+# figures shows its stderr and counts as zero rather than stopping the table.
+errlog="$(dirname "$out")/speed-stderr.log"
+: > "$errlog"
 run_speed() {   # $1 cipher, $2 backend or "default"
+  local res
   if [ "$2" = default ]; then
-    OPENSSL_CONF=/dev/null openssl speed -mr -seconds "$secs" -evp "$1" 2>/dev/null
+    res=$(OPENSSL_CONF=/dev/null openssl speed -mr -seconds "$secs" -evp "$1" 2>>"$errlog") || true
   else
-    OPENSSL_CONF=/dev/null GPUPROV_BACKEND="$2" openssl speed -mr -seconds "$secs" \
+    res=$(OPENSSL_CONF=/dev/null GPUPROV_BACKEND="$2" openssl speed -mr -seconds "$secs" \
       -provider-path "$moddir" -provider gpuprov -provider default -propquery provider=gpuprov \
-      -evp "$1" 2>/dev/null
+      -evp "$1" 2>>"$errlog") || true
   fi
+  if ! grep -q '^+F' <<<"$res"; then
+    echo "speed: no figures from $1 on $2; stderr:" >&2
+    tail -5 "$errlog" >&2
+  fi
+  printf '%s\n' "$res"
 }
 
 echo "cipher,size,config,bytes_per_s,ratio_vs_default,device" > "$out"
@@ -53,7 +62,7 @@ for c in "${ciphers[@]}"; do
     echo "$c,${sizes[$i]},default,${refv[$i]},1.000,$device" >> "$out"
     for b in "${backends[@]}"; do
       v=${got[$b,$i]}
-      r=$(awk -v v="$v" -v d="${refv[$i]}" 'BEGIN {print d > 0 ? v / d : 0}')
+      r=$(awk -v v="$v" -v d="${refv[$i]}" 'BEGIN {print (d > 0 ? v / d : 0)}')
       printf ' %10.1f (%4.2fx)' "$(awk -v v="$v" 'BEGIN {print v / 1e6}')" "$r"
       printf '%s,%s,gpuprov-%s,%s,%.3f,%s\n' "$c" "${sizes[$i]}" "$b" "$v" "$r" "$device" >> "$out"
     done

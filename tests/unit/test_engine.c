@@ -198,9 +198,10 @@ static void test_cuda_fault_falls_back(void **state)
     gp_stats st;
 
     (void)state;
-    setenv("GPUPROV_TEST_CUDA_FAULT_AFTER", "2", 1);   /* start, first half: GPU; then it fails */
+    /* Read when the cuda executor opens (the first message): AAD and the first half run on the GPU,
+     * the third batch fails at launch. */
+    setenv("GPUPROV_TEST_CUDA_FAULT_AFTER", "2", 1);
     e = gp_engine_new(&knobs, lib);
-    unsetenv("GPUPROV_TEST_CUDA_FAULT_AFTER");
     gptest_rand_bytes(key, sizeof(key));
     gptest_rand_bytes(iv, sizeof(iv));
     gptest_rand_bytes(aad, sizeof(aad));
@@ -209,6 +210,7 @@ static void test_cuda_fault_falls_back(void **state)
     k = gp_key_new(e, a->alg, key, a->keylen);
     m = gp_msg_new(e);
     assert_true(gp_msg_start(m, k, iv, 12, 1));
+    unsetenv("GPUPROV_TEST_CUDA_FAULT_AFTER");
     assert_string_equal(gp_engine_backend_name(e), "cuda");
     assert_true(gp_msg_aad(m, aad, sizeof(aad)));
     assert_true(gp_msg_crypt(m, in, out, 1000));
