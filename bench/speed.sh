@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305: the default provider against
-# gpuprov on each executor this host has; prints a table of throughput and ratios, writes CSV.
+# gpuprov (loaded through config/gpuprov.cnf) on each executor this host has; prints a table of
+# throughput and ratios, writes CSV.
 # usage: bench/speed.sh [build-dir] [seconds-per-size]   (CSV: $BENCH_OUT or build-dir/bench/speed.csv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,9 +34,11 @@ run_speed() {   # $1 cipher, $2 backend or "default"
   if [ "$2" = default ]; then
     res=$(OPENSSL_CONF=/dev/null openssl speed -mr -seconds "$secs" -evp "$1" 2>>"$errlog") || true
   else
-    res=$(OPENSSL_CONF=/dev/null GPUPROV_BACKEND="$2" openssl speed -mr -seconds "$secs" \
-      -provider-path "$moddir" -provider gpuprov -provider default -propquery provider=gpuprov \
-      -evp "$1" 2>>"$errlog") || true
+    # The user's way in: config/gpuprov.cnf prefers gpuprov and pins the DRBG to the default
+    # provider (`-propquery provider=gpuprov` would also steer speed's own DRBG fetch to gpuprov,
+    # which 3.0.13 then fails on).
+    res=$(OPENSSL_CONF="$root/config/gpuprov.cnf" OPENSSL_MODULES="$moddir" GPUPROV_BACKEND="$2" \
+      openssl speed -mr -seconds "$secs" -evp "$1" 2>>"$errlog") || true
   fi
   if ! grep -q '^+F' <<<"$res"; then
     echo "speed: no figures from $1 on $2; stderr:" >&2
