@@ -340,12 +340,15 @@ static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, 
 }
 
 /*
- * Run a batch on x. If x fails as a whole (a CUDA error), nothing of the batch was changed: its
- * messages move to the host executor, which shares the kernel state format, and the batch runs
- * there. Nothing is lost and no answer is wrong; x takes no new messages in this process.
+ * Run a batch on x. If x fails as a whole (a CUDA error), the requests it did not complete are
+ * untouched (status still GP_REQ_FAILED, message state as before): their messages move to the host
+ * executor, which shares the kernel state format, and those requests run there. Nothing is lost and
+ * no answer is wrong; x takes no new messages in this process.
  */
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
 {
+    size_t redo = 0;
+
     if (x->run(e, reqs, n)) {
         account(e, x, reqs, n);
         return;
@@ -353,10 +356,18 @@ static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t 
     gp_engine_executor_failed(e, x);
     for (size_t i = 0; i < n; i++)
         reqs[i].msg->exec = &gp_exec_host;
+    /* In submission order, which keeps each message's requests in order. */
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i].status != GP_REQ_FAILED) {
+            account(e, x, &reqs[i], 1);      /* finished on x before it failed */
+            continue;
+        }
+        gp_exec_host.run(e, &reqs[i], 1);
+        account(e, &gp_exec_host, &reqs[i], 1);
+        redo++;
+    }
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->fallbacks, n, memory_order_relaxed);
-    gp_exec_host.run(e, reqs, n);
-    account(e, &gp_exec_host, reqs, n);
+        atomic_fetch_add_explicit(&e->fallbacks, redo, memory_order_relaxed);
 }
 
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)

@@ -9,11 +9,10 @@
 #include <openssl/crypto.h>
 
 #include "engine_internal.h"
-#include "kernels/msg_unit.h"
+#include "kernels/units.h"
 
 /* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
-void gp_batch_kernel(const gp_work_group *groups, const gp_work *work, unsigned int ngroups,
-                     uint8_t *arena);
+void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena);
 
 #define ARENA_MIN (1u << 20)
 #define ALIGN16(x) (((x) + 15) & ~(size_t)15)
@@ -26,7 +25,8 @@ typedef struct gp_cuda {
     uint8_t *dev;                /* device, `cap` bytes */
     size_t cap;
     /* Scratch for one batch's layout, grown with the batch. */
-    size_t *order, *group_of, order_cap;
+    size_t *order, *rank, *wave, order_cap;
+    gp_job *jobs;
     /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
      * so the runtime itself reports an error, to prove the fallback path. */
     long fault_after;
@@ -127,7 +127,9 @@ static void cuda_close(gp_engine *e)
     if (c->stream != NULL)
         cudaStreamDestroy(c->stream);
     OPENSSL_free(c->order);
-    OPENSSL_free(c->group_of);
+    OPENSSL_free(c->rank);
+    OPENSSL_free(c->wave);
+    OPENSSL_free(c->jobs);
     pthread_mutex_destroy(&c->lock);
     OPENSSL_free(c);
     e->cuda = NULL;
@@ -165,111 +167,118 @@ static uint32_t op_of(const gp_request *r)
     }
 }
 
-/*
- * Arena layout: [groups][work][key schedules][inputs][message states][outputs]. The first five go
- * to the device, the last two come back; offsets are 16-byte aligned.
- */
-static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
+/* Scratch arrays for a batch of n requests, grown by doubling. */
+static int scratch_reserve(gp_cuda *c, size_t n)
 {
-    gp_cuda *c = e->cuda;
-    size_t ngroups = 0, off, groups_off, work_off, out_off;
-    size_t keys_off = 0, in_off = 0, states_off = 0, total = 0;
-    size_t *order, *group_of;
-    gp_work_group *groups;
+    size_t cap = c->order_cap != 0 ? c->order_cap : 64;
+
+    if (n <= c->order_cap)
+        return 1;
+    while (cap < n)
+        cap *= 2;
+    OPENSSL_free(c->order);
+    OPENSSL_free(c->rank);
+    OPENSSL_free(c->wave);
+    OPENSSL_free(c->jobs);
+    c->order = OPENSSL_malloc(cap * sizeof(*c->order));
+    c->rank = OPENSSL_malloc(cap * sizeof(*c->rank));
+    c->wave = OPENSSL_malloc(cap * sizeof(*c->wave));
+    c->jobs = OPENSSL_malloc(cap * sizeof(*c->jobs));
+    c->order_cap = c->order && c->rank && c->wave && c->jobs ? cap : 0;
+    return c->order_cap != 0;
+}
+
+/*
+ * One wave: at most one request per message, so every request starts from the state its message
+ * has now. Arena: [unit refs][work][key schedules][inputs][partials][states][outputs]; the device
+ * gets everything before the partials and the states, the host gets back states and outputs.
+ */
+static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *idx, size_t m)
+{
+    size_t nrefs = 0, off, refs_off = 0, work_off, keys_off, in_off, part_off, states_off, out_off;
+    size_t total = 0;
+    gp_unit_ref *refs;
     gp_work *work;
     cudaError_t err;
     int ok = 0;
 
-    pthread_mutex_lock(&c->lock);
-    if (c->order_cap < n) {
-        OPENSSL_free(c->order);
-        OPENSSL_free(c->group_of);
-        c->order = OPENSSL_malloc(n * sizeof(*c->order));
-        c->group_of = OPENSSL_malloc(n * sizeof(*c->group_of));
-        c->order_cap = c->order != NULL && c->group_of != NULL ? n : 0;
-        if (c->order_cap == 0)
-            goto out;
-    }
-    order = c->order;
-    group_of = c->group_of;
-    for (size_t i = 0; i < n; i++)
-        order[i] = i;
-    qsort_r(order, n, sizeof(*order), cmp_index_by_msg, reqs);
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 || reqs[order[i]].msg != reqs[order[i - 1]].msg)
-            ngroups++;
-        group_of[i] = ngroups - 1;
-    }
+    for (size_t i = 0; i < m; i++) {
+        gp_request *r = &reqs[idx[i]];
+        uint64_t len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
 
-    groups_off = 0;
-    work_off = ALIGN16(groups_off + ngroups * sizeof(gp_work_group));
-    keys_off = ALIGN16(work_off + n * sizeof(gp_work));
-    in_off = keys_off + ngroups * sizeof(gp_key_sched);
+        gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len);
+        nrefs += 1 + c->jobs[i].nunits;
+    }
+    work_off = ALIGN16(refs_off + nrefs * sizeof(gp_unit_ref));
+    keys_off = work_off + m * sizeof(gp_work);
+    in_off = keys_off + m * sizeof(gp_key_sched);
     off = in_off;
-    for (size_t i = 0; i < n; i++)
-        if (reqs[i].kind == GP_REQ_AAD || reqs[i].kind == GP_REQ_CRYPT)
-            off += ALIGN16(reqs[i].len);
+    for (size_t i = 0; i < m; i++)
+        off += ALIGN16(c->jobs[i].len);
+    part_off = ALIGN16(off);
+    off = part_off;
+    for (size_t i = 0; i < m; i++)
+        off += (size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES;
     states_off = ALIGN16(off);
-    out_off = states_off + ngroups * sizeof(gp_msg_state);
-    off = ALIGN16(out_off);
-    for (size_t i = 0; i < n; i++)
-        off += reqs[i].kind == GP_REQ_CRYPT ? ALIGN16(reqs[i].len) : reqs[i].kind == GP_REQ_AAD ? 0 : 16;
+    out_off = states_off + m * sizeof(gp_msg_state);
+    off = out_off;
+    for (size_t i = 0; i < m; i++)
+        off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(c->jobs[i].len)
+               : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
     total = off;
     if (!arena_reserve(e, c, total))
         goto out;
 
-    /* Fill: the descriptor tables, one key schedule and one state per message, the inputs. */
-    groups = (gp_work_group *)(c->host + groups_off);
+    refs = (gp_unit_ref *)(c->host + refs_off);
     work = (gp_work *)(c->host + work_off);
     {
-        size_t in_pos = in_off, out_pos = ALIGN16(out_off);
+        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, ref = 0;
 
-        for (size_t k = 0; k < n; k++) {
-            const gp_request *r = &reqs[order[k]];
-            size_t g = group_of[k];
-            gp_work *w = &work[k];
+        for (size_t i = 0; i < m; i++) {
+            const gp_request *r = &reqs[idx[i]];
+            gp_work *w = &work[i];
 
-            if (k == 0 || group_of[k - 1] != g) {
-                groups[g].first = (uint32_t)k;
-                groups[g].count = 0;
-                memcpy(c->host + keys_off + g * sizeof(gp_key_sched), gp_key_sched_get(r->msg->key),
-                       sizeof(gp_key_sched));
-                memcpy(c->host + states_off + g * sizeof(gp_msg_state), &r->msg->st, sizeof(gp_msg_state));
-            }
-            groups[g].count++;
-            w->key_off = keys_off + g * sizeof(gp_key_sched);
-            w->state_off = states_off + g * sizeof(gp_msg_state);
-            w->op = op_of(r);
-            w->reserved = 0;
-            w->len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
+            memset(w, 0, sizeof(*w));
+            w->job = c->jobs[i];
+            w->key_off = keys_off + i * sizeof(gp_key_sched);
+            w->state_off = states_off + i * sizeof(gp_msg_state);
             w->in_off = in_pos;
             w->out_off = out_pos;
-            if (r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT) {
-                memcpy(c->host + in_pos, r->in, r->len);
-                in_pos += ALIGN16(r->len);
+            w->partials_off = part_pos;
+            memcpy(c->host + w->key_off, gp_key_sched_get(r->msg->key), sizeof(gp_key_sched));
+            memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
+            if (w->job.len > 0)
+                memcpy(c->host + in_pos, r->in, w->job.len);
+            in_pos += ALIGN16(w->job.len);
+            part_pos += (size_t)w->job.nunits * GP_PARTIAL_BYTES;
+            out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
+            refs[ref].work = (uint32_t)i;
+            refs[ref++].unit = GP_UNIT_LEAD;
+            for (uint32_t u = 0; u < w->job.nunits; u++) {
+                refs[ref].work = (uint32_t)i;
+                refs[ref++].unit = u;
             }
-            if (r->kind != GP_REQ_AAD)
-                out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(r->len) : 16;
         }
     }
 
-    /* Every call checked: any failure leaves the callers' buffers and states untouched. */
+    /* Every call checked: a failure leaves the callers' buffers and message states untouched. */
     {
-        const gp_work_group *dgroups = (const gp_work_group *)(c->dev + groups_off);
-        const gp_work *dwork = (const gp_work *)(c->dev + work_off);
-        unsigned int ng = (unsigned int)ngroups;
+        const gp_unit_ref *drefs = (const gp_unit_ref *)(c->dev + refs_off);
+        gp_work *dwork = (gp_work *)(c->dev + work_off);
+        unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
-        void *args[] = { &dgroups, &dwork, &ng, &darena };
-        dim3 block = { 64, 1, 1 }, grid = { (ng + 63) / 64, 1, 1 };
+        void *args[] = { &drefs, &nr, &dwork, &darena };
+        dim3 block = { 128, 1, 1 }, grid = { (nr + 127) / 128, 1, 1 };
 
         if (c->fault_after >= 0 && c->fault_after-- == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
-
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
             goto out;
         }
-        if ((err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
+        if ((err = cudaMemcpyAsync(c->dev, c->host, part_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess
+            || (err = cudaMemcpyAsync(c->dev + states_off, c->host + states_off, out_off - states_off,
+                                      cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
@@ -282,9 +291,9 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
             cuda_failed(e, "copy from the GPU", err);
             goto out;
         }
-        /* Key schedules and states do not stay on the device after the batch. */
+        /* Key schedules, states and partial MACs do not stay on the device after the batch. */
         if ((err = cudaMemsetAsync(c->dev + keys_off, 0, in_off - keys_off, c->stream)) != cudaSuccess
-            || (err = cudaMemsetAsync(c->dev + states_off, 0, out_off - states_off, c->stream)) != cudaSuccess) {
+            || (err = cudaMemsetAsync(c->dev + part_off, 0, out_off - part_off, c->stream)) != cudaSuccess) {
             cuda_failed(e, "device cleanse", err);
             goto out;
         }
@@ -295,13 +304,12 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
     }
 
     /* Deliver: outputs, tags, verdicts and the advanced message states. */
-    for (size_t k = 0; k < n; k++) {
-        gp_request *r = &reqs[order[k]];
-        const gp_work *w = &work[k];
+    for (size_t i = 0; i < m; i++) {
+        gp_request *r = &reqs[idx[i]];
+        const gp_work *w = &work[i];
         const uint8_t *res = c->host + w->out_off;
 
-        if (k == 0 || group_of[k - 1] != group_of[k])
-            memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
+        memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
         if (r->kind == GP_REQ_CRYPT) {
             memcpy(r->out, res, r->len);
@@ -315,10 +323,49 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
     }
     ok = 1;
 out:
-    if (c->host != NULL && total != 0 && total <= c->cap) {
-        /* Keys, states and computed tags must not linger in pinned memory. */
-        OPENSSL_cleanse(c->host + keys_off, in_off - keys_off);
+    if (total != 0 && total <= c->cap) {
+        /* Keys, plans (counters, r), states and tags must not linger in pinned memory. */
+        OPENSSL_cleanse(c->host + work_off, in_off - work_off);
         OPENSSL_cleanse(c->host + states_off, total - states_off);
+    }
+    OPENSSL_cleanse(c->jobs, m * sizeof(*c->jobs));
+    return ok;
+}
+
+/*
+ * A batch runs in waves: wave w holds the w-th request of each message (requests of one message
+ * run in order, each from the state the previous left). Real batches have one request per message
+ * (an EVP call waits for its own), so one wave, one launch. On failure the finished waves stay
+ * finished (status OK) and the rest is untouched for the engine to re-run on the host.
+ */
+static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
+{
+    gp_cuda *c = e->cuda;
+    size_t nwaves = 0;
+    int ok = 1;
+
+    pthread_mutex_lock(&c->lock);
+    if (!scratch_reserve(c, n)) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        c->order[i] = i;
+    qsort_r(c->order, n, sizeof(*c->order), cmp_index_by_msg, reqs);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = c->order[i];
+
+        c->rank[at] = i > 0 && reqs[c->order[i - 1]].msg == reqs[at].msg ? c->rank[c->order[i - 1]] + 1 : 0;
+        if (c->rank[at] + 1 > nwaves)
+            nwaves = c->rank[at] + 1;
+    }
+    for (size_t w = 0; w < nwaves && ok; w++) {
+        size_t m = 0;
+
+        for (size_t i = 0; i < n; i++)
+            if (c->rank[i] == w)
+                c->wave[m++] = i;
+        ok = run_wave(e, c, reqs, c->wave, m);
     }
     pthread_mutex_unlock(&c->lock);
     return ok;

@@ -54,32 +54,49 @@ typedef struct gp_msg_state {
 } gp_msg_state;
 
 /*
- * A batch as the GPU sees it: one arena (descriptor tables, key schedules, message states, input
- * and output bytes) copied in and out as a whole; every field is an offset into it. Requests of one
- * message form a group that one thread runs in order (the per-message unit); groups are
- * independent.
+ * A data request's plan (kernels/units.h): a serial lead, `nunits` parallel body units of
+ * GP_UNIT_BYTES, a tail. Made on the host from the state the request starts from.
+ */
+typedef struct gp_job {
+    uint64_t len;                 /* bytes of the request */
+    uint64_t head_len;            /* run by the lead */
+    uint64_t body_len;            /* multiple of 64, split into units; the rest is the tail */
+    uint32_t op;                  /* enum gp_op */
+    uint32_t nunits;              /* ceil(body_len / GP_UNIT_BYTES) */
+    uint8_t body_ctr[16];         /* counter block of the body's first keystream block */
+    uint32_t poly_r[5];           /* ChaCha20-Poly1305: r, for the units' partial MACs */
+    uint32_t reserved[3];
+} gp_job;
+
+/*
+ * A batch as the GPU sees it: one arena (descriptor tables, key schedules, inputs, partial MACs,
+ * message states, outputs) addressed by offsets, so it crosses PCIe in one copy each way. One
+ * thread per gp_unit_ref; each request (gp_work) has a lead and `job.nunits` body units, and the
+ * last of them to finish (counted in `done`) folds the partials.
  */
 typedef struct gp_work {
     uint64_t key_off;             /* gp_key_sched */
-    uint64_t state_off;           /* gp_msg_state, shared by the requests of one group */
-    uint64_t in_off;              /* GP_OP_AAD / ENCRYPT / DECRYPT input */
-    uint64_t out_off;             /* ENCRYPT / DECRYPT output, or the 16-byte tag for GP_OP_TAG */
-    uint64_t len;
-    uint32_t op;                  /* enum gp_op */
+    uint64_t state_off;           /* gp_msg_state */
+    uint64_t in_off;              /* request input (AAD or data) */
+    uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG */
+    uint64_t partials_off;        /* job.nunits partial MACs of GP_PARTIAL_BYTES */
+    uint32_t done;                /* units finished; zero at launch */
     uint32_t reserved;
+    gp_job job;
 } gp_work;
 
-typedef struct gp_work_group {
-    uint32_t first;               /* index of the group's first gp_work */
-    uint32_t count;
-} gp_work_group;
+typedef struct gp_unit_ref {
+    uint32_t work;                /* index into the gp_work table */
+    uint32_t unit;                /* body unit index, or GP_UNIT_LEAD */
+} gp_unit_ref;
 
 #if defined(__cplusplus)
-static_assert(sizeof(gp_work) == 48, "gp_work layout is shared by host and device");
-static_assert(sizeof(gp_work_group) == 8, "gp_work_group layout is shared by host and device");
+# define GP_STATIC_ASSERT static_assert
 #else
-_Static_assert(sizeof(gp_work) == 48, "gp_work layout is shared by host and device");
-_Static_assert(sizeof(gp_work_group) == 8, "gp_work_group layout is shared by host and device");
+# define GP_STATIC_ASSERT _Static_assert
 #endif
+GP_STATIC_ASSERT(sizeof(gp_job) == 80, "gp_job layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 
 #endif

@@ -1,24 +1,43 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The batch kernel: every message group of a batch arena through the per-message unit on the GPU. */
-#include "msg_unit.h"
+/* The batch kernel: every unit of a batch arena (leads, body units, finishes) on the GPU. */
+#include "units.h"
 
 /*
- * One thread per message group, running the group's requests in order on the message state held in
- * the arena. Everything is addressed by offsets into the arena, so the host fills one pinned buffer
- * and the whole batch crosses PCIe in one copy each way. The host glue (batching/exec_cuda.c)
- * launches it by address with cudaLaunchKernel, so this file holds device code only.
+ * One thread per unit. A request's lead and body units run concurrently (the body's counters and
+ * MAC partials do not depend on the lead); the last of them to finish, counted with an atomic on
+ * the request's `done`, folds the partials and runs the tail. The fences order the units' writes
+ * (state, partials) before the count; the module is built with -dlcm=cg, so the finisher's loads
+ * come from L2 and never from a stale L1 line. The host glue (batching/exec_cuda.c) launches it by
+ * address with cudaLaunchKernel, so this file holds device code only.
  */
-extern "C" __global__ void gp_batch_kernel(const gp_work_group *groups, const gp_work *work,
-                                           unsigned int ngroups, uint8_t *arena)
+extern "C" __global__ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
+                                           uint8_t *arena)
 {
-    unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    gp_work *w;
+    const gp_key_sched *k;
+    gp_msg_state *st;
+    const uint8_t *in;
+    uint8_t *out;
 
-    if (g >= ngroups)
+    if (t >= nrefs)
         return;
-    for (uint32_t i = groups[g].first; i < groups[g].first + groups[g].count; i++) {
-        const gp_work *w = &work[i];
-
-        gp_msg_run((gp_msg_state *)(arena + w->state_off), (const gp_key_sched *)(arena + w->key_off),
-                   w->op, arena + w->in_off, arena + w->out_off, (size_t)w->len);
+    w = &work[refs[t].work];
+    k = (const gp_key_sched *)(arena + w->key_off);
+    st = (gp_msg_state *)(arena + w->state_off);
+    in = arena + w->in_off;
+    out = arena + w->out_off;
+    if (refs[t].unit == GP_UNIT_LEAD)
+        gp_unit_lead(st, k, &w->job, in, out);
+    else
+        gp_unit_body(&w->job, k, refs[t].unit, in + w->job.head_len, out + w->job.head_len,
+                     arena + w->partials_off + (size_t)refs[t].unit * GP_PARTIAL_BYTES);
+    if (w->job.nunits == 0)
+        return;
+    __threadfence();
+    if (atomicAdd(&w->done, 1u) == w->job.nunits) {
+        __threadfence();
+        gp_unit_finish(st, k, &w->job, arena + w->partials_off,
+                       in + w->job.head_len + w->job.body_len, out + w->job.head_len + w->job.body_len);
     }
 }

@@ -20,16 +20,6 @@
 #define GP_UNIT_LEAD 0xffffffffu    /* gp_unit_ref.unit of a request's lead */
 #define GP_PARTIAL_BYTES 32u        /* one unit's partial MAC */
 
-typedef struct gp_job {
-    uint64_t len;                   /* bytes of the request */
-    uint64_t head_len;              /* run by the lead */
-    uint64_t body_len;              /* multiple of 64, split into units; the rest is the tail */
-    uint32_t op;                    /* enum gp_op */
-    uint32_t nunits;                /* ceil(body_len / GP_UNIT_BYTES) */
-    uint8_t body_ctr[16];           /* counter block of the body's first keystream block */
-    uint32_t poly_r[5];             /* ChaCha20-Poly1305: r, for the units' partial MACs */
-    uint32_t reserved[3];
-} gp_job;
 
 /* Advance a counter block by n keystream blocks, as each algorithm counts (see gp_ctr_*). */
 GP_KFN void gp_ctr_add(uint32_t alg, uint8_t c[16], uint64_t n)

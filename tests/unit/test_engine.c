@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <cmocka.h>
 
 #include <openssl/core_names.h>
@@ -171,18 +172,6 @@ static void test_host_batch_inline(void **state)
     run_batch(GP_BACKEND_HOST, 1);
 }
 
-static void test_cpu_batch(void **state)
-{
-    (void)state;
-    run_batch(GP_BACKEND_CPU, 0);
-}
-
-static void test_cuda_batch(void **state)
-{
-    (void)state;
-    run_batch(GP_BACKEND_CUDA, 0);
-}
-
 /* A CUDA error mid-stream: the failed batch and the rest of its messages complete on the host from
  * the same state, byte-identical; new messages go to the cpu executor. */
 static void test_cuda_fault_falls_back(void **state)
@@ -228,6 +217,175 @@ static void test_cuda_fault_falls_back(void **state)
     gp_engine_free(e);
     OSSL_PROVIDER_unload(dflt);
     OSSL_LIB_CTX_free(lib);
+}
+
+/* The backend the per-executor tests run on: $GPTEST_ENGINE_BACKEND (meson registers one run each). */
+static gp_backend env_backend(void)
+{
+    const char *b = getenv("GPTEST_ENGINE_BACKEND");
+
+    if (b != NULL && strcmp(b, "cuda") == 0)
+        return GP_BACKEND_CUDA;
+    if (b != NULL && strcmp(b, "cpu") == 0)
+        return GP_BACKEND_CPU;
+    return GP_BACKEND_HOST;
+}
+
+/* Encrypt `len` bytes as one message on the engine and compare with the default provider. */
+static void one_message(gp_engine *e, OSSL_LIB_CTX *lib, const alg_desc *a, size_t len)
+{
+    uint8_t key[32], iv[16], aad[13], tag[16], ref_tag[16];
+    uint8_t *in = malloc(len + 1), *out = malloc(len + 1), *ref = malloc(len + 16);
+    gp_key *k;
+    gp_msg *m;
+
+    assert_non_null(in);
+    assert_non_null(out);
+    assert_non_null(ref);
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(aad, sizeof(aad));
+    gptest_rand_bytes(in, len);
+    if (a->alg == GP_ALG_CHACHA20)
+        iv[0] = iv[1] = iv[2] = iv[3] = 0;
+    reference(lib, a, key, iv, aad, sizeof(aad), in, len, ref, ref_tag);
+    k = gp_key_new(e, a->alg, key, a->keylen);
+    m = gp_msg_new(e);
+    assert_true(gp_msg_start(m, k, iv, a->ivlen, 1));
+    if (is_aead(a->alg))
+        assert_true(gp_msg_aad(m, aad, sizeof(aad)));
+    assert_true(gp_msg_crypt(m, in, out, len));
+    assert_memory_equal(out, ref, len);
+    if (is_aead(a->alg)) {
+        assert_true(gp_msg_tag(m, tag));
+        assert_memory_equal(tag, ref_tag, 16);
+    }
+    gp_msg_free(m);
+    gp_key_free(k);
+    free(in);
+    free(out);
+    free(ref);
+}
+
+typedef struct {
+    gp_engine *e;
+    OSSL_LIB_CTX *lib;
+    int seed;
+} thread_arg;
+
+static void *thread_main(void *v)
+{
+    thread_arg *t = v;
+
+    /* Each thread: a different cipher and a spread of lengths, sharing the engine. */
+    for (int i = 0; i < 6; i++)
+        one_message(t->e, t->lib, &algs[(size_t)(t->seed + i) % (sizeof(algs) / sizeof(algs[0]))],
+                    (size_t)(t->seed * 37 + i * 1031) % 5000);
+    return NULL;
+}
+
+/* 64 threads at once on one engine. (cmocka asserts from threads abort the process on failure,
+ * which still fails the test.) */
+static void test_threads64(void **state)
+{
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+    pthread_t th[64];
+    thread_arg args[64];
+    gp_stats st;
+
+    (void)state;
+    for (int i = 0; i < 64; i++) {
+        args[i] = (thread_arg){ e, lib, i };
+        assert_int_equal(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < 64; i++)
+        pthread_join(th[i], NULL);
+    gp_engine_stats(e, &st);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.fallbacks, 0);
+    assert_true(st.ops >= 64 * 6);
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+/* Thousands of tiny messages (0..64 bytes, every cipher) in one batch. */
+static void test_many_tiny(void **state)
+{
+    enum { N = 3000 };
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+    static msg_case mc[N];
+    static gp_request reqs[N];
+    gp_stats st;
+
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        msg_case *c = &mc[i];
+
+        c->a = &algs[(size_t)i % (sizeof(algs) / sizeof(algs[0]))];
+        c->len = (size_t)i % 65;
+        gptest_rand_bytes(c->key, sizeof(c->key));
+        gptest_rand_bytes(c->iv, sizeof(c->iv));
+        if (c->a->alg == GP_ALG_CHACHA20)
+            c->iv[0] = c->iv[1] = c->iv[2] = c->iv[3] = 0;
+        c->in = malloc(c->len + 1);
+        c->out = malloc(c->len + 1);
+        c->ref = malloc(c->len + 16);
+        gptest_rand_bytes(c->in, c->len);
+        reference(lib, c->a, c->key, c->iv, NULL, 0, c->in, c->len, c->ref, c->ref_tag);
+        c->k = gp_key_new(e, c->a->alg, c->key, c->a->keylen);
+        c->m = gp_msg_new(e);
+        assert_true(gp_msg_start(c->m, c->k, c->iv, c->a->ivlen, 1));
+        reqs[i] = (gp_request){ .msg = c->m, .kind = GP_REQ_CRYPT, .in = c->in, .out = c->out,
+                                .len = c->len };
+    }
+    assert_true(gp_engine_submit(e, reqs, N));
+    for (int i = 0; i < N; i++)
+        assert_memory_equal(mc[i].out, mc[i].ref, mc[i].len);
+    gp_engine_stats(e, &st);
+    assert_int_equal(st.batches, 1);
+    assert_int_equal(st.fallbacks, 0);
+    for (int i = 0; i < N; i++) {
+        gp_msg_free(mc[i].m);
+        gp_key_free(mc[i].k);
+        free(mc[i].in);
+        free(mc[i].out);
+        free(mc[i].ref);
+    }
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+/* Lengths around the unit and chunk boundaries, one message each: 64-byte alignment, 1 KiB units. */
+static void test_unit_boundaries(void **state)
+{
+    static const size_t lens[] = { 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 1087, 1088, 1089,
+                                   2047, 2048, 2049, 4096 + 63, 65536, 65536 + 1 };
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+            one_message(e, lib, &algs[a], lens[i]);
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+static void test_env_batch(void **state)
+{
+    (void)state;
+    run_batch(env_backend(), 0);
 }
 
 /* Verify: a wrong tag is reported as such, a right one passes, truncated tags compare a prefix. */
@@ -349,22 +507,29 @@ static void test_knobs_from_env(void **state)
 
 int main(void)
 {
-    /* The gpu suite runs this binary with GPTEST_ENGINE_CUDA=1 on a GPU machine. */
-    const struct CMUnitTest cuda_tests[] = {
-        cmocka_unit_test(test_cuda_batch),
+    /* Run once per executor (GPTEST_ENGINE_BACKEND=host|cpu|cuda); cuda runs are the gpu suite. */
+    const struct CMUnitTest per_executor[] = {
+        cmocka_unit_test(test_env_batch),
+        cmocka_unit_test(test_many_tiny),
+        cmocka_unit_test(test_unit_boundaries),
+        cmocka_unit_test(test_threads64),
+    };
+    const struct CMUnitTest cuda_only[] = {
         cmocka_unit_test(test_cuda_fault_falls_back),
     };
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest common[] = {
         cmocka_unit_test(test_host_batch_pool),
         cmocka_unit_test(test_host_batch_inline),
-        cmocka_unit_test(test_cpu_batch),
         cmocka_unit_test(test_verify_statuses),
         cmocka_unit_test(test_cpu_unusable_falls_back_to_host),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_knobs_from_env),
     };
+    int failed = cmocka_run_group_tests(per_executor, NULL, NULL);
 
-    if (getenv("GPTEST_ENGINE_CUDA") != NULL)
-        return cmocka_run_group_tests(cuda_tests, NULL, NULL);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (env_backend() == GP_BACKEND_CUDA)
+        failed += cmocka_run_group_tests(cuda_only, NULL, NULL);
+    else if (env_backend() == GP_BACKEND_HOST)
+        failed += cmocka_run_group_tests(common, NULL, NULL);
+    return failed;
 }
