@@ -18,7 +18,7 @@ wp=${WYCHEPROOF_DIR:-$root/../shared/vectors/wycheproof}
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) | $(nvcc --version | tail -1) | $(openssl version)"
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck speed}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -39,9 +39,11 @@ step memcheck meson test -C "$build" $sanitized --print-errorlogs --num-processe
 # errors are not.
 step memcheck-engine meson test -C "$build" engine-cuda --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 20"
-step racecheck meson test -C "$build" ${GPU_RACECHECKED:-kat-cuda engine-cuda} --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+step racecheck meson test -C "$build" ${GPU_RACECHECKED:-engine-cuda} --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool racecheck --target-processes all --error-exitcode 99 --print-limit 20"
 cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
+step kernel-bench sh -c "'$build/bench/kernel_bench' 256 16 10 && '$build/bench/kernel_bench' 256 1024 10 && '$build/bench/kernel_bench' 64 1 10"
+cat "$out/kernel-bench.log" 2>/dev/null
 step speed env BENCH_OUT="$out/speed.csv" bash bench/speed.sh "$build" "${SPEED_SECONDS:-1}"
 cat "$out/speed.log" 2>/dev/null | tail -24
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Kernel benchmark: the batch kernel on device-resident data, GB/s against the copy ceiling. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/units.h"
+
+/*
+ * usage: kernel_bench [total MiB] [message KiB] [iterations]     (defaults 256 16 20)
+ * One arena holds `total / message` messages of one cipher and key (one key schedule, as the
+ * engine's per-key reuse intends); the plan, states and inputs are copied once, then each timed
+ * launch (CUDA events around the kernel alone) encrypts every message from a restored state. The
+ * ceiling is a device-to-device copy of the same bytes (read + write each byte once): the floor
+ * for any kernel that reads the input and writes the output once.
+ */
+
+void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena);
+
+#define CHECK(call)                                                                                 \
+    do {                                                                                            \
+        cudaError_t err_ = (call);                                                                  \
+        if (err_ != cudaSuccess) {                                                                  \
+            fprintf(stderr, "kernel_bench: %s: %s\n", #call, cudaGetErrorString(err_));            \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static uint8_t rand_byte(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint8_t)rng;
+}
+
+/* Median kernel time in ms for one cipher over nmsg messages of msg bytes. */
+static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t msg, int iters,
+                 size_t *units_out)
+{
+    gp_key_sched ks;
+    uint8_t key[32], iv[16];
+    size_t nrefs = 0, refs_off = 0, work_off, key_off, in_off, part_off, states_off, out_off, total;
+    uint8_t *host, *dev, *backup;
+    gp_unit_ref *refs;
+    gp_work *work;
+    gp_job job;
+    gp_msg_state st;
+    cudaEvent_t t0, t1;
+    float *ms = calloc((size_t)iters, sizeof(float)), med;
+
+    for (int i = 0; i < 32; i++)
+        key[i] = rand_byte();
+    gp_key_schedule(&ks, alg, key, keylen);
+    memset(iv, 0, sizeof(iv));
+    gp_msg_begin(&st, &ks, iv, ivlen);
+    gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg);
+    nrefs = nmsg * (1 + job.nunits);
+    work_off = (refs_off + nrefs * sizeof(gp_unit_ref) + 127) & ~(size_t)127;
+    key_off = work_off + nmsg * sizeof(gp_work);
+    in_off = (key_off + sizeof(gp_key_sched) + 127) & ~(size_t)127;
+    part_off = in_off + nmsg * msg;
+    states_off = part_off + nmsg * job.nunits * GP_PARTIAL_BYTES;
+    out_off = (states_off + nmsg * sizeof(gp_msg_state) + 127) & ~(size_t)127;
+    total = out_off + nmsg * msg;
+    host = malloc(total);
+    if (host == NULL || ms == NULL) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        exit(1);
+    }
+    refs = (gp_unit_ref *)(host + refs_off);
+    work = (gp_work *)(host + work_off);
+    memcpy(host + key_off, &ks, sizeof(ks));
+    for (size_t i = 0, r = 0; i < nmsg; i++) {
+        iv[0] = (uint8_t)i;
+        iv[1] = (uint8_t)(i >> 8);
+        iv[2] = (uint8_t)(i >> 16);
+        gp_msg_begin(&st, &ks, iv, ivlen);
+        gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg);
+        memset(&work[i], 0, sizeof(work[i]));
+        work[i].job = job;
+        work[i].key_off = key_off;
+        work[i].state_off = states_off + i * sizeof(gp_msg_state);
+        work[i].in_off = in_off + i * msg;
+        work[i].out_off = out_off + i * msg;
+        work[i].partials_off = part_off + i * job.nunits * GP_PARTIAL_BYTES;
+        memcpy(host + work[i].state_off, &st, sizeof(st));
+        refs[r].work = (uint32_t)i;
+        refs[r++].unit = GP_UNIT_LEAD;
+        for (uint32_t u = 0; u < job.nunits; u++) {
+            refs[r].work = (uint32_t)i;
+            refs[r++].unit = u;
+        }
+    }
+    for (size_t i = 0; i < nmsg * msg; i++)
+        host[in_off + i] = rand_byte();
+
+    CHECK(cudaMalloc((void **)&dev, total));
+    CHECK(cudaMalloc((void **)&backup, total));
+    CHECK(cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(backup, dev, total, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    for (int it = -2; it < iters; it++) {   /* two warm-up runs */
+        const gp_unit_ref *drefs = (const gp_unit_ref *)(dev + refs_off);
+        gp_work *dwork = (gp_work *)(dev + work_off);
+        unsigned int nr = (unsigned int)nrefs;
+        void *args[] = { &drefs, &nr, &dwork, &dev };
+        dim3 block = { 128, 1, 1 }, grid = { (nr + 127) / 128, 1, 1 };
+
+        /* Fresh plans (done counters) and states for every run. */
+        CHECK(cudaMemcpy(dev + work_off, backup + work_off, key_off - work_off, cudaMemcpyDeviceToDevice));
+        CHECK(cudaMemcpy(dev + states_off, backup + states_off, out_off - states_off, cudaMemcpyDeviceToDevice));
+        CHECK(cudaEventRecord(t0, 0));
+        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, 0, 0));
+        CHECK(cudaEventRecord(t1, 0));
+        CHECK(cudaEventSynchronize(t1));
+        CHECK(cudaGetLastError());
+        if (it >= 0)
+            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    med = ms[iters / 2];
+    *units_out = nrefs;
+    cudaFree(dev);
+    cudaFree(backup);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    free(host);
+    free(ms);
+    return med;
+}
+
+/* Median device-to-device copy time of `bytes` (ms). */
+static float copy_ms(size_t bytes, int iters)
+{
+    uint8_t *a, *b;
+    cudaEvent_t t0, t1;
+    float *ms = calloc((size_t)iters, sizeof(float)), med;
+
+    CHECK(cudaMalloc((void **)&a, bytes));
+    CHECK(cudaMalloc((void **)&b, bytes));
+    CHECK(cudaMemset(a, 1, bytes));
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    for (int it = -2; it < iters; it++) {
+        CHECK(cudaEventRecord(t0, 0));
+        CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CHECK(cudaEventRecord(t1, 0));
+        CHECK(cudaEventSynchronize(t1));
+        if (it >= 0)
+            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    med = ms[iters / 2];
+    cudaFree(a);
+    cudaFree(b);
+    free(ms);
+    return med;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; uint32_t alg; size_t keylen, ivlen; } ciphers[] = {
+        { "AES-128-CTR", GP_ALG_AES_CTR, 16, 16 },
+        { "AES-256-GCM", GP_ALG_AES_GCM, 32, 12 },
+        { "ChaCha20-Poly1305", GP_ALG_CHACHA20_POLY1305, 32, 12 },
+    };
+    size_t total_mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
+    size_t msg = (argc > 2 ? strtoul(argv[2], NULL, 10) : 16) * 1024;
+    int iters = argc > 3 ? atoi(argv[3]) : 20;
+    size_t total = total_mib << 20, nmsg = total / msg;
+    struct cudaDeviceProp prop;
+    float cms;
+
+    if (msg == 0 || nmsg == 0 || iters <= 0) {
+        fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations]\n");
+        return 2;
+    }
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    cms = copy_ms(total, iters);
+    printf("kernel_bench: %s, %zu MiB as %zu messages of %zu KiB, median of %d launches\n",
+           prop.name, total_mib, nmsg, msg / 1024, iters);
+    printf("copy ceiling: device-to-device %zu MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
+           total_mib, cms, (double)total / cms / 1e6);
+    printf("%-18s %10s %10s %12s %10s\n", "cipher", "threads", "ms", "GB/s", "of ceiling");
+    for (size_t c = 0; c < sizeof(ciphers) / sizeof(ciphers[0]); c++) {
+        size_t units;
+        float ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, nmsg, msg, iters, &units);
+
+        printf("%-18s %10zu %10.3f %12.1f %9.1f%%\n", ciphers[c].name, units, ms,
+               (double)total / ms / 1e6, 100.0 * cms / ms);
+        printf("CSV,%s,%s,%zu,%zu,%.4f,%.2f,%.2f\n", prop.name, ciphers[c].name, total_mib, msg,
+               ms, (double)total / ms / 1e6, (double)total / cms / 1e6);
+    }
+    return 0;
+}
