@@ -16,6 +16,10 @@ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
 
 #define ARENA_MIN (1u << 20)
 #define ALIGN16(x) (((x) + 15) & ~(size_t)15)
+/* Partials and states of different requests never share a 128-byte line, so no finisher can see
+ * a line another request's units pulled into its SM's L1 earlier. */
+#define ALIGN128(x) (((x) + 127) & ~(size_t)127)
+#define STATE_STRIDE ALIGN128(sizeof(gp_msg_state))
 
 typedef struct gp_cuda {
     pthread_mutex_t lock;        /* one batch in flight (double buffering comes with the queue) */
@@ -215,12 +219,12 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].len);
-    part_off = ALIGN16(off);
+    part_off = ALIGN128(off);
     off = part_off;
     for (size_t i = 0; i < m; i++)
-        off += (size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES;
-    states_off = ALIGN16(off);
-    out_off = states_off + m * sizeof(gp_msg_state);
+        off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
+    states_off = ALIGN128(off);
+    out_off = states_off + m * STATE_STRIDE;
     off = out_off;
     for (size_t i = 0; i < m; i++)
         off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(c->jobs[i].len)
@@ -241,7 +245,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
             memset(w, 0, sizeof(*w));
             w->job = c->jobs[i];
             w->key_off = keys_off + i * sizeof(gp_key_sched);
-            w->state_off = states_off + i * sizeof(gp_msg_state);
+            w->state_off = states_off + i * STATE_STRIDE;
             w->in_off = in_pos;
             w->out_off = out_pos;
             w->partials_off = part_pos;
@@ -250,7 +254,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
             if (w->job.len > 0)
                 memcpy(c->host + in_pos, r->in, w->job.len);
             in_pos += ALIGN16(w->job.len);
-            part_pos += (size_t)w->job.nunits * GP_PARTIAL_BYTES;
+            part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
             out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
             refs[ref].work = (uint32_t)i;
             refs[ref++].unit = GP_UNIT_LEAD;

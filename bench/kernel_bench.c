@@ -71,8 +71,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     key_off = work_off + nmsg * sizeof(gp_work);
     in_off = (key_off + sizeof(gp_key_sched) + 127) & ~(size_t)127;
     part_off = in_off + nmsg * msg;
-    states_off = part_off + nmsg * job.nunits * GP_PARTIAL_BYTES;
-    out_off = (states_off + nmsg * sizeof(gp_msg_state) + 127) & ~(size_t)127;
+    states_off = part_off + nmsg * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
+    out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
     total = out_off + nmsg * msg;
     host = malloc(total);
     if (host == NULL || ms == NULL) {
@@ -91,10 +91,10 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         memset(&work[i], 0, sizeof(work[i]));
         work[i].job = job;
         work[i].key_off = key_off;
-        work[i].state_off = states_off + i * sizeof(gp_msg_state);
+        work[i].state_off = states_off + i * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
         work[i].in_off = in_off + i * msg;
         work[i].out_off = out_off + i * msg;
-        work[i].partials_off = part_off + i * job.nunits * GP_PARTIAL_BYTES;
+        work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
         memcpy(host + work[i].state_off, &st, sizeof(st));
         refs[r].work = (uint32_t)i;
         refs[r++].unit = GP_UNIT_LEAD;

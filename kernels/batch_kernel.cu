@@ -6,8 +6,8 @@
  * One thread per unit. A request's lead and body units run concurrently (the body's counters and
  * MAC partials do not depend on the lead); the last of them to finish, counted with an atomic on
  * the request's `done`, folds the partials and runs the tail. The fences order the units' writes
- * (state, partials) before the count; the module is built with -dlcm=cg, so the finisher's loads
- * come from L2 and never from a stale L1 line. The host glue (batching/exec_cuda.c) launches it by
+ * (state, partials) before the count; the finisher loads what other blocks wrote from L2
+ * (GP_LOAD_SHARED), never from a possibly stale L1 line, and works on a local copy of the state. The host glue (batching/exec_cuda.c) launches it by
  * address with cudaLaunchKernel, so this file holds device code only.
  */
 extern "C" __global__ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
@@ -36,8 +36,16 @@ extern "C" __global__ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int
         return;
     __threadfence();
     if (atomicAdd(&w->done, 1u) == w->job.nunits) {
+        gp_msg_state local;
+        uint8_t *lp = (uint8_t *)&local;
+        const uint8_t *sp = (const uint8_t *)st;
+
         __threadfence();
-        gp_unit_finish(st, k, &w->job, arena + w->partials_off,
+        for (size_t i = 0; i < sizeof(local); i++)
+            lp[i] = GP_LOAD_SHARED(sp + i);
+        gp_unit_finish(&local, k, &w->job, arena + w->partials_off,
                        in + w->job.head_len + w->job.body_len, out + w->job.head_len + w->job.body_len);
+        *st = local;
+        gp_state_wipe(&local, sizeof(local));
     }
 }

@@ -14,6 +14,17 @@
 # define GP_KCONST static const
 #endif
 
+/*
+ * A load of data another thread block wrote during this launch (the finisher reading partial MACs
+ * and the lead's state): on the GPU it goes to L2 (ld.global.cg), since an SM's L1 is not coherent
+ * with other SMs' writes; on the host a plain load.
+ */
+#if defined(__CUDA_ARCH__)
+# define GP_LOAD_SHARED(p) __ldcg(p)
+#else
+# define GP_LOAD_SHARED(p) (*(p))
+#endif
+
 /* Byte-order helpers: every multi-byte field the specs define is read through these. */
 GP_KFN uint32_t gp_load_le32(const uint8_t *p)
 {

@@ -211,8 +211,25 @@ GP_KFN void gp_p1305_pow(uint32_t out[5], const uint32_t r[5], uint64_t n)
     }
 }
 
+/* A partial MAC word, written by another unit of this launch (see GP_LOAD_SHARED). */
+GP_KFN uint64_t gp_partial_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | GP_LOAD_SHARED(p + i);
+    return v;
+}
+
+GP_KFN uint32_t gp_partial_le32(const uint8_t *p)
+{
+    return (uint32_t)GP_LOAD_SHARED(p) | (uint32_t)GP_LOAD_SHARED(p + 1) << 8
+           | (uint32_t)GP_LOAD_SHARED(p + 2) << 16 | (uint32_t)GP_LOAD_SHARED(p + 3) << 24;
+}
+
 /* Fold the body's partials into the state (Horner over units), advance past the body, then run
- * the tail serially. `st` is the state the lead left. */
+ * the tail serially. `st` is the state the lead left (the GPU finisher passes a copy it loaded
+ * from L2). */
 GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
                            const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
 {
@@ -232,8 +249,8 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
                 gp_ghash_pow(hn, k->gcm_h, nb);
                 gp_ghash_mul(st->ghash_x, hn);
             }
-            p[0] = gp_load_be64(partials + GP_PARTIAL_BYTES * u);
-            p[1] = gp_load_be64(partials + GP_PARTIAL_BYTES * u + 8);
+            p[0] = gp_partial_be64(partials + GP_PARTIAL_BYTES * u);
+            p[1] = gp_partial_be64(partials + GP_PARTIAL_BYTES * u + 8);
             st->ghash_x[0] ^= p[0];
             st->ghash_x[1] ^= p[1];
         }
@@ -251,7 +268,7 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
                 gp_p1305_mul(st->poly.h, rn);
             }
             for (int i = 0; i < 5; i++)
-                p[i] = gp_load_le32(partials + GP_PARTIAL_BYTES * u + 4 * i);
+                p[i] = gp_partial_le32(partials + GP_PARTIAL_BYTES * u + 4 * i);
             gp_p1305_add(st->poly.h, p);
         }
         gp_state_wipe(rf, sizeof(rf));
