@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
+#include <openssl/core_dispatch.h>
 
 #include "engine.h"
 
@@ -35,6 +36,26 @@ extern const gp_executor gp_exec_cpu;
 extern const gp_executor gp_exec_cuda;
 #endif
 
+/*
+ * cpu executor: one default-provider cipher's own functions, read from its OSSL_DISPATCH table at
+ * open, so a request costs one call into the provider instead of EVP -> provider. newctx == NULL
+ * means the lookup failed and that slot goes through EVP_CIPHER_CTX as before. The code stays
+ * loaded because the engine holds the EVP_CIPHER fetched from the same provider.
+ */
+typedef struct gp_cpu_direct {
+    void *provctx;
+    OSSL_FUNC_cipher_newctx_fn *newctx;
+    OSSL_FUNC_cipher_freectx_fn *freectx;
+    OSSL_FUNC_cipher_dupctx_fn *dupctx;
+    OSSL_FUNC_cipher_encrypt_init_fn *einit;
+    OSSL_FUNC_cipher_decrypt_init_fn *dinit;
+    OSSL_FUNC_cipher_update_fn *update;
+    OSSL_FUNC_cipher_final_fn *final;
+    OSSL_FUNC_cipher_get_ctx_params_fn *get_ctx_params;
+    OSSL_FUNC_cipher_set_ctx_params_fn *set_ctx_params;
+    size_t ivlen;                /* the cipher's default IV length (a new context starts there) */
+} gp_cpu_direct;
+
 struct gp_key {
     uint64_t id;                 /* unique per scheduled key: the cpu executor re-keys on change */
     uint32_t alg;
@@ -53,9 +74,12 @@ struct gp_msg {
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */
-    EVP_CIPHER_CTX *cpu_ctx;     /* cpu: a default-provider context */
-    uint64_t cpu_key_id;         /* key loaded in cpu_ctx, 0 if none */
-    size_t cpu_ivlen;            /* GCM IV length cpu_ctx is set to */
+    EVP_CIPHER_CTX *cpu_ctx;     /* cpu, EVP path: a default-provider context */
+    void *cpu_algctx;            /* cpu, direct path: the default provider's own context */
+    const gp_cpu_direct *cpu_direct;   /* functions for cpu_algctx (in the engine, which outlives
+                                        * its messages) */
+    uint64_t cpu_key_id;         /* key loaded in cpu_ctx / cpu_algctx, 0 if none */
+    size_t cpu_ivlen;            /* GCM IV length cpu_ctx / cpu_algctx is set to */
 };
 
 /* The host executor's worker pool (started on the first batch worth spreading). */
@@ -83,6 +107,7 @@ struct gp_engine {
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
     const gp_executor *preferred;   /* where new messages go; resolved at first use */
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
+    gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
