@@ -171,6 +171,13 @@ static uint32_t op_of(const gp_request *r)
     }
 }
 
+/* Bytes placed before a request's data so that its body starts on a 16-byte boundary (the units
+ * then move it with 16-byte vector accesses). */
+static size_t body_pad(const gp_job *j)
+{
+    return (16 - (size_t)(j->head_len % 16)) % 16;
+}
+
 /* Scratch arrays for a batch of n requests, grown by doubling. */
 static int scratch_reserve(gp_cuda *c, size_t n)
 {
@@ -218,7 +225,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
     in_off = keys_off + m * sizeof(gp_key_sched);
     off = in_off;
     for (size_t i = 0; i < m; i++)
-        off += ALIGN16(c->jobs[i].len);
+        off += ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
     part_off = ALIGN128(off);
     off = part_off;
     for (size_t i = 0; i < m; i++)
@@ -227,7 +234,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
     out_off = states_off + m * STATE_STRIDE;
     off = out_off;
     for (size_t i = 0; i < m; i++)
-        off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(c->jobs[i].len)
+        off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len)
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
     total = off;
     if (!arena_reserve(e, c, total))
@@ -242,20 +249,22 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
             const gp_request *r = &reqs[idx[i]];
             gp_work *w = &work[i];
 
+            size_t pad = body_pad(&c->jobs[i]);
+
             memset(w, 0, sizeof(*w));
             w->job = c->jobs[i];
             w->key_off = keys_off + i * sizeof(gp_key_sched);
             w->state_off = states_off + i * STATE_STRIDE;
-            w->in_off = in_pos;
-            w->out_off = out_pos;
+            w->in_off = in_pos + pad;
+            w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
             w->partials_off = part_pos;
             memcpy(c->host + w->key_off, gp_key_sched_get(r->msg->key), sizeof(gp_key_sched));
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
             if (w->job.len > 0)
-                memcpy(c->host + in_pos, r->in, w->job.len);
-            in_pos += ALIGN16(w->job.len);
+                memcpy(c->host + w->in_off, r->in, w->job.len);
+            in_pos += ALIGN16(pad + w->job.len);
             part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
-            out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
+            out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(pad + w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
             refs[ref].work = (uint32_t)i;
             refs[ref++].unit = GP_UNIT_LEAD;
             for (uint32_t u = 0; u < w->job.nunits; u++) {

@@ -79,6 +79,49 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
     gp_msg_run(st, k, j->op, in, out, (size_t)j->head_len);
 }
 
+/*
+ * 64 bytes between memory and a thread's own buffer, as 16 little-endian words. On the GPU that is
+ * four 16-byte vector accesses when the address allows (the cuda planner places every body on a
+ * 16-byte boundary), so the byte-level work happens in registers and lane-local memory rather than
+ * as byte loads scattered over global memory. Every target here is little-endian.
+ */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+# error "the kernels assume a little-endian target"
+#endif
+
+GP_KFN void gp_chunk_load(uint32_t w[16], const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    if (((uintptr_t)p & 15) == 0) {
+        const uint4 *v = (const uint4 *)p;
+
+        for (int i = 0; i < 4; i++) {
+            uint4 t = v[i];
+
+            w[4 * i] = t.x; w[4 * i + 1] = t.y; w[4 * i + 2] = t.z; w[4 * i + 3] = t.w;
+        }
+        return;
+    }
+#endif
+    for (int i = 0; i < 16; i++)
+        w[i] = gp_load_le32(p + 4 * i);
+}
+
+GP_KFN void gp_chunk_store(uint8_t *p, const uint32_t w[16])
+{
+#if defined(__CUDA_ARCH__)
+    if (((uintptr_t)p & 15) == 0) {
+        uint4 *v = (uint4 *)p;
+
+        for (int i = 0; i < 4; i++)
+            v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        return;
+    }
+#endif
+    for (int i = 0; i < 16; i++)
+        gp_store_le32(p + 4 * i, w[i]);
+}
+
 /* One body unit: bytes [u * GP_UNIT_BYTES, ...) of the body; in/out point at the body start. */
 GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, const uint8_t *in,
                          uint8_t *out, uint8_t partial[GP_PARTIAL_BYTES])
@@ -88,7 +131,8 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
     uint64_t off = (uint64_t)u * GP_UNIT_BYTES, n = j->body_len - off;
     uint64_t x[2] = { 0, 0 };
     gp_poly1305_state poly;
-    uint8_t ctr[16], ks[64];
+    uint8_t ctr[16];
+    uint32_t data[16], ks[16];
 
     if (n > GP_UNIT_BYTES)
         n = GP_UNIT_BYTES;
@@ -99,6 +143,8 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
         poly.h[i] = 0;
     }
     for (uint64_t c = off; c < off + n; c += 64) {
+        /* The whole chunk is read before any of it is written: in may equal out. */
+        gp_chunk_load(data, in + c);
         if (gp_alg_is_aes(alg)) {
             uint8_t ctrs[64];
 
@@ -106,26 +152,27 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
                 gp_bytes_copy(ctrs + 16 * b, ctr, 16);
                 gp_ctr_add(alg, ctr, 1);
             }
-            gp_aes_encrypt4(&k->aes, ctrs, ks);
+            gp_aes_encrypt4(&k->aes, ctrs, (uint8_t *)ks);
         } else {
-            gp_chacha20_block(k->chacha_key, ctr, ks);
+            gp_chacha20_block(k->chacha_key, ctr, (uint8_t *)ks);
             gp_ctr_add(alg, ctr, 1);
         }
-        /* The MAC is over the ciphertext: the input when decrypting (in may equal out). */
+        /* The MAC is over the ciphertext: the input when decrypting, the output when encrypting. */
         if (aead && dec) {
             if (alg == GP_ALG_AES_GCM)
-                gp_ghash_blocks(x, k->gcm_h, in + c, 4);
+                gp_ghash_blocks(x, k->gcm_h, (const uint8_t *)data, 4);
             else
-                gp_poly1305_blocks(&poly, in + c, 4);
+                gp_poly1305_blocks(&poly, (const uint8_t *)data, 4);
         }
-        for (int b = 0; b < 64; b++)
-            out[c + b] = in[c + b] ^ ks[b];
+        for (int b = 0; b < 16; b++)
+            data[b] ^= ks[b];
         if (aead && !dec) {
             if (alg == GP_ALG_AES_GCM)
-                gp_ghash_blocks(x, k->gcm_h, out + c, 4);
+                gp_ghash_blocks(x, k->gcm_h, (const uint8_t *)data, 4);
             else
-                gp_poly1305_blocks(&poly, out + c, 4);
+                gp_poly1305_blocks(&poly, (const uint8_t *)data, 4);
         }
+        gp_chunk_store(out + c, data);
     }
     for (unsigned b = 0; b < GP_PARTIAL_BYTES; b++)
         partial[b] = 0;
