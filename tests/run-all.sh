@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds gpuprov and runs every test suite that this machine can run, then the same suites again
-# under AddressSanitizer + UndefinedBehaviorSanitizer. The README's test command.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then on a GPU machine the gpu suite. The
+# README's test command.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -38,4 +39,8 @@ meson setup build-asan --reconfigure -Dcuda=disabled -Dwycheproof_dir="$wp" -Db_
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   meson test -C build-asan $no_gpu --print-errorlogs --num-processes 2 --timeout-multiplier 4
-echo "run-all: all suites passed (plain and ASan+UBSan)"
+# The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
+# without one, tests/gpu/run.sh says so and skips.
+GPU_STEPS=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck} \
+  WYCHEPROOF_DIR="$wp" bash tests/gpu/run.sh build-gpu
+echo "run-all: all suites passed (plain and ASan+UBSan; gpu where present)"
