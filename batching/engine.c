@@ -30,6 +30,10 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
     e->knobs = *knobs;
     e->libctx = libctx;
     e->pid = getpid();
+    if (!gp_queue_init(&e->queue)) {
+        free(e);
+        return NULL;
+    }
     pthread_mutex_init(&e->open_lock, NULL);
     pthread_mutex_init(&e->pool.lock, NULL);
     pthread_mutex_init(&e->pool.submit, NULL);
@@ -49,8 +53,8 @@ static void check_fork(gp_engine *e)
 
     if (e->pid == now)
         return;
-    e->pid = now;
-    e->preferred = NULL;
+    atomic_store(&e->pid, now);
+    atomic_store(&e->preferred, NULL);
     /* The host and cpu executors hold plain memory, which the child has; the GPU context is not. */
     if (e->opened[GP_EXEC_CUDA] != 0)
         e->opened[GP_EXEC_CUDA] = -1;
@@ -79,6 +83,7 @@ void gp_engine_free(gp_engine *e)
     for (int i = 0; i < GP_EXEC_COUNT; i++)
         if (executors[i] != NULL && e->opened[i] == 1)
             executors[i]->close(e);
+    gp_queue_cleanup(&e->queue);
     pthread_mutex_destroy(&e->open_lock);
     pthread_mutex_destroy(&e->pool.lock);
     pthread_mutex_destroy(&e->pool.submit);
@@ -124,8 +129,8 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
 {
     pthread_mutex_lock(&e->open_lock);
     e->opened[x->id] = -1;
-    if (e->preferred == x)
-        e->preferred = NULL;
+    if (atomic_load(&e->preferred) == x)
+        atomic_store(&e->preferred, NULL);
     pthread_mutex_unlock(&e->open_lock);
 }
 
@@ -135,8 +140,9 @@ static const gp_executor *preferred_executor(gp_engine *e)
     const gp_executor *want, *got;
     gp_backend b = e->knobs.backend;
 
-    if (e->preferred != NULL && e->pid == getpid())
-        return e->preferred;
+    got = atomic_load_explicit(&e->preferred, memory_order_acquire);
+    if (got != NULL && atomic_load_explicit(&e->pid, memory_order_relaxed) == getpid())
+        return got;
     switch (b) {
     case GP_BACKEND_HOST:
         want = &gp_exec_host;
@@ -162,8 +168,8 @@ static const gp_executor *preferred_executor(gp_engine *e)
                 "using the host executor\n", got->name);
         got = &gp_exec_host;
     }
-    /* Benign race: every thread computes the same answer. */
-    e->preferred = got;
+    /* Threads racing here compute the same answer. */
+    atomic_store_explicit(&e->preferred, got, memory_order_release);
     return got;
 }
 
@@ -285,7 +291,11 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n);
 
-/* One request, the provider's every call: the batch path without its loops over requests. */
+/*
+ * One request, the provider's every call. The cpu executor gains nothing from batching: it runs
+ * the request at once, without the queue's loops. The host and cuda executors go through the
+ * process-wide queue, which gathers concurrent callers into one batch.
+ */
 static int submit_one(gp_msg *m, gp_request *r)
 {
     gp_engine *e = m->engine;
@@ -296,6 +306,8 @@ static int submit_one(gp_msg *m, gp_request *r)
         count_error(e);
         return GP_REQ_FAILED;
     }
+    if (m->exec != &gp_exec_cpu)
+        return gp_queue_submit(e, r);
     if (e->knobs.stats)
         atomic_fetch_add_explicit(&e->batches, 1, memory_order_relaxed);
     run_on(e, m->exec, r, 1);

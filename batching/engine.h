@@ -25,12 +25,22 @@ typedef enum gp_backend {
     GP_BACKEND_CPU
 } gp_backend;
 
+typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
+
 /* Knobs, from the provider's openssl.cnf section, overridden by GPUPROV_<KEY> variables. */
 typedef struct gp_knobs {
     gp_backend backend;
     int stats;             /* print one stats line to stderr when the provider unloads */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
     int device;            /* CUDA device index for the cuda executor */
+    /* Batching (host and cuda executors): a batch flushes at max_batch_ops requests or
+     * max_batch_bytes bytes, flush_us after its first request, or when every active submitter
+     * is waiting in it. */
+    int max_batch_ops;
+    size_t max_batch_bytes;
+    int flush_us;
+    gp_wait_mode wait;     /* how a submitter waits for its batch */
+    int spin_us;           /* adaptive: spin this long, then block */
 } gp_knobs;
 
 typedef struct gp_engine gp_engine;

@@ -99,16 +99,39 @@ typedef struct gp_host_pool {
     int active;                  /* workers inside the current batch */
 } gp_host_pool;
 
+/* The process-wide queue (queue.c): entries live on their submitters' stacks while they wait. */
+typedef struct gp_queue_entry {
+    gp_request *req;
+    atomic_int done;             /* set by the batch's leader once req->status is final */
+} gp_queue_entry;
+
+typedef struct gp_queue {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;         /* a batch completed, or the pending batch may now flush */
+    gp_queue_entry **pending;    /* the batch being gathered */
+    size_t npending, cap;
+    size_t pending_bytes;
+    uint64_t first_ns;           /* when its first request arrived (CLOCK_MONOTONIC) */
+    uint64_t generation;         /* bumped when a leader takes the pending batch */
+    int active;                  /* submitters inside gp_queue_submit */
+} gp_queue;
+
+int gp_queue_init(gp_queue *q);
+void gp_queue_cleanup(gp_queue *q);
+/* Run r through the queue, waiting as knobs.wait says; returns r->status. */
+int gp_queue_submit(gp_engine *e, gp_request *r);
+
 struct gp_engine {
     gp_knobs knobs;
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
     pthread_mutex_t open_lock;
-    pid_t pid;                   /* process the executors were opened in (fork resets them) */
+    _Atomic pid_t pid;           /* process the executors were opened in (fork resets them) */
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
-    const gp_executor *preferred;   /* where new messages go; resolved at first use */
+    _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use */
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;
+    gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
 };

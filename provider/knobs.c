@@ -70,11 +70,30 @@ static gp_backend parse_backend(const char *v)
     return GP_BACKEND_AUTO;
 }
 
+static gp_wait_mode parse_wait(const char *v)
+{
+    static const char *const names[] = { "adaptive", "spin", "block" };
+
+    if (v == NULL)
+        return GP_WAIT_ADAPTIVE;
+    for (int i = 0; i < 3; i++)
+        if (strcasecmp(v, names[i]) == 0)
+            return (gp_wait_mode)i;
+    bad_knob("wait", v, "spin, block or adaptive");
+    return GP_WAIT_ADAPTIVE;
+}
+
 void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params)
 {
     /* Keys of the provider's config section are readable by name through the core. */
     char *backend = NULL, *stats = NULL, *host_threads = NULL, *device = NULL;
+    char *max_ops = NULL, *max_bytes = NULL, *flush_us = NULL, *wait = NULL, *spin_us = NULL;
     OSSL_PARAM params[] = {
+        OSSL_PARAM_utf8_ptr("max_batch_ops", &max_ops, 0),
+        OSSL_PARAM_utf8_ptr("max_batch_bytes", &max_bytes, 0),
+        OSSL_PARAM_utf8_ptr("flush_us", &flush_us, 0),
+        OSSL_PARAM_utf8_ptr("wait", &wait, 0),
+        OSSL_PARAM_utf8_ptr("spin_us", &spin_us, 0),
         OSSL_PARAM_utf8_ptr("backend", &backend, 0),
         OSSL_PARAM_utf8_ptr("stats", &stats, 0),
         OSSL_PARAM_utf8_ptr("host_threads", &host_threads, 0),
@@ -90,4 +109,14 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     k->host_threads = parse_count("host_threads",
                                   knob_value("host_threads", host_threads, env, sizeof(env)), 0, 1024);
     k->device = parse_count("device", knob_value("device", device, env, sizeof(env)), 0, 1023);
+    k->max_batch_ops = parse_count("max_batch_ops", knob_value("max_batch_ops", max_ops, env, sizeof(env)),
+                                   4096, 1 << 20);
+    if (k->max_batch_ops == 0)
+        k->max_batch_ops = 1;
+    k->max_batch_bytes = (size_t)parse_count("max_batch_bytes",
+                                             knob_value("max_batch_bytes", max_bytes, env, sizeof(env)),
+                                             8 << 20, 1 << 30);
+    k->flush_us = parse_count("flush_us", knob_value("flush_us", flush_us, env, sizeof(env)), 50, 1000000);
+    k->wait = parse_wait(knob_value("wait", wait, env, sizeof(env)));
+    k->spin_us = parse_count("spin_us", knob_value("spin_us", spin_us, env, sizeof(env)), 50, 1000000);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdatomic.h>
 #include <cmocka.h>
 #include <openssl/err.h>
 
@@ -116,7 +117,8 @@ const char *gptest_executor(void)
     return b != NULL ? b : "auto";
 }
 
-static uint64_t rng_state;
+/* splitmix64 is a counter: an atomic add makes draws from many threads safe. */
+static _Atomic uint64_t rng_state;
 
 void gptest_rand_seed(void)
 {
@@ -126,14 +128,14 @@ void gptest_rand_seed(void)
     if (seeded)
         return;
     seeded = 1;
-    rng_state = s != NULL ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock() << 32;
-    fprintf(stderr, "gptest: GPTEST_SEED=%llu executor=%s\n", (unsigned long long)rng_state,
+    atomic_store(&rng_state, s != NULL ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock() << 32);
+    fprintf(stderr, "gptest: GPTEST_SEED=%llu executor=%s\n", (unsigned long long)atomic_load(&rng_state),
             gptest_executor());
 }
 
 uint64_t gptest_rand_u64(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    uint64_t z = atomic_fetch_add(&rng_state, 0x9e3779b97f4a7c15ULL) + 0x9e3779b97f4a7c15ULL;
 
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;

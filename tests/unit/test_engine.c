@@ -221,6 +221,17 @@ static void test_cuda_fault_falls_back(void **state)
     OSSL_LIB_CTX_free(lib);
 }
 
+/* Knobs as an unconfigured provider has them (environment aside), for one backend. */
+static gp_knobs knobs_for(gp_backend backend)
+{
+    gp_knobs k;
+
+    gp_knobs_load(&k, NULL, NULL);
+    k.backend = backend;
+    k.stats = 1;
+    return k;
+}
+
 /* The backend the per-executor tests run on: $GPTEST_ENGINE_BACKEND (meson registers one run each). */
 static gp_backend env_backend(void)
 {
@@ -292,7 +303,7 @@ static void test_threads64(void **state)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
+    gp_knobs knobs = knobs_for(env_backend());
     gp_engine *e = gp_engine_new(&knobs, lib);
     pthread_t th[64];
     thread_arg args[64];
@@ -380,6 +391,60 @@ static void test_unit_boundaries(void **state)
         for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
             one_message(e, lib, &algs[a], lens[i]);
     gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
+typedef struct {
+    gp_engine *e;
+    OSSL_LIB_CTX *lib;
+    pthread_barrier_t *start;
+    int index;
+} queue_arg;
+
+static void *queue_thread(void *v)
+{
+    queue_arg *t = v;
+
+    pthread_barrier_wait(t->start);
+    one_message(t->e, t->lib, &algs[(size_t)t->index % (sizeof(algs) / sizeof(algs[0]))], 4096);
+    return NULL;
+}
+
+/* Concurrent callers share batches: over a few rounds of 32 threads released together, some batch
+ * must hold more than one request; every answer stays exact. */
+static void test_queue_gathers_threads(void **state)
+{
+    enum { T = 32 };
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = knobs_for(env_backend());
+    int shared = 0;
+
+    (void)state;
+    if (knobs.backend == GP_BACKEND_CPU)
+        skip();   /* the cpu executor runs each call at once, by design */
+    for (int round = 0; round < 20 && !shared; round++) {
+        gp_engine *e = gp_engine_new(&knobs, lib);
+        pthread_barrier_t start;
+        pthread_t th[T];
+        queue_arg args[T];
+        gp_stats st;
+
+        pthread_barrier_init(&start, NULL, T);
+        for (int i = 0; i < T; i++) {
+            args[i] = (queue_arg){ e, lib, &start, i };
+            assert_int_equal(pthread_create(&th[i], NULL, queue_thread, &args[i]), 0);
+        }
+        for (int i = 0; i < T; i++)
+            pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        gp_engine_stats(e, &st);
+        assert_int_equal(st.errors, 0);
+        shared = st.batches < st.ops;
+        gp_engine_free(e);
+    }
+    assert_true(shared);
     OSSL_PROVIDER_unload(dflt);
     OSSL_LIB_CTX_free(lib);
 }
@@ -639,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_many_tiny),
         cmocka_unit_test(test_unit_boundaries),
         cmocka_unit_test(test_threads64),
+        cmocka_unit_test(test_queue_gathers_threads),
     };
     const struct CMUnitTest cuda_only[] = {
         cmocka_unit_test(test_cuda_fault_falls_back),
