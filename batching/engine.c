@@ -344,6 +344,17 @@ int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen)
 
 /* ---- submission ---- */
 
+int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs_v)
+{
+    const gp_request *reqs = reqs_v;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    uintptr_t mi = (uintptr_t)reqs[i].msg, mj = (uintptr_t)reqs[j].msg;
+
+    if (mi != mj)
+        return mi < mj ? -1 : 1;
+    return i < j ? -1 : i > j;   /* keep submission order within a message */
+}
+
 /* Counters cost locked instructions on every request: they run only when the stats line is asked
  * for (knob stats = 1), the one place they are read. */
 static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, size_t n)

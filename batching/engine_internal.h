@@ -144,6 +144,10 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
  * one provider context (EVP contexts are not shared between threads), so no lock is needed. */
 const gp_key_sched *gp_key_sched_get(gp_key *k);
 
+/* qsort_r comparator over request indexes (context: the gp_request array): groups each message's
+ * requests together, in submission order. */
+int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs);
+
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);
 void gp_host_pool_stop(gp_host_pool *p);

@@ -148,17 +148,6 @@ static int cuda_msg_start(gp_engine *e, gp_msg *m)
     return 1;
 }
 
-static int cmp_index_by_msg(const void *a, const void *b, void *reqs_v)
-{
-    const gp_request *reqs = reqs_v;
-    size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    uintptr_t mi = (uintptr_t)reqs[i].msg, mj = (uintptr_t)reqs[j].msg;
-
-    if (mi != mj)
-        return mi < mj ? -1 : 1;
-    return i < j ? -1 : i > j;
-}
-
 static uint32_t op_of(const gp_request *r)
 {
     switch (r->kind) {
@@ -364,7 +353,7 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         c->order[i] = i;
-    qsort_r(c->order, n, sizeof(*c->order), cmp_index_by_msg, reqs);
+    qsort_r(c->order, n, sizeof(*c->order), gp_cmp_request_by_msg, reqs);
     for (size_t i = 0; i < n; i++) {
         size_t at = c->order[i];
 

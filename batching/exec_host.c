@@ -191,17 +191,6 @@ void gp_host_pool_stop(gp_host_pool *p)
     p->nthreads = 0;
 }
 
-static int cmp_by_msg(const void *a, const void *b, void *reqs_v)
-{
-    const gp_request *reqs = reqs_v;
-    size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    uintptr_t mi = (uintptr_t)reqs[i].msg, mj = (uintptr_t)reqs[j].msg;
-
-    if (mi != mj)
-        return mi < mj ? -1 : 1;
-    return i < j ? -1 : i > j;      /* keep submission order within a message */
-}
-
 /* Spread a batch over the pool; 0 if it cannot (the caller then runs it inline). */
 static int pool_run(gp_engine *e, gp_request *reqs, size_t n)
 {
@@ -218,7 +207,7 @@ static int pool_run(gp_engine *e, gp_request *reqs, size_t n)
         goto out;
     for (size_t i = 0; i < n; i++)
         order[i] = i;
-    qsort_r(order, n, sizeof(*order), cmp_by_msg, reqs);
+    qsort_r(order, n, sizeof(*order), gp_cmp_request_by_msg, reqs);
     for (size_t i = 0; i < n; i++)
         if (i == 0 || reqs[order[i]].msg != reqs[order[i - 1]].msg)
             starts[ngroups++] = i;
