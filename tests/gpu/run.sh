@@ -18,7 +18,7 @@ wp=${WYCHEPROOF_DIR:-$root/../shared/vectors/wycheproof}
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) | $(nvcc --version | tail -1) | $(openssl version)"
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed evp-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -46,5 +46,7 @@ step kernel-bench sh -c "'$build/bench/kernel_bench' 256 16 10 && '$build/bench/
 cat "$out/kernel-bench.log" 2>/dev/null
 step speed env BENCH_OUT="$out/speed.csv" bash bench/speed.sh "$build" "${SPEED_SECONDS:-1}"
 cat "$out/speed.log" 2>/dev/null | tail -24
+step evp-bench env BENCH_OUT="$out/evp.csv" EVP_THREADS="${EVP_THREADS:-1,16}" bash bench/evp.sh "$build" "${EVP_SECONDS:-1}"
+cat "$out/evp-bench.log" 2>/dev/null | tail -60
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
 exit $status
