@@ -114,6 +114,7 @@ typedef struct gp_queue {
     uint64_t first_ns;           /* when its first request arrived (CLOCK_MONOTONIC) */
     uint64_t generation;         /* bumped when a leader takes the pending batch */
     int active;                  /* submitters inside gp_queue_submit */
+    int inflight;                /* batches being run by their leaders */
 } gp_queue;
 
 int gp_queue_init(gp_queue *q);

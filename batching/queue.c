@@ -12,9 +12,10 @@
 /*
  * Flush policy, checked by every waiting submitter whose request is still pending:
  *   - the batch holds max_batch_ops requests or max_batch_bytes bytes;
- *   - flush_us have passed since its first request;
- *   - every active submitter is waiting in it: no one else could add anything, so waiting longer
- *     only adds latency (this is what makes a lone synchronous caller never wait on the timer).
+ *   - no batch is running, and either flush_us have passed since its first request, or every
+ *     active submitter is waiting in it: no one else could add anything, so waiting longer only
+ *     adds latency (this is what makes a lone synchronous caller never wait on the timer).
+ * While a batch runs the next one gathers, so batch sizes follow the executor's service time.
  * The submitter that flushes becomes the batch's leader: it runs the batch with no lock held while
  * others keep queueing into the next one, then wakes the batch's waiters.
  */
@@ -50,10 +51,13 @@ void gp_queue_cleanup(gp_queue *q)
 
 static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
 {
-    return q->npending >= (size_t)e->knobs.max_batch_ops
-           || q->pending_bytes >= e->knobs.max_batch_bytes
-           || t - q->first_ns >= (uint64_t)e->knobs.flush_us * 1000u
-           || q->npending == (size_t)q->active;
+    if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
+        return 1;
+    /* While a batch runs, flushing the next one only puts it in line behind it: keep gathering
+     * until the running batch completes (its leader then wakes everyone to re-check). */
+    if (q->inflight > 0)
+        return 0;
+    return t - q->first_ns >= (uint64_t)e->knobs.flush_us * 1000u || q->npending == (size_t)q->active;
 }
 
 /* Take the pending batch and run it (called with the lock held; returns with it held). */
@@ -68,6 +72,7 @@ static void lead(gp_engine *e, gp_queue *q)
     q->npending = q->cap = 0;
     q->pending_bytes = 0;
     q->generation++;
+    q->inflight++;
     pthread_mutex_unlock(&q->lock);
 
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
@@ -85,6 +90,7 @@ static void lead(gp_engine *e, gp_queue *q)
     }
 
     pthread_mutex_lock(&q->lock);
+    q->inflight--;
     for (size_t i = 0; i < n; i++)
         atomic_store_explicit(&mine[i]->done, 1, memory_order_release);
     pthread_cond_broadcast(&q->cond);
@@ -112,7 +118,7 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
         pthread_mutex_lock(&q->lock);
         return;
     }
-    if (pending) {
+    if (pending && q->inflight == 0) {
         uint64_t deadline = q->first_ns + (uint64_t)e->knobs.flush_us * 1000u;
         struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
 
