@@ -6,6 +6,7 @@
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "prov.h"
 
@@ -173,6 +174,12 @@ int OSSL_provider_init(const OSSL_CORE_HANDLE *handle, const OSSL_DISPATCH *in,
      * there, and the IV generator draws from its DRBG. Never the NULL context. */
     pc->libctx = OSSL_LIB_CTX_new_child(handle, in);
     if (pc->libctx == NULL)
+        goto err;
+    /* The child's DRBG (TLS 1.2 GCM explicit nonces) fetches its AES-256-CTR in the child, where
+     * gpuprov itself is visible again: served by gpuprov, it would hold a reference on gpuprov from
+     * inside gpuprov, so the provider would never be torn down (no stats line, a leak at exit).
+     * Prefer the default provider there, as config/gpuprov.cnf does for the application's DRBG. */
+    if (!RAND_set_DRBG_type(pc->libctx, NULL, "?provider=default", NULL, NULL))
         goto err;
     pc->engine = gp_engine_new(&pc->knobs, pc->libctx);
     if (pc->engine == NULL)
