@@ -86,6 +86,18 @@ pass() {
     return 0
 }
 
+# curl with libasan preloaded hangs in setlocale() at start-up, with or without gpuprov (Debian 12,
+# gcc 12, curl 7.88: `LD_PRELOAD=libasan.so curl --version` never returns). In sanitized builds the
+# curl clients that would load gpuprov are skipped (reported); s_client, s_server and nginx run
+# the sanitized module, and curl still runs as the plain peer.
+skips=0
+curl_gp_skipped() {   # CASE: true (and a note) when this curl-with-gpuprov case cannot run here
+    [ -n "$PRELOAD" ] || return 1
+    echo "skip: $1: curl cannot run with the sanitizer runtime preloaded"
+    skips=$((skips + 1))
+    return 0
+}
+
 # Processes that load gpuprov ("gp") and those that must not ("plain").
 GP_ENV=(env OPENSSL_CONF="$CONF" OPENSSL_MODULES="$MODDIR" GPUPROV_STATS=1 GPUPROV_BACKEND="$EXECUTOR")
 [ -n "$PRELOAD" ] && GP_ENV+=(LD_PRELOAD="$PRELOAD")
@@ -241,7 +253,8 @@ http {
 }
 EOF
         : > "$NDIR/error.log"
-        "${ENVP[@]}" "$NGINX" -p "$NDIR" -c "$NDIR/nginx.conf" -e "$NDIR/error.log" \
+        # Sanitized: no leak check in nginx (it leaves its pools to exit), the other checks stay on.
+        "${ENVP[@]}" ${PRELOAD:+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0} "$NGINX" -p "$NDIR" -c "$NDIR/nginx.conf" -e "$NDIR/error.log" \
             > "$NDIR/stdout.log" 2>&1 < /dev/null &
         NPID=$!
         PIDS+=("$NPID")
@@ -277,6 +290,10 @@ nginx_workers_check() {
 stop_nginx() {
     kill -QUIT "$NPID" 2>/dev/null
     wait_exit "$NPID" 30 || fail "$1: nginx did not stop within 30 s of SIGQUIT" "$NDIR/error.log"
+    if grep -qE 'exited on signal|exited with code [1-9]|ERROR: AddressSanitizer|runtime error:' \
+            "$NDIR/error.log"; then
+        fail "$1: an nginx process crashed or a sanitizer reported an error" "$NDIR/error.log"
+    fi
 }
 
 # ---- clients ----
@@ -288,6 +305,11 @@ fetch() {
     shift 6
     local out=$tmp/$case.out err=$tmp/$case.err body=$tmp/$case.body
     side_env "$side"
+    if [ "$client" = curl ] && [ "$side" = gp ] && curl_gp_skipped "$case"; then
+        return
+    fi
+    SRV_RECORDS=$((SRV_RECORDS + $(records "$size")))   # what the server must have processed
+    SRV_BYTES=$((SRV_BYTES + size))
     if [ "$client" = curl ]; then
         echo "+ ${ENVP[*]} $CURL ... ${CURL_TLS[*]} https://localhost:$port/$file" > "$tmp/$case.cmd"
         timeout 120 "${ENVP[@]}" "$CURL" --silent --show-error --verbose --http1.1 \
@@ -333,18 +355,16 @@ fetch() {
 
 # ---- modes ----
 nsizes=$(echo $SIZES | wc -w)
-total_bytes=0
-total_records=0
-for s in $SIZES; do
-    total_bytes=$((total_bytes + s))
-    total_records=$((total_records + $(records "$s")))
-done
 
 # serve NAME SERVER SERVERSIDE CLIENTSIDE: one server for the suite, both clients fetch every size.
 serve() {
-    local name=$1 server=$2 sside=$3 cside=$4 s c port log
+    local name=$1 server=$2 sside=$3 cside=$4 s c port log naccept
+    SRV_RECORDS=0
+    SRV_BYTES=0
     if [ "$server" = sserver ]; then
-        start_sserver "$name-server" "$sside" $((2 * nsizes)) || return
+        naccept=$((2 * nsizes))
+        [ "$cside" = gp ] && [ -n "$PRELOAD" ] && naccept=$nsizes   # curl with gpuprov skipped
+        start_sserver "$name-server" "$sside" "$naccept" || return
         port=$SPORT
         log=$tmp/$name-server.err
     else
@@ -359,15 +379,14 @@ serve() {
         done
     done
     if [ "$server" = sserver ]; then
-        wait_exit "$SPID" 30 || fail "$name: s_server did not exit after its $((2 * nsizes)) connections" "$log"
+        wait_exit "$SPID" 30 || fail "$name: s_server did not exit after its $naccept connections" "$log"
         lines=1
     else
         stop_nginx "$name"
         lines=3   # two workers and the master
     fi
     if [ "$sside" = gp ]; then
-        stats_check "$name: server stats at exit" "$log" "$lines" $((2 * total_records)) \
-            $((2 * total_bytes)) "errors==0"
+        stats_check "$name: server stats at exit" "$log" "$lines" "$SRV_RECORDS" "$SRV_BYTES" "errors==0"
     else
         no_stats_check "$name: server" "$log"
     fi
@@ -377,6 +396,9 @@ serve() {
 tamper_s2c() {
     local name=$1 client=$2 rpid rport="" i rc offset verdict
     local out=$tmp/$name.out err=$tmp/$name.err report=$tmp/$name.report
+    if [ "$client" = curl ] && curl_gp_skipped "$name"; then
+        return
+    fi
     "$PY" "$TOOL" relay "$NPORT" "$tmp/$name.port" "$report" s2c "$PROTO" "$OVERHEAD" 3 \
         > "$tmp/$name.relay" 2>&1 &
     rpid=$!
@@ -507,5 +529,5 @@ for spec in $SUITES; do
         echo "FAILED: $PROTO_NAME $SUITE ($MODE): $((failures - f0)) check(s)"
     fi
 done
-echo "tls.sh $MODE: $passes checks passed, $failures failed, $(($(date +%s) - start)) s"
+echo "tls.sh $MODE: $passes checks passed, $failures failed, $skips cases skipped, $(($(date +%s) - start)) s"
 [ "$failures" = 0 ]
