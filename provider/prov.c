@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Provider entry point: init, teardown, algorithm query, provider params and reason strings. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "prov.h"
 
@@ -21,13 +23,49 @@ static OSSL_FUNC_core_new_error_fn *core_new_error;
 static OSSL_FUNC_core_set_error_debug_fn *core_set_error_debug;
 static OSSL_FUNC_core_vset_error_fn *core_vset_error;
 
+/* The core packs a reason without a library into the library number it gave the provider, whose
+ * strings are reason_strings below; that needs the handle of a live instance (any one: they all
+ * serve the same table). Without one (more than GP_MAX_INSTANCES loaded), ERR_LIB_PROV is used
+ * and the printed strings are OpenSSL's own PROV ones. */
+#define GP_MAX_INSTANCES 16
+static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
+static const OSSL_CORE_HANDLE *instances[GP_MAX_INSTANCES];
+
+static void instance_add(const OSSL_CORE_HANDLE *handle)
+{
+    pthread_mutex_lock(&instances_lock);
+    for (int i = 0; i < GP_MAX_INSTANCES; i++) {
+        if (instances[i] == NULL) {
+            instances[i] = handle;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&instances_lock);
+}
+
+static void instance_remove(const OSSL_CORE_HANDLE *handle)
+{
+    pthread_mutex_lock(&instances_lock);
+    for (int i = 0; i < GP_MAX_INSTANCES; i++)
+        if (instances[i] == handle)
+            instances[i] = NULL;
+    pthread_mutex_unlock(&instances_lock);
+}
+
 void gp_raise(const char *file, int line, const char *func, int reason)
 {
+    const OSSL_CORE_HANDLE *handle = NULL;
+
     if (core_new_error == NULL)
         return;
-    core_new_error(NULL);
-    core_set_error_debug(NULL, file, line, func);
-    core_vset_error(NULL, ERR_PACK(ERR_LIB_PROV, 0, reason), NULL, NULL);
+    pthread_mutex_lock(&instances_lock);
+    for (int i = 0; i < GP_MAX_INSTANCES && handle == NULL; i++)
+        handle = instances[i];
+    pthread_mutex_unlock(&instances_lock);
+    core_new_error(handle);
+    core_set_error_debug(handle, file, line, func);
+    core_vset_error(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason),
+                    NULL, NULL);
 }
 
 static const OSSL_ITEM reason_strings[] = {
@@ -129,6 +167,7 @@ static void gp_teardown(void *vprovctx)
         return;
     gp_engine_free(pc->engine);   /* prints the stats line when asked */
     OSSL_LIB_CTX_free(pc->libctx);
+    instance_remove(pc->handle);
     free(pc);
 }
 
@@ -172,11 +211,18 @@ int OSSL_provider_init(const OSSL_CORE_HANDLE *handle, const OSSL_DISPATCH *in,
     if ((pc = calloc(1, sizeof(*pc))) == NULL)
         return 0;
     pc->handle = handle;
+    instance_add(handle);
     gp_knobs_load(&pc->knobs, handle, core_get_params);
     /* A child context sees the application's providers: the cpu executor fetches from default
      * there, and the IV generator draws from its DRBG. Never the NULL context. */
     pc->libctx = OSSL_LIB_CTX_new_child(handle, in);
     if (pc->libctx == NULL)
+        goto err;
+    /* The child's DRBG (TLS 1.2 GCM explicit nonces) fetches its AES-256-CTR in the child, where
+     * gpuprov itself is visible again: served by gpuprov, it would hold a reference on gpuprov from
+     * inside gpuprov, so the provider would never be torn down (no stats line, a leak at exit).
+     * Prefer the default provider there, as config/gpuprov.cnf does for the application's DRBG. */
+    if (!RAND_set_DRBG_type(pc->libctx, NULL, "?provider=default", NULL, NULL))
         goto err;
     pc->engine = gp_engine_new(&pc->knobs, pc->libctx);
     if (pc->engine == NULL)
