@@ -17,6 +17,13 @@ wp=${WYCHEPROOF_DIR:-$root/../shared/vectors/wycheproof}
 [ -f "$wp/aes_gcm_test.json" ] || { echo "gpu: no Wycheproof vectors at $wp"; wp=""; }
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) | $(nvcc --version | tail -1) | $(openssl version)"
 
+# GPU images often lack nginx (the tls suite's server): GPU_NGINX_DEB may name a Debian nginx package
+# to unpack into a private prefix (unpacking packages into / can break the image).
+if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ] && [ -f "$GPU_NGINX_DEB" ]; then
+  mkdir -p /tmp/gpuprov-nginx && dpkg -x "$GPU_NGINX_DEB" /tmp/gpuprov-nginx
+  export PATH="/tmp/gpuprov-nginx/usr/sbin:$PATH"
+fi
+
 status=0
 steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed evp-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures

@@ -416,14 +416,16 @@ static void *queue_thread(void *v)
 static void test_queue_gathers_threads(void **state)
 {
     enum { T = 32 };
-    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
-    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
     gp_knobs knobs = knobs_for(env_backend());
+    OSSL_LIB_CTX *lib;
+    OSSL_PROVIDER *dflt;
     int shared = 0;
 
     (void)state;
     if (knobs.backend == GP_BACKEND_CPU)
         skip();   /* the cpu executor runs each call at once, by design */
+    lib = OSSL_LIB_CTX_new();
+    dflt = OSSL_PROVIDER_load(lib, "default");
     for (int round = 0; round < 20 && !shared; round++) {
         gp_engine *e = gp_engine_new(&knobs, lib);
         pthread_barrier_t start;
