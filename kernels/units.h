@@ -16,7 +16,9 @@
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
  * Fixed-size units keep the threads of a warp doing the same work whatever the message lengths.
  */
-#define GP_UNIT_BYTES 1024u
+#ifndef GP_UNIT_BYTES
+# define GP_UNIT_BYTES 1024u        /* build option unit_bytes; the planner and the kernel must agree */
+#endif
 #define GP_UNIT_LEAD 0xffffffffu    /* gp_unit_ref.unit of a request's lead */
 #define GP_PARTIAL_BYTES 32u        /* one unit's partial MAC */
 
