@@ -34,6 +34,8 @@ typedef struct gp_key_sched {
     uint32_t keylen;              /* bytes: 16, 24, 32 */
     gp_aes_sched aes;             /* AES algorithms */
     uint64_t gcm_h[2];            /* GCM hash key H = E_K(0^128) as two big-endian words [hi, lo] */
+    uint64_t gcm_hpow[32][2];     /* H^(2^i): any H^n (n < 2^32 blocks, SP 800-38D's limit) in
+                                   * popcount(n) multiplications, for the units' MAC shifts */
     uint32_t chacha_key[8];       /* ChaCha20 key words, little-endian (RFC 8439 §2.3) */
 } gp_key_sched;
 

@@ -54,6 +54,13 @@ GP_KFN void gp_key_schedule(gp_key_sched *k, uint32_t alg, const uint8_t *key, s
             gp_aes_encrypt1(&k->aes, zero, hb);
             k->gcm_h[0] = gp_load_be64(hb);
             k->gcm_h[1] = gp_load_be64(hb + 8);
+            k->gcm_hpow[0][0] = k->gcm_h[0];
+            k->gcm_hpow[0][1] = k->gcm_h[1];
+            for (int i = 1; i < 32; i++) {
+                k->gcm_hpow[i][0] = k->gcm_hpow[i - 1][0];
+                k->gcm_hpow[i][1] = k->gcm_hpow[i - 1][1];
+                gp_ghash_mul(k->gcm_hpow[i], k->gcm_hpow[i - 1]);
+            }
             gp_state_wipe(hb, sizeof(hb));
         }
     } else {

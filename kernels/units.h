@@ -9,9 +9,12 @@
  * A data request of a message runs as:
  *   lead    the head, serially, up to the next 64-byte text boundary (also closes the AAD);
  *   body    whole 64-byte chunks in units of GP_UNIT_BYTES, all in parallel: keystream from a
- *           counter computed from the unit's offset, and a partial MAC from zero;
- *   finish  (whoever completes last) folds the partials in order, X = X * H^n ^ P for GHASH and
- *           h = h * r^n + P for Poly1305 (Horner's rule over units), then runs the tail serially.
+ *           counter computed from the unit's offset, and a partial MAC from zero, shifted by the
+ *           unit itself to its place in the message: times H^m (GHASH) or r^m (Poly1305), m the
+ *           number of body blocks after it;
+ *   finish  (whoever completes last) combines: X = X_lead * H^N ^ (xor of the partials) for GHASH,
+ *           h = h_lead * r^N + (sum of the partials) for Poly1305, N the body's blocks; then runs
+ *           the tail serially. No multiplication chain runs on one thread.
  * 64 bytes is a multiple of every block involved (AES 16, ChaCha20 64, GHASH/Poly1305 16), so at
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
  * Fixed-size units keep the threads of a warp doing the same work whatever the message lengths.
@@ -79,6 +82,71 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
                          uint8_t *out)
 {
     gp_msg_run(st, k, j->op, in, out, (size_t)j->head_len);
+}
+
+/* H^n from the key's table of H^(2^i): popcount(n) multiplications. */
+GP_KFN void gp_ghash_pow_tab(uint64_t out[2], const gp_key_sched *k, uint64_t n)
+{
+    out[0] = UINT64_C(1) << 63;   /* 1 */
+    out[1] = 0;
+    for (int i = 0; i < 32 && n != 0; i++, n >>= 1)
+        if (n & 1)
+            gp_ghash_mul(out, k->gcm_hpow[i]);
+}
+
+/* a = a * b mod 2^130 - 5, 26-bit limbs, partially reduced like gp_poly1305_blocks' accumulator. */
+GP_KFN void gp_p1305_mul(uint32_t a[5], const uint32_t b[5])
+{
+    const uint64_t s1 = (uint64_t)b[1] * 5, s2 = (uint64_t)b[2] * 5, s3 = (uint64_t)b[3] * 5,
+                   s4 = (uint64_t)b[4] * 5;
+    uint64_t d0, d1, d2, d3, d4;
+    uint32_t c;
+
+    d0 = (uint64_t)a[0] * b[0] + a[1] * s4 + a[2] * s3 + a[3] * s2 + a[4] * s1;
+    d1 = (uint64_t)a[0] * b[1] + (uint64_t)a[1] * b[0] + a[2] * s4 + a[3] * s3 + a[4] * s2;
+    d2 = (uint64_t)a[0] * b[2] + (uint64_t)a[1] * b[1] + (uint64_t)a[2] * b[0] + a[3] * s4 + a[4] * s3;
+    d3 = (uint64_t)a[0] * b[3] + (uint64_t)a[1] * b[2] + (uint64_t)a[2] * b[1] + (uint64_t)a[3] * b[0] + a[4] * s4;
+    d4 = (uint64_t)a[0] * b[4] + (uint64_t)a[1] * b[3] + (uint64_t)a[2] * b[2] + (uint64_t)a[3] * b[1] + (uint64_t)a[4] * b[0];
+    c = (uint32_t)(d0 >> 26); a[0] = (uint32_t)d0 & GP_POLY_MASK26;
+    d1 += c; c = (uint32_t)(d1 >> 26); a[1] = (uint32_t)d1 & GP_POLY_MASK26;
+    d2 += c; c = (uint32_t)(d2 >> 26); a[2] = (uint32_t)d2 & GP_POLY_MASK26;
+    d3 += c; c = (uint32_t)(d3 >> 26); a[3] = (uint32_t)d3 & GP_POLY_MASK26;
+    d4 += c; c = (uint32_t)(d4 >> 26); a[4] = (uint32_t)d4 & GP_POLY_MASK26;
+    a[0] += c * 5; c = a[0] >> 26; a[0] &= GP_POLY_MASK26;
+    a[1] += c;
+}
+
+/* a = a + b with carries (limbs stay near 26 bits; the top carry wraps around times 5). */
+GP_KFN void gp_p1305_add(uint32_t a[5], const uint32_t b[5])
+{
+    uint32_t c = 0;
+
+    for (int i = 0; i < 5; i++) {
+        a[i] += b[i] + c;
+        c = a[i] >> 26;
+        a[i] &= GP_POLY_MASK26;
+    }
+    a[0] += c * 5;
+    c = a[0] >> 26;
+    a[0] &= GP_POLY_MASK26;
+    a[1] += c;
+}
+
+GP_KFN void gp_p1305_pow(uint32_t out[5], const uint32_t r[5], uint64_t n)
+{
+    uint32_t base[5], sq[5];
+
+    for (int i = 0; i < 5; i++) {
+        base[i] = r[i];
+        out[i] = i == 0;
+    }
+    for (; n != 0; n >>= 1) {
+        if (n & 1)
+            gp_p1305_mul(out, base);
+        for (int i = 0; i < 5; i++)
+            sq[i] = base[i];
+        gp_p1305_mul(base, sq);
+    }
 }
 
 /*
@@ -176,6 +244,23 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
         }
         gp_chunk_store(out + c, data);
     }
+    /* Shift the partial past the body blocks that follow this unit. */
+    if (aead && off + n < j->body_len) {
+        uint64_t after = (j->body_len - off - n) / 16;
+
+        if (alg == GP_ALG_AES_GCM) {
+            uint64_t hp[2];
+
+            gp_ghash_pow_tab(hp, k, after);
+            gp_ghash_mul(x, hp);
+        } else {
+            uint32_t rp[5];
+
+            gp_p1305_pow(rp, j->poly_r, after);
+            gp_p1305_mul(poly.h, rp);
+            gp_state_wipe(rp, sizeof(rp));
+        }
+    }
     for (unsigned b = 0; b < GP_PARTIAL_BYTES; b++)
         partial[b] = 0;
     if (alg == GP_ALG_AES_GCM) {
@@ -187,77 +272,6 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
     }
     gp_state_wipe(ks, sizeof(ks));
     gp_state_wipe(&poly, sizeof(poly));
-}
-
-/* GF(2^128) power H^n (SP 800-38D bit order); 1 is the element with only x^0, the top bit. */
-GP_KFN void gp_ghash_pow(uint64_t out[2], const uint64_t h[2], uint64_t n)
-{
-    uint64_t base[2] = { h[0], h[1] }, sq[2];
-
-    out[0] = UINT64_C(1) << 63;
-    out[1] = 0;
-    for (; n != 0; n >>= 1) {
-        if (n & 1)
-            gp_ghash_mul(out, base);
-        sq[0] = base[0];
-        sq[1] = base[1];
-        gp_ghash_mul(base, sq);
-    }
-}
-
-/* a = a * b mod 2^130 - 5, 26-bit limbs, partially reduced like gp_poly1305_blocks' accumulator. */
-GP_KFN void gp_p1305_mul(uint32_t a[5], const uint32_t b[5])
-{
-    const uint64_t s1 = (uint64_t)b[1] * 5, s2 = (uint64_t)b[2] * 5, s3 = (uint64_t)b[3] * 5,
-                   s4 = (uint64_t)b[4] * 5;
-    uint64_t d0, d1, d2, d3, d4;
-    uint32_t c;
-
-    d0 = (uint64_t)a[0] * b[0] + a[1] * s4 + a[2] * s3 + a[3] * s2 + a[4] * s1;
-    d1 = (uint64_t)a[0] * b[1] + (uint64_t)a[1] * b[0] + a[2] * s4 + a[3] * s3 + a[4] * s2;
-    d2 = (uint64_t)a[0] * b[2] + (uint64_t)a[1] * b[1] + (uint64_t)a[2] * b[0] + a[3] * s4 + a[4] * s3;
-    d3 = (uint64_t)a[0] * b[3] + (uint64_t)a[1] * b[2] + (uint64_t)a[2] * b[1] + (uint64_t)a[3] * b[0] + a[4] * s4;
-    d4 = (uint64_t)a[0] * b[4] + (uint64_t)a[1] * b[3] + (uint64_t)a[2] * b[2] + (uint64_t)a[3] * b[1] + (uint64_t)a[4] * b[0];
-    c = (uint32_t)(d0 >> 26); a[0] = (uint32_t)d0 & GP_POLY_MASK26;
-    d1 += c; c = (uint32_t)(d1 >> 26); a[1] = (uint32_t)d1 & GP_POLY_MASK26;
-    d2 += c; c = (uint32_t)(d2 >> 26); a[2] = (uint32_t)d2 & GP_POLY_MASK26;
-    d3 += c; c = (uint32_t)(d3 >> 26); a[3] = (uint32_t)d3 & GP_POLY_MASK26;
-    d4 += c; c = (uint32_t)(d4 >> 26); a[4] = (uint32_t)d4 & GP_POLY_MASK26;
-    a[0] += c * 5; c = a[0] >> 26; a[0] &= GP_POLY_MASK26;
-    a[1] += c;
-}
-
-/* a = a + b with carries (limbs stay near 26 bits; the top carry wraps around times 5). */
-GP_KFN void gp_p1305_add(uint32_t a[5], const uint32_t b[5])
-{
-    uint32_t c = 0;
-
-    for (int i = 0; i < 5; i++) {
-        a[i] += b[i] + c;
-        c = a[i] >> 26;
-        a[i] &= GP_POLY_MASK26;
-    }
-    a[0] += c * 5;
-    c = a[0] >> 26;
-    a[0] &= GP_POLY_MASK26;
-    a[1] += c;
-}
-
-GP_KFN void gp_p1305_pow(uint32_t out[5], const uint32_t r[5], uint64_t n)
-{
-    uint32_t base[5], sq[5];
-
-    for (int i = 0; i < 5; i++) {
-        base[i] = r[i];
-        out[i] = i == 0;
-    }
-    for (; n != 0; n >>= 1) {
-        if (n & 1)
-            gp_p1305_mul(out, base);
-        for (int i = 0; i < 5; i++)
-            sq[i] = base[i];
-        gp_p1305_mul(base, sq);
-    }
 }
 
 /* A partial MAC word, written by another unit of this launch (see GP_LOAD_SHARED). */
@@ -283,44 +297,27 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
                            const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
 {
     const uint32_t alg = st->alg;
-    const uint64_t full = GP_UNIT_BYTES / 16;   /* MAC blocks in a full unit */
+    const uint64_t nblocks = j->body_len / 16;   /* MAC blocks in the body */
 
     if (alg == GP_ALG_AES_GCM) {
-        uint64_t hf[2], hn[2], p[2];
+        uint64_t hn[2];
 
-        gp_ghash_pow(hf, k->gcm_h, full);
+        gp_ghash_pow_tab(hn, k, nblocks);
+        gp_ghash_mul(st->ghash_x, hn);
         for (uint32_t u = 0; u < j->nunits; u++) {
-            uint64_t nb = (j->body_len - (uint64_t)u * GP_UNIT_BYTES) / 16;
-
-            if (nb >= full) {
-                gp_ghash_mul(st->ghash_x, hf);
-            } else {
-                gp_ghash_pow(hn, k->gcm_h, nb);
-                gp_ghash_mul(st->ghash_x, hn);
-            }
-            p[0] = gp_partial_be64(partials + GP_PARTIAL_BYTES * u);
-            p[1] = gp_partial_be64(partials + GP_PARTIAL_BYTES * u + 8);
-            st->ghash_x[0] ^= p[0];
-            st->ghash_x[1] ^= p[1];
+            st->ghash_x[0] ^= gp_partial_be64(partials + GP_PARTIAL_BYTES * u);
+            st->ghash_x[1] ^= gp_partial_be64(partials + GP_PARTIAL_BYTES * u + 8);
         }
     } else if (alg == GP_ALG_CHACHA20_POLY1305) {
-        uint32_t rf[5], rn[5], p[5];
+        uint32_t rn[5], p[5];
 
-        gp_p1305_pow(rf, st->poly.r, full);
+        gp_p1305_pow(rn, st->poly.r, nblocks);
+        gp_p1305_mul(st->poly.h, rn);
         for (uint32_t u = 0; u < j->nunits; u++) {
-            uint64_t nb = (j->body_len - (uint64_t)u * GP_UNIT_BYTES) / 16;
-
-            if (nb >= full) {
-                gp_p1305_mul(st->poly.h, rf);
-            } else {
-                gp_p1305_pow(rn, st->poly.r, nb);
-                gp_p1305_mul(st->poly.h, rn);
-            }
             for (int i = 0; i < 5; i++)
                 p[i] = gp_partial_le32(partials + GP_PARTIAL_BYTES * u + 4 * i);
             gp_p1305_add(st->poly.h, p);
         }
-        gp_state_wipe(rf, sizeof(rf));
         gp_state_wipe(rn, sizeof(rn));
     }
     gp_bytes_copy(st->ctr, j->body_ctr, 16);
