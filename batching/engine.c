@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -21,6 +20,25 @@ static const gp_executor *const executors[GP_EXEC_COUNT] = {
     [GP_EXEC_CPU] = &gp_exec_cpu,
 };
 
+static atomic_uint fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add(&fork_generation, 1);
+}
+
+/* glibc unregisters the handler if the module is unloaded (it is tied to this DSO). */
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+unsigned gp_fork_generation(void)
+{
+    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
 {
     gp_engine *e = calloc(1, sizeof(*e));
@@ -29,7 +47,8 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
         return NULL;
     e->knobs = *knobs;
     e->libctx = libctx;
-    e->pid = getpid();
+    pthread_once(&atfork_once, register_atfork);
+    e->fork_gen = gp_fork_generation();
     if (!gp_queue_init(&e->queue)) {
         free(e);
         return NULL;
@@ -49,11 +68,11 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
  */
 static void check_fork(gp_engine *e)
 {
-    pid_t now = getpid();
+    unsigned now = gp_fork_generation();
 
-    if (e->pid == now)
+    if (atomic_load(&e->fork_gen) == now)
         return;
-    atomic_store(&e->pid, now);
+    atomic_store(&e->fork_gen, now);
     atomic_store(&e->preferred, NULL);
     /* The host and cpu executors hold plain memory, which the child has; the GPU context is not. */
     if (e->opened[GP_EXEC_CUDA] != 0)
@@ -141,7 +160,7 @@ static const gp_executor *preferred_executor(gp_engine *e)
     gp_backend b = e->knobs.backend;
 
     got = atomic_load_explicit(&e->preferred, memory_order_acquire);
-    if (got != NULL && atomic_load_explicit(&e->pid, memory_order_relaxed) == getpid())
+    if (got != NULL && atomic_load_explicit(&e->fork_gen, memory_order_relaxed) == gp_fork_generation())
         return got;
     switch (b) {
     case GP_BACKEND_HOST:

@@ -126,7 +126,7 @@ struct gp_engine {
     gp_knobs knobs;
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
     pthread_mutex_t open_lock;
-    _Atomic pid_t pid;           /* process the executors were opened in (fork resets them) */
+    _Atomic unsigned fork_gen;   /* gp_fork_generation() when the executors were opened */
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
     _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use */
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
@@ -136,6 +136,10 @@ struct gp_engine {
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
 };
+
+/* Bumped in every child right after fork (pthread_atfork): a cheap "are we still the process that
+ * opened things?" test, where getpid() would be a system call on every message. */
+unsigned gp_fork_generation(void);
 
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
 /* An executor failed as a whole: no new message goes to it in this process. */
