@@ -474,51 +474,57 @@ static int get_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     return 1;
 }
 
+static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    size_t sz = p->data_size;
+
+    if (sz == 0 || sz > AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TAG_LENGTH);
+        return 0;
+    }
+    /* Only an encryption that reached Final has a tag to give (SP 800-38D §7.1). */
+    if (!ctx->enc || !ctx->tag_ready) {
+        GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
+        return 0;
+    }
+    if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * One pass over the caller's params, most frequent names first: EVP reads IVLEN at every init and
+ * the tag at every message, and a locate per known name (a strcmp each) was a visible part of a
+ * small message's cost.
+ */
 int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    OSSL_PARAM *p;
+    int ok = 1;
 
-    if (!gp_cipher_get_keylen(ctx, params))
-        return 0;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL
-        && !OSSL_PARAM_set_size_t(p, ctx->ivlen))
-        goto bad;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TAGLEN)) != NULL
-        && !OSSL_PARAM_set_size_t(p, ctx->taglen != 0 ? ctx->taglen : AEAD_TAG_LEN))
-        goto bad;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TAG)) != NULL) {
-        size_t sz = p->data_size;
+    for (OSSL_PARAM *p = params; p != NULL && p->key != NULL && ok; p++) {
+        const char *k = p->key;
 
-        if (sz == 0 || sz > AEAD_TAG_LEN) {
-            GP_RAISE(GP_R_INVALID_TAG_LENGTH);
-            return 0;
-        }
-        /* Only an encryption that reached Final has a tag to give (SP 800-38D §7.1). */
-        if (!ctx->enc || !ctx->tag_ready) {
-            GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
-            return 0;
-        }
-        if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz))
-            goto bad;
+        if (strcmp(k, OSSL_CIPHER_PARAM_IVLEN) == 0)
+            ok = gp_param_set_size(p, ctx->ivlen);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
+            ok = get_tag(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
+            ok = gp_param_set_size(p, ctx->info->keylen);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAGLEN) == 0)
+            ok = gp_param_set_size(p, ctx->taglen != 0 ? ctx->taglen : AEAD_TAG_LEN);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
+            ok = gp_param_set_size(p, ctx->tls_aad_pad);
+        else if (!is_gcm(ctx))
+            continue;   /* ChaCha20-Poly1305 has no IV params (as the default provider) */
+        else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0 || strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
+            ok = get_iv(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN) == 0)
+            ok = get_iv_gen(ctx, p);
     }
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD)) != NULL
-        && !OSSL_PARAM_set_size_t(p, ctx->tls_aad_pad))
-        goto bad;
-    if (!is_gcm(ctx))
-        return 1;
-
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IV)) != NULL && !get_iv(ctx, p))
-        return 0;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_UPDATED_IV)) != NULL && !get_iv(ctx, p))
-        return 0;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN)) != NULL
-        && !get_iv_gen(ctx, p))
-        return 0;
-    return 1;
-bad:
-    GP_RAISE(GP_R_INVALID_PARAMETER);
-    return 0;
+    return ok;
 }
 
 int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])

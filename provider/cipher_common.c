@@ -172,15 +172,12 @@ int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out)
     return 1;
 }
 
-int gp_cipher_get_keylen(gp_cipher_ctx *ctx, OSSL_PARAM params[])
+int gp_param_set_size(OSSL_PARAM *p, size_t v)
 {
-    OSSL_PARAM *p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_KEYLEN);
-
-    if (p != NULL && !OSSL_PARAM_set_size_t(p, ctx->info->keylen)) {
-        GP_RAISE(GP_R_INVALID_PARAMETER);
-        return 0;
-    }
-    return 1;
+    if (OSSL_PARAM_set_size_t(p, v))
+        return 1;
+    GP_RAISE(GP_R_INVALID_PARAMETER);
+    return 0;
 }
 
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])

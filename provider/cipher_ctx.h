@@ -66,8 +66,9 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
 /* Checks every update makes before touching data. */
 int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out);
 
-/* KEYLEN readable by every algorithm and settable to its own value only. */
-int gp_cipher_get_keylen(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
+/* Set a size_t param, raising INVALID_PARAMETER when it does not fit. */
+int gp_param_set_size(OSSL_PARAM *p, size_t v);
+/* KEYLEN is settable to each algorithm's own value only. */
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
 
 /* Stream modes (AES-CTR, ChaCha20): provider/stream_common.c */

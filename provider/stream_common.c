@@ -141,46 +141,49 @@ int gp_stream_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsiz
     return gp_stream_update(vctx, out, outl, outsize, in, inl);
 }
 
+/* CTR's UPDATED_IV: the counter of the next whole block (the default provider's ctx->iv). */
+static int get_updated_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    uint8_t next[16];
+
+    if (ctx->iv_state == GP_IV_STARTED)
+        next_block_counter(ctx, next);
+    else
+        memcpy(next, ctx->iv, 16);
+    return OSSL_PARAM_set_octet_string(p, next, 16);
+}
+
+/* One pass over the caller's params (EVP reads IVLEN at every init); see gp_aead_get_ctx_params. */
 int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    OSSL_PARAM *p;
+    const int ctr = ctx->info->alg == GP_ALG_AES_CTR;
+    int ok = 1;
 
-    if (!gp_cipher_get_keylen(ctx, params))
-        return 0;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IVLEN)) != NULL
-        && !OSSL_PARAM_set_size_t(p, ctx->info->ivlen))
-        goto err;
-    if (ctx->info->alg != GP_ALG_AES_CTR)
-        return 1;   /* ChaCha20 reports only the lengths, as the default provider does */
+    for (OSSL_PARAM *p = params; p != NULL && p->key != NULL && ok; p++) {
+        const char *k = p->key;
 
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_PADDING)) != NULL
-        && !OSSL_PARAM_set_uint(p, ctx->pad))
-        goto err;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_NUM)) != NULL
-        && !OSSL_PARAM_set_uint(p, ctx->iv_state == GP_IV_STARTED ? (unsigned int)(ctx->text_bytes % 16) : 0))
-        goto err;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_IV)) != NULL
-        && !OSSL_PARAM_set_octet_ptr(p, ctx->oiv, ctx->info->ivlen)
-        && !OSSL_PARAM_set_octet_string(p, ctx->oiv, ctx->info->ivlen))
-        goto err;
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_UPDATED_IV)) != NULL) {
-        uint8_t next[16];
-
-        if (ctx->iv_state == GP_IV_STARTED)
-            next_block_counter(ctx, next);
-        else
-            memcpy(next, ctx->iv, 16);
-        if (!OSSL_PARAM_set_octet_string(p, next, 16))
-            goto err;
+        if (strcmp(k, OSSL_CIPHER_PARAM_IVLEN) == 0)
+            ok = OSSL_PARAM_set_size_t(p, ctx->info->ivlen);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
+            ok = OSSL_PARAM_set_size_t(p, ctx->info->keylen);
+        else if (!ctr)
+            continue;   /* ChaCha20 reports only the lengths, as the default provider does */
+        else if (strcmp(k, OSSL_CIPHER_PARAM_NUM) == 0)
+            ok = OSSL_PARAM_set_uint(p, ctx->iv_state == GP_IV_STARTED ? (unsigned int)(ctx->text_bytes % 16) : 0);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
+            ok = get_updated_iv(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0)
+            ok = OSSL_PARAM_set_octet_ptr(p, ctx->oiv, ctx->info->ivlen)
+                 || OSSL_PARAM_set_octet_string(p, ctx->oiv, ctx->info->ivlen);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_PADDING) == 0)
+            ok = OSSL_PARAM_set_uint(p, ctx->pad);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_TLS_MAC) == 0)
+            ok = OSSL_PARAM_set_octet_ptr(p, NULL, 0);
+        if (!ok)
+            GP_RAISE(GP_R_INVALID_PARAMETER);
     }
-    if ((p = OSSL_PARAM_locate(params, OSSL_CIPHER_PARAM_TLS_MAC)) != NULL
-        && !OSSL_PARAM_set_octet_ptr(p, NULL, 0))
-        goto err;
-    return 1;
-err:
-    GP_RAISE(GP_R_INVALID_PARAMETER);
-    return 0;
+    return ok;
 }
 
 int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
