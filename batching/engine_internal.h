@@ -26,8 +26,9 @@ typedef struct gp_executor {
      * (no output, no message state), when the executor itself failed: the engine then re-runs
      * the batch elsewhere. */
     int (*run)(gp_engine *e, gp_request *reqs, size_t n);
-    int (*msg_copy)(gp_msg *dst, const gp_msg *src);
-    void (*msg_clear)(gp_msg *m);                       /* free and cleanse executor state */
+    int (*msg_copy)(gp_msg *dst, const gp_msg *src);   /* NULL: plain data, copied by the engine */
+    void (*msg_clear)(gp_msg *m);   /* free executor-owned state; NULL: none (the engine cleanses
+                                     * the whole message when it frees it) */
 } gp_executor;
 
 extern const gp_executor gp_exec_host;
@@ -152,6 +153,9 @@ const gp_key_sched *gp_key_sched_get(gp_key *k);
 /* qsort_r comparator over request indexes (context: the gp_request array): groups each message's
  * requests together, in submission order. */
 int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs);
+
+/* Message callbacks shared by the host and cuda executors (exec_host.c). */
+int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
 
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);

@@ -139,15 +139,6 @@ static void cuda_close(gp_engine *e)
     e->cuda = NULL;
 }
 
-static int cuda_msg_start(gp_engine *e, gp_msg *m)
-{
-    (void)e;
-    /* The per-message setup (J0, E_K(J0), the Poly1305 key) uses the shared unit code; the state it
-     * leaves is what the kernel continues from. */
-    gp_msg_begin(&m->st, gp_key_sched_get(m->key), m->iv, m->ivlen);
-    return 1;
-}
-
 static uint32_t op_of(const gp_request *r)
 {
     switch (r->kind) {
@@ -373,25 +364,13 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
     return ok;
 }
 
-static int cuda_msg_copy(gp_msg *dst, const gp_msg *src)
-{
-    (void)dst;
-    (void)src;
-    return 1;   /* the kernel state is plain data, copied by the engine */
-}
-
-static void cuda_msg_clear(gp_msg *m)
-{
-    OPENSSL_cleanse(&m->st, sizeof(m->st));
-}
-
 const gp_executor gp_exec_cuda = {
     .name = "cuda",
     .id = GP_EXEC_CUDA,
     .open = cuda_open,
     .close = cuda_close,
-    .msg_start = cuda_msg_start,
+    .msg_start = gp_kstate_msg_start,   /* same state format as the host executor */
     .run = cuda_run,
-    .msg_copy = cuda_msg_copy,
-    .msg_clear = cuda_msg_clear,
+    .msg_copy = NULL,
+    .msg_clear = NULL,
 };

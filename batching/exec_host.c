@@ -84,23 +84,18 @@ static void host_close(gp_engine *e)
     (void)e;
 }
 
-static int host_msg_start(gp_engine *e, gp_msg *m)
+/*
+ * The message callbacks of both kernel-code executors (host and cuda): they share the state format,
+ * so a message starts the same way for both (J0, E_K(J0), the Poly1305 key through the unit code)
+ * and moves between them mid-stream. The state is plain data inside the message: the engine
+ * copies it with the message and cleanses it when the message is freed, so there is no msg_copy
+ * or msg_clear.
+ */
+int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
 {
     (void)e;
     gp_msg_begin(&m->st, gp_key_sched_get(m->key), m->iv, m->ivlen);
     return 1;
-}
-
-static int host_msg_copy(gp_msg *dst, const gp_msg *src)
-{
-    (void)dst;
-    (void)src;
-    return 1;   /* the kernel state is plain data, copied by the engine */
-}
-
-static void host_msg_clear(gp_msg *m)
-{
-    OPENSSL_cleanse(&m->st, sizeof(m->st));
 }
 
 /* ---- the worker pool ---- */
@@ -261,8 +256,8 @@ const gp_executor gp_exec_host = {
     .id = GP_EXEC_HOST,
     .open = host_open,
     .close = host_close,
-    .msg_start = host_msg_start,
+    .msg_start = gp_kstate_msg_start,
     .run = host_run,
-    .msg_copy = host_msg_copy,
-    .msg_clear = host_msg_clear,
+    .msg_copy = NULL,
+    .msg_clear = NULL,
 };
