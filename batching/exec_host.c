@@ -43,7 +43,7 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
 void gp_host_run_one(gp_request *r)
 {
     gp_msg *m = r->msg;
-    const gp_key_sched *ks = &m->key->sched;   /* made by host_msg_start */
+    const gp_key_sched *ks = &m->key->sched;   /* made by gp_kstate_msg_start */
     uint8_t tag[16];
 
     switch (r->kind) {
