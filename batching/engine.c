@@ -54,6 +54,7 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
         return NULL;
     }
     pthread_mutex_init(&e->open_lock, NULL);
+    gp_hybrid_init(&e->hy);
     pthread_mutex_init(&e->pool.lock, NULL);
     pthread_mutex_init(&e->pool.submit, NULL);
     pthread_cond_init(&e->pool.wake, NULL);
@@ -88,12 +89,14 @@ void gp_engine_free(gp_engine *e)
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
-                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu\n",
+                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu routed_gpu=%llu routed_cpu=%llu\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,
                 (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
                 (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
                 s.batches ? (double)s.ops / (double)s.batches : 0.0,
-                (unsigned long long)s.fallbacks, (unsigned long long)s.errors);
+                (unsigned long long)s.fallbacks, (unsigned long long)s.errors,
+                (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu);
+        gp_hybrid_print(e);
     }
     gp_host_pool_stop(&e->pool);
     pthread_mutex_lock(&e->open_lock);
@@ -103,6 +106,7 @@ void gp_engine_free(gp_engine *e)
         if (executors[i] != NULL && e->opened[i] == 1)
             executors[i]->close(e);
     gp_queue_cleanup(&e->queue);
+    gp_hybrid_cleanup(&e->hy);
     pthread_mutex_destroy(&e->open_lock);
     pthread_mutex_destroy(&e->pool.lock);
     pthread_mutex_destroy(&e->pool.submit);
@@ -121,6 +125,8 @@ void gp_engine_stats(gp_engine *e, gp_stats *out)
     out->batches = atomic_load(&e->batches);
     out->fallbacks = atomic_load(&e->fallbacks);
     out->errors = atomic_load(&e->errors);
+    out->routed_gpu = atomic_load(&e->routed_gpu);
+    out->routed_cpu = atomic_load(&e->routed_cpu);
 }
 
 static void count_error(gp_engine *e)
@@ -153,11 +159,16 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
     pthread_mutex_unlock(&e->open_lock);
 }
 
-/* Resolve the backend knob once, at the first message (lazily, so a forked child decides itself). */
+/*
+ * Resolve the backend knob once, at the first message (lazily, so a forked child decides itself).
+ * auto and hybrid: the hybrid policy between the GPU (cuda, or host as a stand-in for tests) and the
+ * cpu executor where a GPU works; auto is plain cpu where none does.
+ */
 static const gp_executor *preferred_executor(gp_engine *e)
 {
     const gp_executor *want, *got;
     gp_backend b = e->knobs.backend;
+    int hybrid = 0;
 
     got = atomic_load_explicit(&e->preferred, memory_order_acquire);
     if (got != NULL && atomic_load_explicit(&e->fork_gen, memory_order_relaxed) == gp_fork_generation())
@@ -168,12 +179,16 @@ static const gp_executor *preferred_executor(gp_engine *e)
         break;
     case GP_BACKEND_CUDA:
     case GP_BACKEND_AUTO:
-        want = executors[GP_EXEC_CUDA];
-        if (gp_engine_executor_usable(e, want))
+    case GP_BACKEND_HYBRID:
+        want = b != GP_BACKEND_CUDA && e->knobs.hybrid_gpu_host ? &gp_exec_host : executors[GP_EXEC_CUDA];
+        if (gp_engine_executor_usable(e, want)) {
+            hybrid = b != GP_BACKEND_CUDA && gp_engine_executor_usable(e, &gp_exec_cpu);
             break;
-        if (b == GP_BACKEND_CUDA)
-            fprintf(stderr, "gpuprov: backend=cuda requested but no usable GPU%s; using the cpu "
-                    "executor\n", executors[GP_EXEC_CUDA] == NULL ? " (built without nvcc)" : "");
+        }
+        if (b != GP_BACKEND_AUTO)
+            fprintf(stderr, "gpuprov: backend=%s requested but no usable GPU%s; using the cpu "
+                    "executor\n", b == GP_BACKEND_CUDA ? "cuda" : "hybrid",
+                    executors[GP_EXEC_CUDA] == NULL ? " (built without nvcc)" : "");
         want = &gp_exec_cpu;
         break;
     case GP_BACKEND_CPU:
@@ -187,14 +202,17 @@ static const gp_executor *preferred_executor(gp_engine *e)
                 "using the host executor\n", got->name);
         got = &gp_exec_host;
     }
-    /* Threads racing here compute the same answer. */
+    /* Threads racing here compute the same answer; `hybrid` is visible before `preferred`. */
+    atomic_store_explicit(&e->hybrid, hybrid, memory_order_relaxed);
     atomic_store_explicit(&e->preferred, got, memory_order_release);
     return got;
 }
 
 const char *gp_engine_backend_name(gp_engine *e)
 {
-    return preferred_executor(e)->name;
+    const char *name = preferred_executor(e)->name;
+
+    return atomic_load_explicit(&e->hybrid, memory_order_relaxed) ? "hybrid" : name;
 }
 
 /* ---- keys ---- */
@@ -267,6 +285,9 @@ gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy)
     if (d == NULL)
         return NULL;
     d->exec = m->exec;
+    d->routed = m->routed;
+    d->aad_hold_len = m->aad_hold_len;
+    memcpy(d->aad_hold, m->aad_hold, m->aad_hold_len);
     d->key = key_of_copy;
     d->enc = m->enc;
     d->ivlen = m->ivlen;
@@ -299,6 +320,14 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     m->enc = enc;
     m->ivlen = ivlen;
     memcpy(m->iv, iv, ivlen);
+    m->aad_hold_len = 0;
+    if (atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
+        /* Routed at its first data request, when the size is known (hybrid.c). */
+        m->exec = NULL;
+        m->routed = 0;
+        return 1;
+    }
+    m->routed = 1;
     m->exec = x;
     if (!x->msg_start(m->engine, m)) {
         count_error(m->engine);
@@ -309,13 +338,44 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 }
 
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n);
+static int submit_routed(gp_msg *m, gp_request *r);
+
+/*
+ * Hybrid: pick the executor of an unrouted message whose first data request is `len` bytes, start
+ * the message there and absorb the AAD it held. 0 on failure (the message stays unusable).
+ */
+static int route_now(gp_msg *m, size_t len)
+{
+    gp_engine *e = m->engine;
+    const gp_executor *x = preferred_executor(e);
+
+    if (atomic_load_explicit(&e->hybrid, memory_order_relaxed))
+        x = gp_hybrid_route(e, x, m, len);
+    m->exec = x;
+    m->routed = 1;
+    if (!x->msg_start(e, m)) {
+        m->exec = NULL;
+        return 0;
+    }
+    if (e->knobs.stats)
+        atomic_fetch_add_explicit(x == &gp_exec_cpu ? &e->routed_cpu : &e->routed_gpu, 1,
+                                  memory_order_relaxed);
+    if (m->aad_hold_len > 0) {
+        gp_request a = { .kind = GP_REQ_AAD, .in = m->aad_hold, .len = m->aad_hold_len };
+
+        m->aad_hold_len = 0;
+        if (submit_routed(m, &a) != GP_REQ_OK)
+            return 0;
+    }
+    return 1;
+}
 
 /*
  * One request, the provider's every call. The cpu executor gains nothing from batching: it runs
  * the request at once, without the queue's loops. The host and cuda executors go through the
  * process-wide queue, which gathers concurrent callers into one batch.
  */
-static int submit_one(gp_msg *m, gp_request *r)
+static int submit_routed(gp_msg *m, gp_request *r)
 {
     gp_engine *e = m->engine;
 
@@ -331,6 +391,24 @@ static int submit_one(gp_msg *m, gp_request *r)
         atomic_fetch_add_explicit(&e->batches, 1, memory_order_relaxed);
     run_on(e, m->exec, r, 1);
     return r->status;
+}
+
+static int submit_one(gp_msg *m, gp_request *r)
+{
+    if (!m->routed) {
+        /* AAD comes before the data that decides the route (TLS: a 5 or 13-byte header): hold it. */
+        if (r->kind == GP_REQ_AAD && r->len <= sizeof(m->aad_hold) - m->aad_hold_len) {
+            if (r->len > 0)
+                memcpy(m->aad_hold + m->aad_hold_len, r->in, r->len);
+            m->aad_hold_len += r->len;
+            return r->status = GP_REQ_OK;
+        }
+        if (!route_now(m, r->kind == GP_REQ_CRYPT || r->kind == GP_REQ_AAD ? r->len : 0)) {
+            count_error(m->engine);
+            return r->status = GP_REQ_FAILED;
+        }
+    }
+    return submit_routed(m, r);
 }
 
 int gp_msg_aad(gp_msg *m, const uint8_t *aad, size_t len)
@@ -435,6 +513,9 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
         atomic_fetch_add_explicit(&e->batches, 1, memory_order_relaxed);
     for (i = 0; i < n; i++) {
         reqs[i].status = GP_REQ_FAILED;
+        if (reqs[i].msg != NULL && !reqs[i].msg->routed
+            && !route_now(reqs[i].msg, reqs[i].kind == GP_REQ_CRYPT || reqs[i].kind == GP_REQ_AAD ? reqs[i].len : 0))
+            all_ok = 0;
         if (reqs[i].msg == NULL || reqs[i].msg->exec == NULL)
             all_ok = 0;
     }

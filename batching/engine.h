@@ -19,11 +19,14 @@
  */
 
 typedef enum gp_backend {
-    GP_BACKEND_AUTO = 0,   /* cuda where a usable GPU is found, else cpu */
-    GP_BACKEND_CUDA,
+    GP_BACKEND_AUTO = 0,   /* hybrid where a usable GPU is found, else cpu */
+    GP_BACKEND_CUDA,       /* every message on the GPU (measurement, tests) */
     GP_BACKEND_HOST,
-    GP_BACKEND_CPU
+    GP_BACKEND_CPU,
+    GP_BACKEND_HYBRID      /* each message to the GPU or the cpu executor by policy (hybrid.c) */
 } gp_backend;
+
+#define GP_KNOB_CALIBRATE ((size_t)-1)
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
@@ -41,6 +44,13 @@ typedef struct gp_knobs {
     int flush_us;
     gp_wait_mode wait;     /* how a submitter waits for its batch */
     int spin_us;           /* adaptive: spin this long, then block */
+    /* Hybrid policy (batching/hybrid.c). GP_KNOB_CALIBRATE / a negative share: measured at first
+     * use in each process. */
+    size_t min_gpu_bytes;  /* messages whose first data request is shorter stay on the CPU */
+    size_t lone_gpu_bytes; /* the same for a lone synchronous caller (it waits a whole round trip) */
+    double gpu_share;      /* fraction of eligible messages sent to the GPU, 0..1 */
+    int hybrid_gpu_host;   /* tests: the host executor plays the GPU's part in the hybrid policy,
+                            * so machines without a GPU exercise it */
 } gp_knobs;
 
 typedef struct gp_engine gp_engine;
@@ -105,6 +115,7 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
 /* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line. */
 typedef struct gp_stats {
     uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors;
+    uint64_t routed_gpu, routed_cpu;   /* hybrid: messages sent each way */
 } gp_stats;
 void gp_engine_stats(gp_engine *e, gp_stats *out);
 

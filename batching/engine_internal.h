@@ -66,9 +66,16 @@ struct gp_key {
     gp_key_sched sched;
 };
 
+/* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */
+#define GP_MSG_AAD_HOLD 64
+
 struct gp_msg {
     gp_engine *engine;
-    const gp_executor *exec;     /* owner of the message in progress; NULL before the first start */
+    const gp_executor *exec;     /* owner of the message in progress; NULL before the first start
+                                  * and, for a hybrid message, until it is routed */
+    int routed;                  /* 0: started in hybrid mode, executor not chosen yet */
+    size_t aad_hold_len;         /* AAD held (not yet absorbed) while the message is unrouted */
+    uint8_t aad_hold[GP_MSG_AAD_HOLD];
     gp_key *key;                 /* borrowed from the provider context, which restarts the message
                                   * whenever it replaces the key */
     int enc;
@@ -111,11 +118,12 @@ typedef struct gp_queue {
     pthread_cond_t cond;         /* a batch completed, or the pending batch may now flush */
     gp_queue_entry **pending;    /* the batch being gathered */
     size_t npending, cap;
-    size_t pending_bytes;
+    _Atomic size_t pending_bytes;
     uint64_t first_ns;           /* when its first request arrived (CLOCK_MONOTONIC) */
     uint64_t generation;         /* bumped when a leader takes the pending batch */
-    int active;                  /* submitters inside gp_queue_submit */
-    int inflight;                /* batches being run by their leaders */
+    /* Changed under `lock`; atomic so that the hybrid policy may read them without it. */
+    _Atomic int active;          /* submitters inside gp_queue_submit */
+    _Atomic int inflight;        /* batches being run by their leaders */
 } gp_queue;
 
 int gp_queue_init(gp_queue *q);
@@ -123,19 +131,43 @@ void gp_queue_cleanup(gp_queue *q);
 /* Run r through the queue, waiting as knobs.wait says; returns r->status. */
 int gp_queue_submit(gp_engine *e, gp_request *r);
 
+/*
+ * The hybrid policy's numbers for one algorithm (batching/hybrid.c): measured once per process,
+ * or taken from the knobs. Sizes are bytes of a message's first data request.
+ */
+typedef struct gp_hybrid_alg {
+    _Atomic int ready;           /* calibrated (or set by knobs) in this process */
+    double cpu_gbps, gpu_gbps;   /* one CPU thread; the GPU path with a batch of 64 in flight */
+    double gpu_rt_us;            /* a lone small request's round trip */
+    size_t min_gpu_bytes;        /* smaller messages stay on the CPU */
+    size_t lone_gpu_bytes;       /* smaller messages of a lone synchronous caller stay on the CPU */
+    double gpu_share;            /* fraction of eligible messages sent to the GPU */
+    atomic_uint_fast64_t share_n;   /* eligible messages so far: the share is taken by counting */
+} gp_hybrid_alg;
+
+typedef struct gp_hybrid {
+    pthread_mutex_t lock;        /* one calibration at a time; routing reads without it */
+    _Atomic unsigned fork_gen;   /* the process the numbers were measured in */
+    gp_hybrid_alg alg[5];        /* by enum gp_alg */
+} gp_hybrid;
+
 struct gp_engine {
     gp_knobs knobs;
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
     pthread_mutex_t open_lock;
     _Atomic unsigned fork_gen;   /* gp_fork_generation() when the executors were opened */
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
-    _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use */
+    _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use; in
+                                               * hybrid mode the GPU-side executor */
+    _Atomic int hybrid;          /* preferred is shared with the cpu executor by the hybrid policy */
+    gp_hybrid hy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
+    atomic_uint_fast64_t routed_gpu, routed_cpu;
 };
 
 /* Bumped in every child right after fork (pthread_atfork): a cheap "are we still the process that
@@ -156,6 +188,14 @@ int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs);
 
 /* Message callbacks shared by the host and cuda executors (exec_host.c). */
 int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
+
+/* Hybrid policy (hybrid.c): the executor for a message whose first data request is `len` bytes;
+ * `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
+const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len);
+void gp_hybrid_init(gp_hybrid *h);
+void gp_hybrid_cleanup(gp_hybrid *h);
+/* One line per calibrated algorithm (stats line companion). */
+void gp_hybrid_print(gp_engine *e);
 
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);

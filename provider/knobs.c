@@ -57,16 +57,52 @@ static int parse_count(const char *key, const char *v, int dflt, int max)
     return (int)n;
 }
 
+/* A byte count with an optional k/m suffix (KiB, MiB); `dflt` when unset or malformed. */
+static size_t parse_bytes(const char *key, const char *v, size_t dflt)
+{
+    char *end;
+    unsigned long long n;
+
+    if (v == NULL)
+        return dflt;
+    n = strtoull(v, &end, 10);
+    if (*end == 'k' || *end == 'K')
+        n <<= 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        n <<= 20, end++;
+    if (*v == '\0' || *v == '-' || *end != '\0' || n > (1ull << 40)) {
+        bad_knob(key, v, "a byte count such as 4096, 16k or 1m");
+        return dflt;
+    }
+    return (size_t)n;
+}
+
+/* A fraction 0..1; `dflt` when unset or malformed. */
+static double parse_fraction(const char *key, const char *v, double dflt)
+{
+    char *end;
+    double d;
+
+    if (v == NULL)
+        return dflt;
+    d = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(d >= 0.0 && d <= 1.0)) {
+        bad_knob(key, v, "a fraction from 0 to 1");
+        return dflt;
+    }
+    return d;
+}
+
 static gp_backend parse_backend(const char *v)
 {
-    static const char *const names[] = { "auto", "cuda", "host", "cpu" };
+    static const char *const names[] = { "auto", "cuda", "host", "cpu", "hybrid" };
 
     if (v == NULL)
         return GP_BACKEND_AUTO;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (strcasecmp(v, names[i]) == 0)
             return (gp_backend)i;
-    bad_knob("backend", v, "auto, cuda, host or cpu");
+    bad_knob("backend", v, "auto, hybrid, cuda, host or cpu");
     return GP_BACKEND_AUTO;
 }
 
@@ -88,7 +124,12 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     /* Keys of the provider's config section are readable by name through the core. */
     char *backend = NULL, *stats = NULL, *host_threads = NULL, *device = NULL;
     char *max_ops = NULL, *max_bytes = NULL, *flush_us = NULL, *wait = NULL, *spin_us = NULL;
+    char *min_gpu = NULL, *lone_gpu = NULL, *share = NULL, *hybrid_gpu = NULL;
     OSSL_PARAM params[] = {
+        OSSL_PARAM_utf8_ptr("min_gpu_bytes", &min_gpu, 0),
+        OSSL_PARAM_utf8_ptr("lone_gpu_bytes", &lone_gpu, 0),
+        OSSL_PARAM_utf8_ptr("gpu_share", &share, 0),
+        OSSL_PARAM_utf8_ptr("hybrid_gpu", &hybrid_gpu, 0),
         OSSL_PARAM_utf8_ptr("max_batch_ops", &max_ops, 0),
         OSSL_PARAM_utf8_ptr("max_batch_bytes", &max_bytes, 0),
         OSSL_PARAM_utf8_ptr("flush_us", &flush_us, 0),
@@ -119,4 +160,17 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     k->flush_us = parse_count("flush_us", knob_value("flush_us", flush_us, env, sizeof(env)), 50, 1000000);
     k->wait = parse_wait(knob_value("wait", wait, env, sizeof(env)));
     k->spin_us = parse_count("spin_us", knob_value("spin_us", spin_us, env, sizeof(env)), 50, 1000000);
+    /* Unset: calibrated at first use (batching/hybrid.c). */
+    k->min_gpu_bytes = parse_bytes("min_gpu_bytes", knob_value("min_gpu_bytes", min_gpu, env, sizeof(env)),
+                                   GP_KNOB_CALIBRATE);
+    k->lone_gpu_bytes = parse_bytes("lone_gpu_bytes", knob_value("lone_gpu_bytes", lone_gpu, env, sizeof(env)),
+                                    GP_KNOB_CALIBRATE);
+    k->gpu_share = parse_fraction("gpu_share", knob_value("gpu_share", share, env, sizeof(env)), -1.0);
+    {
+        const char *v = knob_value("hybrid_gpu", hybrid_gpu, env, sizeof(env));
+
+        k->hybrid_gpu_host = v != NULL && strcasecmp(v, "host") == 0;
+        if (v != NULL && !k->hybrid_gpu_host && strcasecmp(v, "cuda") != 0)
+            bad_knob("hybrid_gpu", v, "cuda or host");
+    }
 }

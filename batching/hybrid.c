@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The hybrid policy: each message goes to the GPU or to the cpu executor, by thresholds measured once per process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/async.h>
+#include <openssl/crypto.h>
+
+#include "engine_internal.h"
+
+/*
+ * Why a policy: the GPU path costs a round trip (>= 18 us pinned, DESIGN.md) and two memcpys per
+ * message, the default provider's AES-GCM runs at ~16 GB/s per core. So gpuprov must keep small
+ * messages and lone synchronous callers on the CPU and send the GPU only work it can win: large
+ * messages, and many messages in flight at once (threads, async jobs). The rules, in order, for a
+ * message whose first data request is `len` bytes:
+ *   1. len < min_gpu_bytes                                  -> cpu (even batched, the GPU loses)
+ *   2. a lone synchronous caller and len < lone_gpu_bytes   -> cpu (it would wait a round trip)
+ *   3. the GPU is saturated (a batch in flight and a full one waiting) -> cpu (spare CPU capacity)
+ *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
+ *      its part when both are busy.
+ * A message is routed once (at its first data request: held AAD waits for it) and stays where it
+ * started, because the cpu executor keeps its own default-provider state.
+ *
+ * The thresholds come from a self-measurement the first time an algorithm is routed in a process
+ * (a few milliseconds on a GPU host), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share
+ * set them. Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch
+ * sizes measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip.
+ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void gp_hybrid_init(gp_hybrid *h)
+{
+    memset(h, 0, sizeof(*h));
+    pthread_mutex_init(&h->lock, NULL);
+    h->fork_gen = gp_fork_generation();
+}
+
+void gp_hybrid_cleanup(gp_hybrid *h)
+{
+    pthread_mutex_destroy(&h->lock);
+}
+
+/* Calibration messages: a public all-zero key and IV (nothing secret is measured). */
+typedef struct calib {
+    gp_key *key;
+    gp_msg **msgs;
+    gp_request *reqs;
+    uint8_t *buf;
+    size_t nmsgs;
+} calib;
+
+static void calib_free(calib *c)
+{
+    for (size_t i = 0; c->msgs != NULL && i < c->nmsgs; i++)
+        gp_msg_free(c->msgs[i]);
+    free(c->msgs);
+    free(c->reqs);
+    free(c->buf);
+    gp_key_free(c->key);
+}
+
+static int calib_new(calib *c, gp_engine *e, const gp_executor *x, const gp_key *like, size_t nmsgs,
+                     size_t bytes)
+{
+    static const uint8_t zero[32];
+
+    memset(c, 0, sizeof(*c));
+    c->nmsgs = nmsgs;
+    c->key = gp_key_new(e, like->alg, zero, like->keylen);
+    c->msgs = calloc(nmsgs, sizeof(*c->msgs));
+    c->reqs = calloc(nmsgs, sizeof(*c->reqs));
+    c->buf = calloc(nmsgs, bytes);
+    if (c->key == NULL || c->msgs == NULL || c->reqs == NULL || c->buf == NULL)
+        return 0;
+    for (size_t i = 0; i < nmsgs; i++) {
+        gp_msg *m = c->msgs[i] = gp_msg_new(e);
+
+        if (m == NULL)
+            return 0;
+        m->key = c->key;
+        m->enc = 1;
+        m->ivlen = like->alg == GP_ALG_AES_GCM || like->alg == GP_ALG_CHACHA20_POLY1305 ? 12 : 16;
+        m->exec = x;
+        m->routed = 1;
+        if (!x->msg_start(e, m))
+            return 0;
+    }
+    return 1;
+}
+
+/* Best of `reps` runs of every message encrypting `len` bytes (in place) as one batch, in ns. */
+static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t len, int reps)
+{
+    double best = 0;
+
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0;
+
+        for (size_t i = 0; i < c->nmsgs; i++)
+            c->reqs[i] = (gp_request){ .msg = c->msgs[i], .kind = GP_REQ_CRYPT, .in = c->buf + i * len,
+                                       .out = c->buf + i * len, .len = len, .status = GP_REQ_FAILED };
+        t0 = now_ns();
+        if (!x->run(e, c->reqs, c->nmsgs))
+            return -1;
+        for (size_t i = 0; i < c->nmsgs; i++)
+            if (c->reqs[i].status != GP_REQ_OK)
+                return -1;
+        if (r == 0 || (double)(now_ns() - t0) < best)
+            best = (double)(now_ns() - t0);
+    }
+    return best;
+}
+
+static size_t bytes_or_never(double v)
+{
+    return v < 0 || v > (double)(1u << 30) ? GP_KNOB_CALIBRATE : (size_t)v + 1;
+}
+
+/* Measure one algorithm (with the key length of the message that asks). 0 if a run failed. */
+static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, gp_hybrid_alg *h)
+{
+    /* The host executor standing in for the GPU (tests) is slow: measure it on less. */
+    const int real_gpu = gpu != &gp_exec_host;
+    const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
+    calib cpu = { 0 }, g = { 0 };
+    double t_cpu, t_rt, t_small, t_big, a, b, cpu_nspb;
+    int ok = 0;
+
+    if (calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)) {
+        t_cpu = calib_time(e, &gp_exec_cpu, &cpu, 65536, 3);
+        /* One message of the GPU set alone: the lone caller's round trip (first run warms up). */
+        g.nmsgs = 1;
+        t_rt = calib_time(e, gpu, &g, 16, 4);
+        g.nmsgs = nmsgs;
+        t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
+        t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
+        if (t_cpu > 0 && t_rt > 0 && t_small > 0 && t_big > 0) {
+            cpu_nspb = t_cpu / 65536.0;
+            b = (t_big - t_small) / (double)(big - small);
+            if (b < 0)
+                b = 0;
+            a = t_small - b * (double)small;
+            if (a < 0)
+                a = 0;
+            h->cpu_gbps = 1.0 / cpu_nspb;                /* bytes per ns = GB/s */
+            h->gpu_gbps = (double)big / t_big;
+            h->gpu_rt_us = t_rt / 1000.0;
+            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b*len < cpu_nspb*len. */
+            h->min_gpu_bytes = b < cpu_nspb ? bytes_or_never(a / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
+            h->lone_gpu_bytes = b < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
+            /* Both busy: split in proportion to their rates. */
+            h->gpu_share = h->gpu_gbps / (h->gpu_gbps + h->cpu_gbps);
+            ok = 1;
+        }
+    }
+    if (g.msgs != NULL)
+        g.nmsgs = nmsgs;
+    calib_free(&cpu);
+    calib_free(&g);
+    return ok;
+}
+
+/* The numbers for m's algorithm, measuring them if needed; NULL while another thread measures. */
+static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg *m)
+{
+    gp_hybrid *hy = &e->hy;
+    gp_hybrid_alg *h = &hy->alg[m->key->alg < 5 ? m->key->alg : 0];
+    const gp_knobs *k = &e->knobs;
+    unsigned gen = gp_fork_generation();
+
+    if (atomic_load_explicit(&h->ready, memory_order_acquire)
+        && atomic_load_explicit(&hy->fork_gen, memory_order_relaxed) == gen)
+        return h;
+    if (pthread_mutex_trylock(&hy->lock) != 0)
+        return NULL;
+    if (hy->fork_gen != gen) {   /* a forked child measures for itself */
+        for (int i = 0; i < 5; i++)
+            atomic_store(&hy->alg[i].ready, 0);
+        hy->fork_gen = gen;
+    }
+    if (!h->ready) {
+        int all_set = k->min_gpu_bytes != GP_KNOB_CALIBRATE && k->lone_gpu_bytes != GP_KNOB_CALIBRATE
+                      && k->gpu_share >= 0;
+
+        h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
+        if (!all_set && !calibrate(e, gpu, m->key, h)) {
+            /* Could not measure: keep everything on the CPU unless the knobs say otherwise. */
+            h->min_gpu_bytes = h->lone_gpu_bytes = GP_KNOB_CALIBRATE;
+            h->gpu_share = 0;
+        }
+        if (k->min_gpu_bytes != GP_KNOB_CALIBRATE)
+            h->min_gpu_bytes = k->min_gpu_bytes;
+        if (k->lone_gpu_bytes != GP_KNOB_CALIBRATE)
+            h->lone_gpu_bytes = k->lone_gpu_bytes;
+        if (k->gpu_share >= 0)
+            h->gpu_share = k->gpu_share;
+        atomic_store_explicit(&h->ready, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&hy->lock);
+    return h;
+}
+
+const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len)
+{
+    gp_hybrid_alg *h = numbers(e, gpu, m);
+    gp_queue *q = &e->queue;
+    int inflight;
+
+    if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
+        return &gp_exec_cpu;
+    inflight = atomic_load_explicit(&q->inflight, memory_order_relaxed);
+    if (len < h->lone_gpu_bytes && ASYNC_get_current_job() == NULL                /* rule 2 */
+        && atomic_load_explicit(&q->active, memory_order_relaxed) == 0 && inflight == 0)
+        return &gp_exec_cpu;
+    if (inflight > 0                                                              /* rule 3 */
+        && atomic_load_explicit(&q->pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes)
+        return &gp_exec_cpu;
+    if (h->gpu_share < 1.0) {                                                     /* rule 4 */
+        /* Message n goes to the GPU when floor((n+1)*share) steps past floor(n*share). */
+        uint64_t n = atomic_fetch_add_explicit(&h->share_n, 1, memory_order_relaxed);
+
+        if ((uint64_t)((double)(n + 1) * h->gpu_share) == (uint64_t)((double)n * h->gpu_share))
+            return &gp_exec_cpu;
+    }
+    return gpu;
+}
+
+static const char *const alg_names[5] = { "?", "aes-ctr", "aes-gcm", "chacha20", "chacha20-poly1305" };
+
+static void print_size(char *buf, size_t n, size_t v)
+{
+    if (v == GP_KNOB_CALIBRATE)
+        snprintf(buf, n, "never");
+    else
+        snprintf(buf, n, "%zu B", v);
+}
+
+void gp_hybrid_print(gp_engine *e)
+{
+    for (int i = 1; i < 5; i++) {
+        const gp_hybrid_alg *h = &e->hy.alg[i];
+        char mn[32], lone[32];
+
+        if (!h->ready)
+            continue;
+        print_size(mn, sizeof(mn), h->min_gpu_bytes);
+        print_size(lone, sizeof(lone), h->lone_gpu_bytes);
+        if (h->cpu_gbps > 0)
+            fprintf(stderr, "gpuprov hybrid: %s measured cpu %.2f GB/s, gpu %.2f GB/s (%s), round trip"
+                    " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f (knobs win)\n",
+                    alg_names[i], h->cpu_gbps, h->gpu_gbps, "a batch in flight", h->gpu_rt_us, mn, lone,
+                    h->gpu_share);
+        else
+            fprintf(stderr, "gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
+                    " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);
+    }
+}
