@@ -360,7 +360,9 @@ static int route_now(gp_msg *m, size_t len)
     if (e->knobs.stats)
         atomic_fetch_add_explicit(x == &gp_exec_cpu ? &e->routed_cpu : &e->routed_gpu, 1,
                                   memory_order_relaxed);
-    if (m->aad_hold_len > 0) {
+    /* The GPU side carries held AAD with the next request (submit_one); the cpu executor takes
+     * it now, as its own call. */
+    if (x == &gp_exec_cpu && m->aad_hold_len > 0) {
         gp_request a = { .kind = GP_REQ_AAD, .in = m->aad_hold, .len = m->aad_hold_len };
 
         m->aad_hold_len = 0;
@@ -393,8 +395,36 @@ static int submit_routed(gp_msg *m, gp_request *r)
     return r->status;
 }
 
+/* A tag or verdict the message's last GPU-side request already computed (gp_msg_state.spec_tag). */
+static int answer_from_spec_tag(gp_msg *m, gp_request *r)
+{
+    gp_engine *e = m->engine;
+
+    if (r->kind == GP_REQ_TAG) {
+        memcpy(r->tag_out, m->st.spec_tag, 16);
+        r->status = GP_REQ_OK;
+    } else {
+        /* Constant time (SP 800-38D §7.2 step 8). */
+        r->status = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(m->st.spec_tag, r->tag_in, r->taglen) == 0
+                    ? GP_REQ_OK : GP_REQ_BAD_TAG;
+    }
+    if (e->knobs.stats) {
+        atomic_fetch_add_explicit(&e->ops, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->exec_ops[m->exec->id], 1, memory_order_relaxed);
+    }
+    return r->status;
+}
+
+/*
+ * Requests on the GPU side (cuda, host) cost a round trip each, so an AEAD message is folded into
+ * as few as possible: small AAD is held and carried with the next request (AAD + data in one), and
+ * a final call right after a data request takes the tag that request already made. A TLS record
+ * is then one round trip. The cpu executor gets every call as it comes.
+ */
 static int submit_one(gp_msg *m, gp_request *r)
 {
+    int status;
+
     if (!m->routed) {
         /* AAD comes before the data that decides the route (TLS: a 5 or 13-byte header): hold it. */
         if (r->kind == GP_REQ_AAD && r->len <= sizeof(m->aad_hold) - m->aad_hold_len) {
@@ -408,7 +438,24 @@ static int submit_one(gp_msg *m, gp_request *r)
             return r->status = GP_REQ_FAILED;
         }
     }
-    return submit_routed(m, r);
+    if (m->exec == NULL || m->exec == &gp_exec_cpu)
+        return submit_routed(m, r);
+    if (r->kind == GP_REQ_AAD && r->len <= sizeof(m->aad_hold) - m->aad_hold_len) {
+        if (r->len > 0)
+            memcpy(m->aad_hold + m->aad_hold_len, r->in, r->len);
+        m->aad_hold_len += r->len;
+        m->st.spec_valid = 0;
+        return r->status = GP_REQ_OK;
+    }
+    if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
+        return answer_from_spec_tag(m, r);
+    if (m->aad_hold_len > 0) {
+        r->aad = m->aad_hold;
+        r->aad_len = m->aad_hold_len;
+    }
+    status = submit_routed(m, r);
+    m->aad_hold_len = 0;
+    return status;
 }
 
 int gp_msg_aad(gp_msg *m, const uint8_t *aad, size_t len)

@@ -74,6 +74,10 @@ typedef struct gp_request {
     const uint8_t *tag_in;   /* GP_REQ_VERIFY */
     size_t taglen;
     uint8_t *tag_out;        /* GP_REQ_TAG, 16 bytes */
+    /* AEAD: AAD to absorb before the request's own work (the engine carries held AAD this way, so
+     * AAD + data or AAD + tag is one batch entry: one round trip on the GPU). */
+    const uint8_t *aad;
+    size_t aad_len;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 

@@ -181,7 +181,7 @@ static int scratch_reserve(gp_cuda *c, size_t n)
 
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][key schedules][inputs][partials][states][outputs]; the device
+ * has now. Arena: [unit refs][work][key schedules][inputs: carried AAD, data][partials][states][outputs]; the device
  * gets everything before the partials and the states, the host gets back states and outputs.
  */
 static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *idx, size_t m)
@@ -197,7 +197,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
         gp_request *r = &reqs[idx[i]];
         uint64_t len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
 
-        gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len);
+        gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len, (uint32_t)r->aad_len);
         nrefs += 1 + c->jobs[i].nunits;
     }
     work_off = ALIGN16(refs_off + nrefs * sizeof(gp_unit_ref));
@@ -205,7 +205,7 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
     in_off = keys_off + m * sizeof(gp_key_sched);
     off = in_off;
     for (size_t i = 0; i < m; i++)
-        off += ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
+        off += ALIGN16(c->jobs[i].aad_len) + ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
     part_off = ALIGN128(off);
     off = part_off;
     for (size_t i = 0; i < m; i++)
@@ -233,6 +233,11 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
 
             memset(w, 0, sizeof(*w));
             w->job = c->jobs[i];
+            if (w->job.aad_len > 0) {   /* carried AAD, then the request's own input */
+                w->job.aad_off = in_pos;
+                memcpy(c->host + in_pos, r->aad, w->job.aad_len);
+                in_pos += ALIGN16(w->job.aad_len);
+            }
             w->key_off = keys_off + i * sizeof(gp_key_sched);
             w->state_off = states_off + i * STATE_STRIDE;
             w->in_off = in_pos + pad;

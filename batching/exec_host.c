@@ -21,10 +21,10 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
     uint8_t small[16 * GP_PARTIAL_BYTES], *partials = small;
     gp_job j;
 
-    gp_job_plan(&j, &m->st, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len);
+    gp_job_plan(&j, &m->st, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
     if (j.nunits > 16 && (partials = OPENSSL_malloc((size_t)j.nunits * GP_PARTIAL_BYTES)) == NULL)
         return 0;
-    gp_unit_lead(&m->st, ks, &j, r->in, r->out);
+    gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
     if (j.nunits > 0) {
         const uint8_t *body_in = r->in + j.head_len;
         uint8_t *body_out = r->out + j.head_len;
@@ -40,6 +40,16 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
     return 1;
 }
 
+/* An AAD or tag request: the lead alone, as on the GPU. */
+static void host_lead_only(gp_msg *m, const gp_key_sched *ks, gp_request *r, uint32_t op, uint8_t *out)
+{
+    gp_job j;
+
+    gp_job_plan(&j, &m->st, op, op == GP_OP_AAD ? r->len : 0, (uint32_t)r->aad_len);
+    gp_unit_lead(&m->st, ks, &j, r->aad, r->in, out);
+    OPENSSL_cleanse(&j, sizeof(j));
+}
+
 void gp_host_run_one(gp_request *r)
 {
     gp_msg *m = r->msg;
@@ -48,7 +58,7 @@ void gp_host_run_one(gp_request *r)
 
     switch (r->kind) {
     case GP_REQ_AAD:
-        gp_msg_run(&m->st, ks, GP_OP_AAD, r->in, NULL, r->len);
+        host_lead_only(m, ks, r, GP_OP_AAD, NULL);
         break;
     case GP_REQ_CRYPT:
         if (!host_crypt(m, ks, r)) {
@@ -57,10 +67,10 @@ void gp_host_run_one(gp_request *r)
         }
         break;
     case GP_REQ_TAG:
-        gp_msg_run(&m->st, ks, GP_OP_TAG, NULL, r->tag_out, 0);
+        host_lead_only(m, ks, r, GP_OP_TAG, r->tag_out);
         break;
     case GP_REQ_VERIFY:
-        gp_msg_run(&m->st, ks, GP_OP_TAG, NULL, tag, 0);
+        host_lead_only(m, ks, r, GP_OP_TAG, tag);
         /* Constant time: the position of a mismatch must not show (SP 800-38D §7.2 step 8). */
         r->status = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(tag, r->tag_in, r->taglen) == 0
                     ? GP_REQ_OK : GP_REQ_BAD_TAG;

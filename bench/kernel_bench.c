@@ -65,7 +65,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     gp_key_schedule(&ks, alg, key, keylen);
     memset(iv, 0, sizeof(iv));
     gp_msg_begin(&st, &ks, iv, ivlen);
-    gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg);
+    gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
     nrefs = nmsg * (1 + job.nunits);
     work_off = (refs_off + nrefs * sizeof(gp_unit_ref) + 127) & ~(size_t)127;
     key_off = work_off + nmsg * sizeof(gp_work);
@@ -87,7 +87,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         iv[1] = (uint8_t)(i >> 8);
         iv[2] = (uint8_t)(i >> 16);
         gp_msg_begin(&st, &ks, iv, ivlen);
-        gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg);
+        gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
         memset(&work[i], 0, sizeof(work[i]));
         work[i].job = job;
         work[i].key_off = key_off;

@@ -53,6 +53,12 @@ typedef struct gp_msg_state {
     uint64_t ghash_x[2];          /* GCM accumulator X, big-endian words [hi, lo] */
     uint8_t gcm_ekj0[16];         /* GCM E_K(J0), XORed into the tag (SP 800-38D §7.1 step 6) */
     gp_poly1305_state poly;       /* ChaCha20-Poly1305 accumulator and one-time key */
+    /* AEAD: the tag as it would be if the message ended after the last AAD or data request, made
+     * by that request's last unit (gp_spec_tag), so that a final call right after it (a TLS record,
+     * any one-shot message) costs no second round trip. Valid until the next request. */
+    uint8_t spec_tag[16];
+    uint32_t spec_valid;
+    uint32_t reserved;
 } gp_msg_state;
 
 /*
@@ -67,7 +73,9 @@ typedef struct gp_job {
     uint32_t nunits;              /* ceil(body_len / GP_UNIT_BYTES) */
     uint8_t body_ctr[16];         /* counter block of the body's first keystream block */
     uint32_t poly_r[5];           /* ChaCha20-Poly1305: r, for the units' partial MACs */
-    uint32_t reserved[3];
+    uint32_t aad_len;             /* AEAD: AAD absorbed by the lead first (carried with the request,
+                                   * so AAD + data, or AAD + tag, is one round trip) */
+    uint64_t aad_off;             /* cuda: where that AAD is in the arena */
 } gp_job;
 
 /*

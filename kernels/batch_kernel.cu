@@ -28,7 +28,7 @@ extern "C" __global__ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int
     in = arena + w->in_off;
     out = arena + w->out_off;
     if (refs[t].unit == GP_UNIT_LEAD)
-        gp_unit_lead(st, k, &w->job, in, out);
+        gp_unit_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
     else
         gp_unit_body(&w->job, k, refs[t].unit, in + w->job.head_len, out + w->job.head_len,
                      arena + w->partials_off + (size_t)refs[t].unit * GP_PARTIAL_BYTES);

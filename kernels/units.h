@@ -47,8 +47,9 @@ GP_KFN void gp_ctr_add(uint32_t alg, uint8_t c[16], uint64_t n)
     }
 }
 
-/* Plan a request on the state it will start from (the host does this before a batch). */
-GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t len)
+/* Plan a request on the state it will start from (the host does this before a batch). `aad_len`
+ * bytes of AAD (AEAD only) go first; they change neither the counter nor the text position. */
+GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t len, uint32_t aad_len)
 {
     const uint64_t bs = gp_alg_is_aes(st->alg) ? 16 : 64;
     uint64_t p = st->text_len, head, body;
@@ -56,6 +57,7 @@ GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t
     gp_state_wipe(j, sizeof(*j));
     j->op = op;
     j->len = len;
+    j->aad_len = aad_len;
     j->head_len = len;
     if (op != GP_OP_ENCRYPT && op != GP_OP_DECRYPT)
         return;
@@ -76,12 +78,34 @@ GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t
         j->poly_r[i] = st->poly.r[i];
 }
 
-/* The lead: AAD and tag requests whole; for data, the head (it also pads the AAD, RFC 8439 §2.8,
- * SP 800-38D §7.1) and, when there is no body, everything. */
-GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const uint8_t *in,
-                         uint8_t *out)
+/*
+ * The tag as it would be if the message ended now (see gp_msg_state.spec_tag), computed on a copy:
+ * the message may still go on. Called by whoever finishes a request last.
+ */
+GP_KFN void gp_spec_tag(gp_msg_state *st, const gp_key_sched *k, uint32_t op)
 {
+    gp_msg_state t;
+
+    st->spec_valid = 0;
+    if (!gp_alg_is_aead(st->alg) || op == GP_OP_TAG)
+        return;
+    t = *st;
+    gp_msg_run(&t, k, GP_OP_TAG, NULL, st->spec_tag, 0);
+    st->spec_valid = 1;
+    gp_state_wipe(&t, sizeof(t));
+}
+
+/* The lead: the carried AAD first; AAD and tag requests whole; for data, the head (it also pads
+ * the AAD, RFC 8439 §2.8, SP 800-38D §7.1) and, when there is no body, everything (and then the
+ * speculative tag, as the request's last unit). */
+GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const uint8_t *aad,
+                         const uint8_t *in, uint8_t *out)
+{
+    if (j->aad_len > 0)
+        gp_msg_run(st, k, GP_OP_AAD, aad, NULL, j->aad_len);
     gp_msg_run(st, k, j->op, in, out, (size_t)j->head_len);
+    if (j->nunits == 0)
+        gp_spec_tag(st, k, j->op);
 }
 
 /* H^n from the key's table of H^(2^i): popcount(n) multiplications. */
@@ -324,6 +348,7 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
     gp_ctr_add(alg, st->ctr, j->body_len / (gp_alg_is_aes(alg) ? 16 : 64));
     st->text_len += j->body_len;
     gp_msg_run(st, k, j->op, tail_in, tail_out, (size_t)(j->len - j->head_len - j->body_len));
+    gp_spec_tag(st, k, j->op);
 }
 
 #endif
