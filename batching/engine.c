@@ -405,8 +405,8 @@ static int answer_from_spec_tag(gp_msg *m, gp_request *r)
         r->status = GP_REQ_OK;
     } else {
         /* Constant time (SP 800-38D §7.2 step 8). */
-        r->status = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(m->st.spec_tag, r->tag_in, r->taglen) == 0
-                    ? GP_REQ_OK : GP_REQ_BAD_TAG;
+        r->status = r->taglen >= 1 && r->taglen <= 16
+                    && CRYPTO_memcmp(m->st.spec_tag, r->tag_in, r->taglen) == 0 ? GP_REQ_OK : GP_REQ_BAD_TAG;
     }
     if (e->knobs.stats) {
         atomic_fetch_add_explicit(&e->ops, 1, memory_order_relaxed);
@@ -561,7 +561,8 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
     for (i = 0; i < n; i++) {
         reqs[i].status = GP_REQ_FAILED;
         if (reqs[i].msg != NULL && !reqs[i].msg->routed
-            && !route_now(reqs[i].msg, reqs[i].kind == GP_REQ_CRYPT || reqs[i].kind == GP_REQ_AAD ? reqs[i].len : 0))
+            && !route_now(reqs[i].msg,
+                          reqs[i].kind == GP_REQ_CRYPT || reqs[i].kind == GP_REQ_AAD ? reqs[i].len : 0))
             all_ok = 0;
         if (reqs[i].msg == NULL || reqs[i].msg->exec == NULL)
             all_ok = 0;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The hybrid policy: each message goes to the GPU or to the cpu executor, by thresholds measured once per process. */
+/* The hybrid policy: each message to the GPU or the cpu executor, by thresholds measured per process. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
