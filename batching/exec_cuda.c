@@ -182,7 +182,8 @@ static int scratch_reserve(gp_cuda *c, size_t n)
 /*
  * One wave: at most one request per message, so every request starts from the state its message
  * has now. Arena: [unit refs][work][key schedules][inputs: carried AAD, data][partials][states]
- * [outputs]; the device gets everything before the partials and the states, the host gets back states and outputs.
+ * [outputs]; the device gets everything before the partials and the states, the host gets back
+ * states and outputs.
  */
 static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *idx, size_t m)
 {
