@@ -27,6 +27,7 @@ typedef enum gp_backend {
 } gp_backend;
 
 #define GP_KNOB_CALIBRATE ((size_t)-1)
+#define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
@@ -35,7 +36,7 @@ typedef struct gp_knobs {
     gp_backend backend;
     int stats;             /* print one stats line to stderr when the provider unloads */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
-    int device;            /* CUDA device index for the cuda executor */
+    int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     /* Batching (host and cuda executors): a batch flushes at max_batch_ops requests or
      * max_batch_bytes bytes, flush_us after its first request, or when every active submitter
      * is waiting in it. */

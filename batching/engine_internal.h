@@ -166,6 +166,7 @@ struct gp_engine {
     gp_host_pool pool;
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
+    _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
     atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
     atomic_uint_fast64_t routed_gpu, routed_cpu;
 };

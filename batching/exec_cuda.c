@@ -21,8 +21,13 @@ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
 #define ALIGN128(x) (((x) + 127) & ~(size_t)127)
 #define STATE_STRIDE ALIGN128(sizeof(gp_msg_state))
 
-typedef struct gp_cuda {
-    pthread_mutex_t lock;        /* one batch in flight (double buffering comes with the queue) */
+/*
+ * One slot per batch in flight: its own stream, pinned and device arenas and layout scratch, on one
+ * GPU. Two slots per GPU let a batch copy in while the one before computes and copies out (the
+ * queue flushes a second batch while the first runs); knob device=all puts slots on every GPU.
+ */
+typedef struct gp_cuda_slot {
+    pthread_mutex_t lock;        /* held by the leader running a batch in this slot */
     int device;
     cudaStream_t stream;
     uint8_t *host;               /* pinned, `cap` bytes */
@@ -31,9 +36,17 @@ typedef struct gp_cuda {
     /* Scratch for one batch's layout, grown with the batch. */
     size_t *order, *rank, *wave, order_cap;
     gp_job *jobs;
+} gp_cuda_slot;
+
+#define SLOTS_PER_GPU 2
+
+typedef struct gp_cuda {
+    gp_cuda_slot *slots;
+    int nslots;
+    atomic_uint next;            /* where the next batch looks for a free slot first */
     /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
      * so the runtime itself reports an error, to prove the fallback path. */
-    long fault_after;
+    atomic_long fault_after;
 } gp_cuda;
 
 /* Report a CUDA failure once per process, clear the sticky error where there is one. */
@@ -51,8 +64,10 @@ static int cuda_failed(gp_engine *e, const char *what, cudaError_t err)
     return 0;
 }
 
-static void arena_free(gp_cuda *c)
+static void arena_free(gp_cuda_slot *c)
 {
+    if (c->dev != NULL)
+        (void)cudaSetDevice(c->device);
     if (c->host != NULL) {
         OPENSSL_cleanse(c->host, c->cap);   /* held plaintext and key schedules */
         cudaFreeHost(c->host);
@@ -66,7 +81,7 @@ static void arena_free(gp_cuda *c)
 }
 
 /* Pools sized at start and grown by doubling: no allocation per operation. */
-static int arena_reserve(gp_engine *e, gp_cuda *c, size_t need)
+static int arena_reserve(gp_engine *e, gp_cuda_slot *c, size_t need)
 {
     size_t cap = c->cap != 0 ? c->cap : ARENA_MIN;
     cudaError_t err;
@@ -76,6 +91,8 @@ static int arena_reserve(gp_engine *e, gp_cuda *c, size_t need)
     while (cap < need)
         cap *= 2;
     arena_free(c);
+    if ((err = cudaSetDevice(c->device)) != cudaSuccess)
+        return cuda_failed(e, "cudaSetDevice", err);
     if ((err = cudaHostAlloc((void **)&c->host, cap, cudaHostAllocDefault)) != cudaSuccess) {
         c->host = NULL;
         return cuda_failed(e, "cudaHostAlloc", err);
@@ -88,10 +105,12 @@ static int arena_reserve(gp_engine *e, gp_cuda *c, size_t need)
     return 1;
 }
 
+static void cuda_close(gp_engine *e);
+
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
-    int n = 0;
+    int n = 0, first, ngpus;
     cudaError_t err = cudaGetDeviceCount(&n);
 
     if (err != cudaSuccess || n == 0) {
@@ -101,24 +120,41 @@ static int cuda_open(gp_engine *e)
                     err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
         return 0;
     }
-    if (e->knobs.device < 0 || e->knobs.device >= n) {
+    if (e->knobs.device >= n) {
         fprintf(stderr, "gpuprov: device %d does not exist (%d GPU%s); the cuda executor is off\n",
                 e->knobs.device, n, n == 1 ? "" : "s");
         return 0;
     }
-    if ((c = OPENSSL_zalloc(sizeof(*c))) == NULL)
-        return 0;
-    c->device = e->knobs.device;
-    c->fault_after = getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
-                     ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1;
-    pthread_mutex_init(&c->lock, NULL);
-    e->cuda = c;
-    if ((err = cudaSetDevice(c->device)) != cudaSuccess
-        || (err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        cuda_failed(e, "device setup", err);
+    first = e->knobs.device == GP_DEVICE_ALL ? 0 : e->knobs.device;
+    ngpus = e->knobs.device == GP_DEVICE_ALL ? n : 1;
+    if ((c = OPENSSL_zalloc(sizeof(*c))) == NULL
+        || (c->slots = OPENSSL_zalloc((size_t)ngpus * SLOTS_PER_GPU * sizeof(*c->slots))) == NULL) {
+        OPENSSL_free(c);
         return 0;
     }
-    return arena_reserve(e, c, ARENA_MIN);
+    atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
+                ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
+    e->cuda = c;
+    for (int i = 0; i < ngpus * SLOTS_PER_GPU; i++) {
+        gp_cuda_slot *sl = &c->slots[i];
+
+        pthread_mutex_init(&sl->lock, NULL);
+        c->nslots = i + 1;
+        sl->device = first + i / SLOTS_PER_GPU;
+        if ((err = cudaSetDevice(sl->device)) != cudaSuccess
+            || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+            cuda_failed(e, "device setup", err);
+            cuda_close(e);
+            return 0;
+        }
+        if (!arena_reserve(e, sl, ARENA_MIN)) {
+            cuda_close(e);
+            return 0;
+        }
+    }
+    /* The queue may now flush a batch while others run (queue.c). */
+    atomic_store(&e->max_inflight, c->nslots);
+    return 1;
 }
 
 static void cuda_close(gp_engine *e)
@@ -127,14 +163,20 @@ static void cuda_close(gp_engine *e)
 
     if (c == NULL)
         return;
-    arena_free(c);
-    if (c->stream != NULL)
-        cudaStreamDestroy(c->stream);
-    OPENSSL_free(c->order);
-    OPENSSL_free(c->rank);
-    OPENSSL_free(c->wave);
-    OPENSSL_free(c->jobs);
-    pthread_mutex_destroy(&c->lock);
+    atomic_store(&e->max_inflight, 1);
+    for (int i = 0; i < c->nslots; i++) {
+        gp_cuda_slot *sl = &c->slots[i];
+
+        arena_free(sl);
+        if (sl->stream != NULL)
+            cudaStreamDestroy(sl->stream);
+        OPENSSL_free(sl->order);
+        OPENSSL_free(sl->rank);
+        OPENSSL_free(sl->wave);
+        OPENSSL_free(sl->jobs);
+        pthread_mutex_destroy(&sl->lock);
+    }
+    OPENSSL_free(c->slots);
     OPENSSL_free(c);
     e->cuda = NULL;
 }
@@ -159,7 +201,7 @@ static size_t body_pad(const gp_job *j)
 }
 
 /* Scratch arrays for a batch of n requests, grown by doubling. */
-static int scratch_reserve(gp_cuda *c, size_t n)
+static int scratch_reserve(gp_cuda_slot *c, size_t n)
 {
     size_t cap = c->order_cap != 0 ? c->order_cap : 64;
 
@@ -185,7 +227,7 @@ static int scratch_reserve(gp_cuda *c, size_t n)
  * [outputs]; the device gets everything before the partials and the states, the host gets back
  * states and outputs.
  */
-static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *idx, size_t m)
+static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     size_t nrefs = 0, off, refs_off = 0, work_off, keys_off, in_off, part_off, states_off, out_off;
     size_t total = 0;
@@ -269,7 +311,8 @@ static int run_wave(gp_engine *e, gp_cuda *c, gp_request *reqs, const size_t *id
         void *args[] = { &drefs, &nr, &dwork, &darena };
         dim3 block = { 128, 1, 1 }, grid = { (nr + 127) / 128, 1, 1 };
 
-        if (c->fault_after >= 0 && c->fault_after-- == 0)
+        if (atomic_load(&((gp_cuda *)e->cuda)->fault_after) >= 0
+            && atomic_fetch_sub(&((gp_cuda *)e->cuda)->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
@@ -337,13 +380,27 @@ out:
  * (an EVP call waits for its own), so one wave, one launch. On failure the finished waves stay
  * finished (status OK) and the rest is untouched for the engine to re-run on the host.
  */
+/* A free slot, locked: the first free one from a rotating start, else wait for the start one. */
+static gp_cuda_slot *slot_take(gp_cuda *g)
+{
+    unsigned start = atomic_fetch_add(&g->next, 1);
+
+    for (int i = 0; i < g->nslots; i++) {
+        gp_cuda_slot *sl = &g->slots[(start + (unsigned)i) % (unsigned)g->nslots];
+
+        if (pthread_mutex_trylock(&sl->lock) == 0)
+            return sl;
+    }
+    pthread_mutex_lock(&g->slots[start % (unsigned)g->nslots].lock);
+    return &g->slots[start % (unsigned)g->nslots];
+}
+
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {
-    gp_cuda *c = e->cuda;
+    gp_cuda_slot *c = slot_take(e->cuda);
     size_t nwaves = 0;
     int ok = 1;
 
-    pthread_mutex_lock(&c->lock);
     if (!scratch_reserve(c, n)) {
         pthread_mutex_unlock(&c->lock);
         return 0;

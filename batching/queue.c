@@ -53,9 +53,10 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
 {
     if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
         return 1;
-    /* While a batch runs, flushing the next one only puts it in line behind it: keep gathering
-     * until the running batch completes (its leader then wakes everyone to re-check). */
-    if (q->inflight > 0)
+    /* While the executor is busy with as many batches as it can overlap (cuda: two per GPU, the
+     * next copying in while one computes), flushing only puts a batch in line: keep gathering
+     * until one completes (its leader then wakes everyone to re-check). */
+    if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
         return 0;
     return t - q->first_ns >= (uint64_t)e->knobs.flush_us * 1000u || q->npending == (size_t)q->active;
 }
@@ -118,7 +119,7 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
         pthread_mutex_lock(&q->lock);
         return;
     }
-    if (pending && q->inflight == 0) {
+    if (pending && q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed)) {
         uint64_t deadline = q->first_ns + (uint64_t)e->knobs.flush_us * 1000u;
         struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
 

@@ -149,7 +149,11 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     k->stats = parse_bool("stats", knob_value("stats", stats, env, sizeof(env)), 0);
     k->host_threads = parse_count("host_threads",
                                   knob_value("host_threads", host_threads, env, sizeof(env)), 0, 1024);
-    k->device = parse_count("device", knob_value("device", device, env, sizeof(env)), 0, 1023);
+    {
+        const char *v = knob_value("device", device, env, sizeof(env));
+
+        k->device = v != NULL && strcasecmp(v, "all") == 0 ? GP_DEVICE_ALL : parse_count("device", v, 0, 1023);
+    }
     k->max_batch_ops = parse_count("max_batch_ops", knob_value("max_batch_ops", max_ops, env, sizeof(env)),
                                    4096, 1 << 20);
     if (k->max_batch_ops == 0)
