@@ -669,6 +669,9 @@ def main():
 
     if args.quick:
         args.sizes, args.asyncs, args.multi = [16, 16384], [0, 64], [1]
+    args.sizes, args.asyncs, args.multi = (sorted(set(x)) for x in (args.sizes, args.asyncs,
+                                                                     args.multi))
+    args.ciphers = list(dict.fromkeys(args.ciphers))
     args.build = args.build.resolve()
     bad = [c for c in args.configs if c not in KNOWN_CONFIGS] + \
           [c for c in args.ciphers if c not in CIPHERS]
