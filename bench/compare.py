@@ -38,6 +38,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -199,9 +200,10 @@ def check_gpuprov(config, res, stats_on):
         return None
     if st is None:
         return "no gpuprov stats line: gpuprov was not loaded"
-    if st.get("ops", 0) < res["ops"]:
-        return "gpuprov counted %d ops, speed %d: part of the work bypassed gpuprov" % (
-            st.get("ops", 0), res["ops"])
+    # Bytes, not ops: how many requests an EVP call makes is gpuprov's business.
+    if st.get("bytes", 0) < res["bytes"] or st.get("ops", 0) == 0:
+        return "gpuprov counted %d bytes, speed %d: part of the work bypassed gpuprov" % (
+            st.get("bytes", 0), res["bytes"])
     forced = FORCED.get(config)
     if forced and st.get(forced + "_ops", 0) == 0:
         return "forced %s, yet no op ran on it" % forced
@@ -498,7 +500,14 @@ def results_section(rows, meta, plots, plot_note, results_path):
         s += ["Plots: %s" % plot_note, ""]
     s += ["CSV: `%s` (one row per run, with the gpuprov stats of each: ops, batches, mean batch, "
           "executor split)." % rel(meta["csv"]), END]
-    return "\n".join(s) + "\n"
+    return "\n".join(wrap_prose(x) for x in s) + "\n"
+
+
+def wrap_prose(text, width=100):
+    """Wrap a paragraph as RESULTS.md's prose is wrapped; tables, headings, images stay."""
+    if text[:1] in ("", "|", "#", "!", "<"):
+        return text
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def update_results(path, section):
@@ -600,7 +609,11 @@ def draw_plots(rows, meta, outdir):
 
 def report(rows, meta, outdir, results_path):
     plots, note = draw_plots(rows, meta, outdir)
+    if results_path:
+        update_results(results_path, results_section(rows, meta, plots, note, results_path))
     say("compare: plots: %s" % (", ".join(str(p) for p in plots) if plots else note))
+    if results_path:
+        say("compare: %s updated (between %s and %s)" % (results_path, BEGIN, END))
     has_gpu = meta["gpu"] != "none"
     say("\nTargets (ratios against the default provider in the same run; device: %s):"
         % (meta["gpu"] if has_gpu else "none, no GPU on this host"))
@@ -608,9 +621,6 @@ def report(rows, meta, outdir, results_path):
     w = [max(len(x[i]) for x in t) for i in range(4)]
     for x in t:
         say("  %-*s  %-*s  %-*s  %-*s  %s" % (w[0], x[0], w[1], x[1], w[2], x[2], w[3], x[3], x[4]))
-    if results_path:
-        update_results(results_path, results_section(rows, meta, plots, note, results_path))
-        say("compare: %s updated (between %s and %s)" % (results_path, BEGIN, END))
 
 
 def main():
@@ -644,7 +654,8 @@ def main():
                     "instructions per request); gpuprov's use is then checked once per cipher")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: sizes 16,16384, async 0,64, multi 1")
-    ap.add_argument("--note", default="", help="a sentence for the RESULTS section")
+    ap.add_argument("--note", default="", help="a sentence for the RESULTS section (with "
+                    "--plot-only: put before the recorded notes)")
     ap.add_argument("--plot-only", type=Path, metavar="CSV",
                     help="draw plots and rewrite the RESULTS section from an earlier CSV")
     args = ap.parse_args()
@@ -661,6 +672,8 @@ def main():
         meta.setdefault("command", "bench/compare (command not recorded)")
         meta["cores"] = int(meta["cores"]) if str(meta["cores"]).isdigit() else meta["cores"]
         meta["csv"] = str(csv_path)
+        if args.note:
+            meta["note"] = (args.note + " " + meta.get("note", "")).strip()
         outdir = (args.out or csv_path.parent).resolve()
         outdir.mkdir(parents=True, exist_ok=True)
         results = None if args.no_results else (args.results or ROOT / "bench" / "RESULTS.md")
@@ -720,7 +733,8 @@ def main():
                 duration=fmt_dur(time.monotonic() - t0),
                 note=" ".join(([args.note] if args.note else [])
                               + (["Notes: " + "; ".join(notes) + "."] if notes else [])))
-    json.dump(meta, open(csv_path.with_suffix(".json"), "w"), indent=1)
+    json.dump(dict(meta, csv=os.path.relpath(csv_path, ROOT)),
+              open(csv_path.with_suffix(".json"), "w"), indent=1)
     report(rows, meta, outdir, results)
     if failures:
         say("compare: %d run(s) failed or bypassed gpuprov (see ERROR lines and the CSV's "
