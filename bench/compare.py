@@ -1,0 +1,747 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The comparison (issue 4): `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305,
+the default provider against gpuprov, over message sizes x -async_jobs x -multi.
+
+One `openssl speed -mr -elapsed -seconds S -bytes N` process per (cipher, size, async_jobs, multi,
+configuration), so that the CPU time of each (user + sys of the whole process tree, from
+getrusage(RUSAGE_CHILDREN) around it: provider helper threads and -multi children included) can be
+set against the bytes it encrypted: "CPU s/GB". A speed-up bought with helper threads shows there.
+
+Configurations:
+  default       plain `openssl speed` with OPENSSL_CONF=/dev/null (the default provider)
+  gpuprov       gpuprov as a user gets it: OPENSSL_CONF=config/gpuprov.cnf, backend=auto (hybrid)
+  gpuprov-cuda  the same with GPUPROV_BACKEND=cuda (forced); only on a host with an NVIDIA GPU
+  gpuprov-host, gpuprov-cpu   forced executors, on request (--configs)
+Forced configurations run only at the largest -async_jobs and -multi 1 (where the targets need
+them) unless --forced-everywhere.
+
+Every gpuprov run has GPUPROV_STATS=1 (unless --no-stats): the stats line(s) it prints at unload
+are parsed into the CSV (ops, batches, mean batch, executor split) and prove that gpuprov did the
+work; a gpuprov run without a stats line stops the comparison.
+
+Writes CSV (row by row, so an interrupted run keeps what it measured), a JSON sidecar with the
+run's command and host, PNG plots when matplotlib is importable, and the section between
+<!-- compare:begin --> and <!-- compare:end --> of bench/RESULTS.md. `--plot-only CSV` redraws
+the plots and that section from an earlier CSV.
+"""
+
+import argparse
+import csv
+import ctypes
+import datetime
+import json
+import math
+import os
+import re
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CIPHERS = ["aes-256-gcm", "aes-128-ctr", "chacha20-poly1305"]
+SIZES = [16, 64, 256, 1024, 8192, 16384]
+ASYNC = [0, 8, 64]
+MULTI = [1, 16]
+FORCED = {"gpuprov-cuda": "cuda", "gpuprov-host": "host", "gpuprov-cpu": "cpu"}
+KNOWN_CONFIGS = ["default", "gpuprov"] + list(FORCED)
+BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+PRETTY = {"aes-256-gcm": "AES-256-GCM", "aes-128-ctr": "AES-128-CTR",
+          "chacha20-poly1305": "ChaCha20-Poly1305"}
+
+FIELDS = ["date", "host_cpu", "cores", "gpu", "openssl", "gpuprov_commit", "cipher", "size",
+          "async_jobs", "multi", "config", "seconds", "status", "bytes_per_s", "ops", "bytes",
+          "wall_s", "cpu_s", "cpu_s_per_gb", "cores_busy", "ratio_vs_default",
+          "gp_ops", "gp_batches", "gp_mean_batch", "gp_cuda_ops", "gp_host_ops", "gp_cpu_ops",
+          "gp_fallbacks", "gp_errors", "gp_split", "gp_other", "note"]
+STAT_KEYS = ["ops", "batches", "cuda_ops", "host_ops", "cpu_ops", "fallbacks", "errors"]
+
+
+def say(msg=""):
+    print(msg, flush=True)
+
+
+def csv_list(kind):
+    return lambda s: [kind(x) for x in s.split(",") if x.strip() != ""]
+
+
+# ---------------------------------------------------------------------------------------------
+# The host
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def host_info():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = "none"
+    if sh(["sh", "-c", "command -v nvidia-smi"]) and sh(["nvidia-smi", "-L"]):
+        gpu = sh(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()[0]
+    commit = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "unknown"
+    if sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]):
+        commit += "-dirty"
+    return {"host_cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu,
+            "openssl": sh(["openssl", "version"]), "gpuprov_commit": commit}
+
+
+def become_subreaper():
+    """Make this process the reaper of orphaned grandchildren (PR_SET_CHILD_SUBREAPER), so that
+    -multi children that `openssl speed` leaves unreaped still land in RUSAGE_CHILDREN."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans():
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+# ---------------------------------------------------------------------------------------------
+# One openssl speed run
+
+def speed_env(config, build, stats):
+    env = dict(os.environ)
+    env.pop("GPUPROV_BACKEND", None)
+    env.pop("GPUPROV_STATS", None)
+    if config == "default":
+        env["OPENSSL_CONF"] = "/dev/null"
+        env.pop("OPENSSL_MODULES", None)
+    else:
+        # The user's way in, as bench/speed.sh: config/gpuprov.cnf prefers gpuprov and pins the
+        # DRBG to the default provider (`-propquery provider=gpuprov` would move the DRBG too).
+        env["OPENSSL_CONF"] = str(ROOT / "config" / "gpuprov.cnf")
+        env["OPENSSL_MODULES"] = str(build / "provider")
+        env["GPUPROV_BACKEND"] = FORCED.get(config, "auto")
+        if stats:
+            env["GPUPROV_STATS"] = "1"
+    return env
+
+
+def speed_cmd(cipher, size, async_jobs, multi, seconds):
+    # -elapsed: divide by wall time. Without it speed divides by the process's user CPU time,
+    # which flatters a caller that sleeps while the GPU works and penalises helper threads.
+    cmd = ["openssl", "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
+    if async_jobs > 0:
+        cmd += ["-async_jobs", str(async_jobs)]
+    if multi > 1:
+        cmd += ["-multi", str(multi)]
+    return cmd + ["-evp", cipher]
+
+
+def parse_stats(text):
+    """Sum the `gpuprov stats: k=v ...` lines (one per process) into a dict; None when absent."""
+    total, seen = {}, False
+    for m in re.finditer(r"^gpuprov stats: (.*)$", text, re.M):
+        seen = True
+        for k, v in re.findall(r"(\w+)=([-\d.]+)", m.group(1)):
+            if k == "mean_batch":
+                continue
+            total[k] = total.get(k, 0) + (float(v) if "." in v else int(v))
+    return total if seen else None
+
+
+def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats):
+    """Run one cell; returns a dict of measured fields (status 'ok' or what went wrong)."""
+    cmd = speed_cmd(cipher, size, async_jobs, multi, seconds)
+    env = speed_env(config, build, stats)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    status = "ok"
+    try:
+        out, err = proc.communicate(timeout=3 * seconds + 60 + multi)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        status = "timeout"
+    reap_orphans()
+    wall = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    # With -multi the parent prints the sum of its children's rates as its own +F line; the
+    # children's lines come back prefixed "Got:". +R:count:name:seconds (stderr) is per process.
+    rates = [float(l.split(":")[3]) for l in out.splitlines() if l.startswith("+F:")]
+    ops = sum(int(l.split(":")[1]) for l in err.splitlines() if l.startswith("+R:"))
+    res = {"status": status, "wall_s": wall, "cpu_s": cpu, "ops": ops, "bytes": ops * size,
+           "bytes_per_s": rates[-1] if rates else 0.0, "stderr": err, "cmd": cmd}
+    if status == "ok" and (not rates or proc.returncode != 0):
+        res["status"] = "no-figures" if not rates else "exit-%d" % proc.returncode
+    res["stats"] = parse_stats(err)
+    return res
+
+
+def check_gpuprov(config, res, stats_on):
+    """The proof that gpuprov served the run: None when fine, else what is wrong."""
+    st = res["stats"]
+    if config == "default":
+        return "gpuprov stats line in a default-provider run" if st else None
+    if not stats_on:
+        return None
+    if st is None:
+        return "no gpuprov stats line: gpuprov was not loaded"
+    # Bytes, not ops: how many requests an EVP call makes is gpuprov's business.
+    if st.get("bytes", 0) < res["bytes"] or st.get("ops", 0) == 0:
+        return "gpuprov counted %d bytes, speed %d: part of the work bypassed gpuprov" % (
+            st.get("bytes", 0), res["bytes"])
+    forced = FORCED.get(config)
+    if forced and st.get(forced + "_ops", 0) == 0:
+        return "forced %s, yet no op ran on it" % forced
+    return None
+
+
+def stats_fields(st):
+    if not st:
+        return {}
+    f = {"gp_" + k: st.get(k, 0) for k in STAT_KEYS}
+    f["gp_mean_batch"] = "%.2f" % (st["ops"] / st["batches"]) if st.get("batches") else ""
+    ops = st.get("ops", 0)
+    parts = ["%s %.0f%%" % (e, 100.0 * st.get(e + "_ops", 0) / ops)
+             for e in ("cuda", "host", "cpu") if ops and st.get(e + "_ops", 0)]
+    f["gp_split"] = " / ".join(parts)
+    other = {k: v for k, v in st.items() if k not in STAT_KEYS and k != "bytes"}
+    f["gp_other"] = ";".join("%s=%s" % kv for kv in sorted(other.items()))
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan and run the matrix
+
+def plan(args, configs):
+    forced_async = max(args.asyncs)
+    forced_multi = 1 if 1 in args.multi else min(args.multi)
+    runs = []
+    for cipher in args.ciphers:
+        for multi in args.multi:
+            for async_jobs in args.asyncs:
+                for size in args.sizes:
+                    for config in configs:
+                        if (config in FORCED and not args.forced_everywhere
+                                and (async_jobs != forced_async or multi != forced_multi)):
+                            continue
+                        runs.append((cipher, size, async_jobs, multi, config))
+    return runs
+
+
+def fmt_dur(s):
+    s = int(round(s))
+    return "%dh%02dm" % (s // 3600, s % 3600 // 60) if s >= 3600 else "%dm%02ds" % (s // 60, s % 60)
+
+
+def fmt_gbs(bps):
+    return "%.3f GB/s" % (bps / 1e9) if bps < 1e9 else "%.2f GB/s" % (bps / 1e9)
+
+
+def measure(args, host, configs, csv_path):
+    runs = plan(args, configs)
+    today = datetime.date.today().isoformat()
+    say("compare: %d runs (%s), %d s each; about %s" % (
+        len(runs), ", ".join(configs), args.seconds, fmt_dur(len(runs) * (args.seconds + 0.3))))
+    if not args.stats:
+        verify_loading(args, configs)
+    rows, default_rate = [], {}
+    failures = 0
+    t_start = time.monotonic()
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        for k, (cipher, size, async_jobs, multi, config) in enumerate(runs, 1):
+            res = run_speed(cipher, size, async_jobs, multi, config, args.seconds, args.build,
+                            args.stats)
+            problem = check_gpuprov(config, res, args.stats)
+            if res["status"] != "ok" or problem:
+                failures += 1
+                tail = "\n".join(res["stderr"].strip().splitlines()[-5:])
+                say("compare: ERROR %s %s %d B async=%d multi=%d: %s\n  command: %s\n  stderr: %s"
+                    % (config, cipher, size, async_jobs, multi, problem or res["status"],
+                       " ".join(res["cmd"]), tail))
+                if problem and problem.startswith("no gpuprov stats line"):
+                    say("compare: stopping: gpuprov did not load with OPENSSL_CONF=%s "
+                        "OPENSSL_MODULES=%s; nothing it measures would be gpuprov"
+                        % (ROOT / "config/gpuprov.cnf", args.build / "provider"))
+                    sys.exit(2)
+            key = (cipher, size, async_jobs, multi)
+            if config == "default":
+                default_rate[key] = res["bytes_per_s"]
+            ref = default_rate.get(key)
+            ratio = res["bytes_per_s"] / ref if ref else None
+            gb = res["bytes"] / 1e9
+            row = dict(host, date=today, cipher=cipher, size=size, async_jobs=async_jobs,
+                       multi=multi, config=config, seconds=args.seconds,
+                       status=("gpuprov-unused" if problem else res["status"]),
+                       bytes_per_s="%.0f" % res["bytes_per_s"], ops=res["ops"],
+                       bytes=res["bytes"], wall_s="%.3f" % res["wall_s"],
+                       cpu_s="%.3f" % res["cpu_s"],
+                       cpu_s_per_gb=("%.4f" % (res["cpu_s"] / gb)) if gb > 0 else "",
+                       cores_busy="%.2f" % (res["cpu_s"] / res["wall_s"]),
+                       ratio_vs_default=("%.3f" % ratio) if ratio is not None else "",
+                       note=problem or "")
+            row.update(stats_fields(res["stats"]))
+            w.writerow(row)
+            fh.flush()
+            rows.append(row)
+            elapsed = time.monotonic() - t_start
+            eta = elapsed / k * (len(runs) - k)
+            cpu_gb = (" %s CPU s/GB" % row["cpu_s_per_gb"]) if row["cpu_s_per_gb"] else ""
+            rtxt = (", %.2f\u00d7 default" % ratio) if ratio is not None and config != "default" else ""
+            split = (" [%s, batch %s]" % (row.get("gp_split", ""), row.get("gp_mean_batch", ""))
+                     if row.get("gp_split") else "")
+            say("[%d/%d] %s %d B async=%d multi=%d %s: %s,%s%s%s  ETA %s" % (
+                k, len(runs), cipher, size, async_jobs, multi, config,
+                fmt_gbs(res["bytes_per_s"]), cpu_gb, rtxt, split, fmt_dur(eta)))
+    say("compare: %d runs in %s; CSV: %s" % (len(runs), fmt_dur(time.monotonic() - t_start),
+                                              csv_path))
+    return rows, failures
+
+
+def verify_loading(args, configs):
+    """--no-stats: prove once per (cipher, gpuprov config) that gpuprov serves the cipher."""
+    for config in configs:
+        if config == "default":
+            continue
+        for cipher in args.ciphers:
+            res = run_speed(cipher, 1024, 0, 1, config, 1, args.build, True)
+            problem = check_gpuprov(config, res, True)
+            if problem or res["status"] != "ok":
+                say("compare: ERROR verifying %s on %s: %s\n%s" % (
+                    config, cipher, problem or res["status"], res["stderr"][-800:]))
+                sys.exit(2)
+    say("compare: verified that gpuprov serves every cipher in every gpuprov configuration")
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets, tables, RESULTS.md
+
+def index(rows):
+    return {(r["cipher"], int(r["size"]), int(r["async_jobs"]), int(r["multi"]), r["config"]): r
+            for r in rows if r["status"] == "ok"}
+
+
+def ratio_of(r):
+    return float(r["ratio_vs_default"]) if r and r.get("ratio_vs_default") else None
+
+
+def targets(rows, has_gpu):
+    """(target, cell, measured, needed, verdict) for each check of issue 4."""
+    ix = index(rows)
+    asyncs = sorted({int(r["async_jobs"]) for r in rows})
+    out = []
+    no_gpu = "n/a: no GPU (gpuprov ran its cpu executor)"
+
+    def verdict(x, need, gpu_needed=True):
+        if x is None:
+            return "not measured"
+        if gpu_needed and not has_gpu:
+            return no_gpu
+        return "PASS" if x >= need else "FAIL"
+
+    for cipher, need in (("aes-256-gcm", 2.5), ("aes-128-ctr", 3.5), ("chacha20-poly1305", 9.0)):
+        r = ix.get((cipher, 16384, 64, 1, "gpuprov"))
+        x = ratio_of(r)
+        c = ratio_of(ix.get((cipher, 16384, 64, 1, "gpuprov-cuda")))
+        meas = ("%.2f\u00d7" % x if x is not None else "-") + (
+            " (forced cuda %.2f\u00d7)" % c if c is not None else "")
+        out.append(("16 KiB, 1 process, async 64, hybrid", PRETTY[cipher], meas,
+                    "\u2265 %.1f\u00d7" % need, verdict(x, need)))
+    for cipher in CIPHERS:
+        hy = [(ratio_of(r), k) for k, r in ix.items()
+              if k[0] == cipher and k[4] == "gpuprov" and ratio_of(r) is not None]
+        if not hy:
+            out.append(("every size/async/multi, hybrid", PRETTY[cipher], "-", "\u2265 0.95\u00d7",
+                        "not measured"))
+            continue
+        worst, k = min(hy)
+        below = sum(1 for x, _ in hy if x < 0.95)
+        meas = "min %.2f\u00d7 at %d B async %d multi %d; %d of %d cells below" % (
+            worst, k[1], k[2], k[3], below, len(hy))
+        out.append(("every size/async/multi, hybrid", PRETTY[cipher], meas, "\u2265 0.95\u00d7",
+                    "PASS" if worst >= 0.95 else "FAIL"))
+    for cipher in CIPHERS:
+        for a in asyncs:
+            x = ratio_of(ix.get((cipher, 16384, a, 16, "gpuprov")))
+            if x is None:
+                continue
+            out.append(("-multi 16, 16 KiB, hybrid", "%s, async %d" % (PRETTY[cipher], a),
+                        "%.2f\u00d7" % x, "\u2265 1.15\u00d7", verdict(x, 1.15)))
+    if not any(t[0].startswith("-multi 16") for t in out):
+        out.append(("-multi 16, 16 KiB, hybrid", "all", "-", "\u2265 1.15\u00d7", "not measured"))
+    x = ratio_of(ix.get(("chacha20-poly1305", 1024, 64, 1, "gpuprov-cuda")))
+    out.append(("1 KiB forced cuda, async 64, 1 process", "ChaCha20-Poly1305",
+                "%.2f\u00d7" % x if x is not None else "-", "\u2265 1\u00d7",
+                verdict(x, 1.0) if has_gpu else no_gpu.split(" (")[0]))
+    # The issue's CPU claim: the GPU path costs less CPU per GB than the default's own crypto.
+    for cipher in CIPHERS:
+        d = ix.get((cipher, 16384, 64, 1, "default"))
+        for cfg in ("gpuprov-cuda", "gpuprov"):
+            g = ix.get((cipher, 16384, 64, 1, cfg))
+            if d and g and d["cpu_s_per_gb"] and g["cpu_s_per_gb"]:
+                dv, gv = float(d["cpu_s_per_gb"]), float(g["cpu_s_per_gb"])
+                ok = "PASS" if gv < dv else "FAIL"
+                out.append(("CPU s/GB below default's (16 KiB, async 64, 1 process)",
+                            "%s, %s" % (PRETTY[cipher], cfg), "%.3f vs %.3f" % (gv, dv), "<",
+                            ok if has_gpu else no_gpu))
+                break
+    return out
+
+
+def ratio_table(rows):
+    """Markdown: per cipher x size, default GB/s (sync, 1 process) and gpuprov's ratio per
+    (async, multi) column; forced configurations as extra columns."""
+    ix = index(rows)
+    combos = sorted({(int(r["multi"]), int(r["async_jobs"])) for r in rows})
+    forced = sorted({(r["config"], int(r["async_jobs"]), int(r["multi"])) for r in rows
+                     if r["config"] in FORCED and r["status"] == "ok"})
+    ref_combo = combos[0]
+    head = ["cipher", "size", "default GB/s (async %d, multi %d)" % (ref_combo[1], ref_combo[0])]
+    head += ["a%d m%d" % (a, m) for m, a in combos]
+    head += ["%s a%d m%d" % (c.replace("gpuprov-", ""), a, m) for c, a, m in forced]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        for size in sorted({int(r["size"]) for r in rows if r["cipher"] == cipher}):
+            d = ix.get((cipher, size, ref_combo[1], ref_combo[0], "default"))
+            cells = [PRETTY[cipher], str(size),
+                     "%.3f" % (float(d["bytes_per_s"]) / 1e9) if d else "-"]
+            for m, a in combos:
+                x = ratio_of(ix.get((cipher, size, a, m, "gpuprov")))
+                cells.append("%.2f" % x if x is not None else "-")
+            for c, a, m in forced:
+                x = ratio_of(ix.get((cipher, size, a, m, c)))
+                cells.append("%.2f" % x if x is not None else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_table(rows):
+    """Markdown: CPU s/GB at 16 KiB and the smallest size, one process, per config and async."""
+    ix = index(rows)
+    sizes = sorted({int(r["size"]) for r in rows})
+    pick = sorted({sizes[0], 1024 if 1024 in sizes else sizes[0], sizes[-1]})
+    configs = [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in rows)]
+    asyncs = sorted({int(r["async_jobs"]) for r in rows})
+    head = ["cipher", "size", "async"] + ["%s CPU s/GB (cores busy)" % c for c in configs]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * len(configs)]
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        for size in pick:
+            for a in asyncs:
+                cells = []
+                for c in configs:
+                    r = ix.get((cipher, size, a, 1, c))
+                    cells.append("%.3f (%s)" % (float(r["cpu_s_per_gb"]), r["cores_busy"])
+                                 if r and r["cpu_s_per_gb"] else "-")
+                if any(x != "-" for x in cells):
+                    lines.append("| %s | %d | %d | %s |" % (PRETTY[cipher], size, a,
+                                                            " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def results_section(rows, meta, plots, plot_note, results_path):
+    has_gpu = meta["gpu"] != "none"
+    rel = lambda p: os.path.relpath(p, results_path.parent)
+    dev = meta["gpu"] if has_gpu else "no GPU"
+    ok = [r for r in rows if r["status"] == "ok"]
+    configs = [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in rows)]
+    s = [BEGIN,
+         "## %s \u2014 bench/compare: `openssl speed`, default provider vs gpuprov (%s)" % (
+             meta["date"], dev), "",
+         "Written by `bench/compare` from one run; do not edit between the markers (the next run "
+         "replaces it). Device: **%s**; host CPU: %s, %d cores; %s; gpuprov %s; %s." % (
+             meta["gpu"] if has_gpu else "none (no GPU on this host)", meta["host_cpu"],
+             meta["cores"], short_version(meta["openssl"]), meta["gpuprov_commit"],
+             meta["date"]), "",
+         "Command: `%s` (%s; %d runs, %s; load average %s)." % (
+             meta["command"], meta.get("duration", "?"), len(rows),
+             "all ok" if len(ok) == len(rows) else "%d failed" % (len(rows) - len(ok)),
+             meta.get("load", "not recorded")), ""]
+    if meta.get("note"):
+        s += [meta["note"], ""]
+    if not has_gpu:
+        s += ["**No GPU on this host**: `gpuprov` (backend=auto) runs its cpu executor (the "
+              "default provider's code behind gpuprov's queue), `gpuprov-cuda` is dropped, and the "
+              "GPU targets read n/a. These figures say what loading gpuprov costs on a GPU-less "
+              "machine; the GPU figures come from the same command on a GPU host.", ""]
+    s += ["Each cell is one `openssl speed -mr -elapsed -seconds %s -bytes N [-async_jobs A] "
+          "[-multi M] -evp CIPHER` process; GB/s = 10^9 bytes/s as speed reports it (with "
+          "-multi, the sum over processes); CPU s/GB = user+sys seconds of the whole process tree "
+          "(getrusage, start-up included) per 10^9 bytes encrypted; cores busy = CPU s / wall s. "
+          "Ratios are against the default provider in the same cell of the same run. "
+          "Configurations: %s." % (rows[0]["seconds"] if rows else "?", ", ".join(configs)), "",
+          "### Targets (issue 4)", "",
+          "| target | cell | measured | needed | verdict |", "|---|---|---|---|---|"]
+    for t in targets(rows, has_gpu):
+        s.append("| %s |" % " | ".join(t))
+    s += ["", "### gpuprov (hybrid) / default, by async_jobs (a) and -multi (m)", "",
+          ratio_table(rows), "",
+          "### CPU seconds per GB, one process", "", cpu_table(rows), ""]
+    if plots:
+        s += ["### Plots", ""]
+        s += ["![%s](%s)" % (Path(p).stem, rel(p)) for p in plots]
+        s.append("")
+    else:
+        s += ["Plots: %s" % plot_note, ""]
+    s += ["CSV: `%s` (one row per run, with the gpuprov stats of each: ops, batches, mean batch, "
+          "executor split)." % rel(meta["csv"]), END]
+    return "\n".join(wrap_prose(x) for x in s) + "\n"
+
+
+def wrap_prose(text, width=100):
+    """Wrap a paragraph as RESULTS.md's prose is wrapped; tables, headings, images stay."""
+    if text[:1] in ("", "|", "#", "!", "<"):
+        return text
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def update_results(path, section):
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if BEGIN in text and END in text:
+        a, b = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:a] + section.rstrip("\n") + text[b:]
+    else:
+        # Newest first: after the introduction, before the first dated section.
+        m = re.search(r"^## ", text, re.M)
+        at = m.start() if m else len(text)
+        text = text[:at] + section + "\n" + text[at:]
+    path.write_text(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+def size_label(n):
+    return "%d KiB" % (n // 1024) if n >= 1024 and n % 1024 == 0 else "%d B" % n
+
+
+def minor_label(v, _pos):
+    """Log-axis minor ticks: label the 2s and 5s of each decade."""
+    lead = v / 10 ** math.floor(math.log10(v)) if v > 0 else 0
+    return "%g" % v if round(lead) in (2, 5) else ""
+
+
+def short_version(v):
+    return v.split(" (Library")[0]
+
+
+def draw_plots(rows, meta, outdir):
+    """Throughput and CPU s/GB against message size, one PNG each per cipher, a panel per
+    -multi, a line per (configuration, async_jobs). Returns (paths, note)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, NullLocator
+    except ImportError:
+        return [], ("skipped (matplotlib is not importable here). Draw them later with "
+                    "`bench/compare --plot-only %s` where it is (see `bench/compare --help` for "
+                    "installing it from wheels without network)." % meta["csv"])
+    colors = {"default": "black", "gpuprov": "tab:blue", "gpuprov-cuda": "tab:green",
+              "gpuprov-host": "tab:orange", "gpuprov-cpu": "tab:purple"}
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    asyncs = sorted({int(r["async_jobs"]) for r in ok})
+    multis = sorted({int(r["multi"]) for r in ok})
+    sizes = sorted({int(r["size"]) for r in ok})
+    dev = meta["gpu"] if meta["gpu"] != "none" else "no GPU"
+    paths = []
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in ok)]:
+        for what, field, scale, ylabel in (
+                ("throughput", "bytes_per_s", 1e-9, "GB/s (10^9 bytes/s)"),
+                ("cpu", "cpu_s_per_gb", 1.0, "CPU seconds per GB (whole process)")):
+            fig, axes = plt.subplots(1, len(multis), figsize=(6.2 * len(multis), 4.6),
+                                     squeeze=False, sharey=True)
+            for ax, m in zip(axes[0], multis):
+                for config in [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in ok)]:
+                    for i, a in enumerate(asyncs):
+                        pts = sorted((int(r["size"]), float(r[field]) * scale) for r in ok
+                                     if r["cipher"] == cipher and r["config"] == config
+                                     and int(r["async_jobs"]) == a and int(r["multi"]) == m
+                                     and r[field] != "")
+                        if not pts:
+                            continue
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                                color=colors.get(config, "gray"),
+                                linestyle=styles[i % len(styles)],
+                                marker=markers[i % len(markers)], markersize=4,
+                                label="%s async=%d" % (config, a))
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")
+                ax.set_xticks(sizes, [size_label(x) for x in sizes])
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
+                ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
+                ax.set_xlabel("message size (bytes)")
+                ax.set_title("-multi %d" % m)
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize=7)
+            axes[0][0].set_ylabel(ylabel)
+            fig.suptitle("%s, openssl speed: %s\n%s, %s cores (%s), %s, gpuprov %s, %s" % (
+                PRETTY[cipher], "throughput" if what == "throughput" else "CPU cost",
+                dev, meta["cores"], meta["host_cpu"], short_version(meta["openssl"]),
+                meta["gpuprov_commit"], meta["date"]), fontsize=9)
+            fig.tight_layout()
+            p = outdir / ("%s-%s.png" % (what, cipher))
+            fig.savefig(p, dpi=90)
+            plt.close(fig)
+            paths.append(p)
+    return paths, "drawn"
+
+
+# ---------------------------------------------------------------------------------------------
+
+def report(rows, meta, outdir, results_path):
+    plots, note = draw_plots(rows, meta, outdir)
+    if results_path:
+        update_results(results_path, results_section(rows, meta, plots, note, results_path))
+    say("compare: plots: %s" % (", ".join(str(p) for p in plots) if plots else note))
+    if results_path:
+        say("compare: %s updated (between %s and %s)" % (results_path, BEGIN, END))
+    has_gpu = meta["gpu"] != "none"
+    say("\nTargets (ratios against the default provider in the same run; device: %s):"
+        % (meta["gpu"] if has_gpu else "none, no GPU on this host"))
+    t = targets(rows, has_gpu)
+    w = [max(len(x[i]) for x in t) for i in range(4)]
+    for x in t:
+        say("  %-*s  %-*s  %-*s  %-*s  %s" % (w[0], x[0], w[1], x[1], w[2], x[2], w[3], x[3], x[4]))
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog="bench/compare", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Plots need matplotlib. On a host without it and without network, carry wheels: "
+               "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "
+               "--target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site")
+    ap.add_argument("--build", type=Path, default=ROOT / "build",
+                    help="meson build dir holding provider/gpuprov.so (default: build)")
+    ap.add_argument("--out", type=Path, help="where CSV and PNGs go (default: bench/plots; "
+                    "with --quick: <build>/compare-quick)")
+    ap.add_argument("--results", type=Path, help="RESULTS.md whose compare section to replace "
+                    "(default: bench/RESULTS.md; with --quick: none)")
+    ap.add_argument("--no-results", action="store_true", help="leave RESULTS.md alone")
+    ap.add_argument("--seconds", type=int, default=1, help="seconds per run (default 1)")
+    ap.add_argument("--ciphers", type=csv_list(str), default=CIPHERS)
+    ap.add_argument("--sizes", type=csv_list(int), default=SIZES)
+    ap.add_argument("--async", dest="asyncs", type=csv_list(int), default=ASYNC,
+                    help="-async_jobs values (0 = synchronous); default 0,8,64")
+    ap.add_argument("--multi", type=csv_list(int), default=MULTI, help="default 1,16")
+    ap.add_argument("--configs", type=csv_list(str), default=["default", "gpuprov", "gpuprov-cuda"],
+                    help="of %s (default: default,gpuprov,gpuprov-cuda; gpuprov-cuda is dropped "
+                    "without a GPU)" % ",".join(KNOWN_CONFIGS))
+    ap.add_argument("--forced-everywhere", action="store_true",
+                    help="run forced executors in every cell, not only at the largest "
+                    "async_jobs with -multi 1")
+    ap.add_argument("--no-stats", dest="stats", action="store_false",
+                    help="measure without GPUPROV_STATS (its counters cost a few locked "
+                    "instructions per request); gpuprov's use is then checked once per cipher")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: sizes 16,16384, async 0,64, multi 1")
+    ap.add_argument("--note", default="", help="a sentence for the RESULTS section (with "
+                    "--plot-only: put before the recorded notes)")
+    ap.add_argument("--plot-only", type=Path, metavar="CSV",
+                    help="draw plots and rewrite the RESULTS section from an earlier CSV")
+    args = ap.parse_args()
+
+    if args.plot_only:
+        csv_path = args.plot_only.resolve()
+        rows = list(csv.DictReader(open(csv_path)))
+        if not rows:
+            sys.exit("compare: %s has no rows" % csv_path)
+        meta_path = csv_path.with_suffix(".json")
+        meta = json.load(open(meta_path)) if meta_path.exists() else {
+            k: rows[0][k] for k in ("date", "host_cpu", "gpu", "openssl", "gpuprov_commit")}
+        meta.setdefault("cores", rows[0].get("cores", "?"))
+        meta.setdefault("command", "bench/compare (command not recorded)")
+        meta["cores"] = int(meta["cores"]) if str(meta["cores"]).isdigit() else meta["cores"]
+        meta["csv"] = str(csv_path)
+        if args.note:
+            meta["note"] = (args.note + " " + meta.get("note", "")).strip()
+        outdir = (args.out or csv_path.parent).resolve()
+        outdir.mkdir(parents=True, exist_ok=True)
+        results = None if args.no_results else (args.results or ROOT / "bench" / "RESULTS.md")
+        report(rows, meta, outdir, results)
+        return 0
+
+    if args.quick:
+        args.sizes, args.asyncs, args.multi = [16, 16384], [0, 64], [1]
+    args.sizes, args.asyncs, args.multi = (sorted(set(x)) for x in (args.sizes, args.asyncs,
+                                                                     args.multi))
+    args.ciphers = list(dict.fromkeys(args.ciphers))
+    args.build = args.build.resolve()
+    bad = [c for c in args.configs if c not in KNOWN_CONFIGS] + \
+          [c for c in args.ciphers if c not in CIPHERS]
+    if bad:
+        sys.exit("compare: unknown configuration or cipher: %s" % ", ".join(bad))
+    if not (args.build / "provider" / "gpuprov.so").is_file():
+        sys.exit("compare: %s not built (meson setup build && ninja -C build)"
+                 % (args.build / "provider" / "gpuprov.so"))
+    outdir = (args.out or (args.build / "compare-quick" if args.quick
+                           else ROOT / "bench" / "plots")).resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    results = None
+    if not args.no_results and (args.results or not args.quick):
+        results = (args.results or ROOT / "bench" / "RESULTS.md").resolve()
+
+    host = host_info()
+    configs = list(dict.fromkeys(args.configs))
+    notes = []
+    if host["gpu"] == "none" and "gpuprov-cuda" in configs:
+        configs.remove("gpuprov-cuda")
+        notes.append("no GPU on this host (nvidia-smi finds none): gpuprov-cuda dropped; "
+                     "gpuprov (backend=auto) runs its cpu executor")
+    if max(args.multi) > host["cores"]:
+        notes.append("-multi %d on %d cores: the processes share the cores"
+                     % (max(args.multi), host["cores"]))
+    if not become_subreaper():
+        notes.append("could not become a child subreaper: -multi CPU time relies on speed "
+                     "reaping its children")
+    knobs = sorted("%s=%s" % kv for kv in os.environ.items()
+                   if kv[0].startswith("GPUPROV_") and kv[0] not in ("GPUPROV_BACKEND",
+                                                                      "GPUPROV_STATS"))
+    if knobs:
+        notes.append("gpuprov knobs from the environment: " + " ".join(knobs))
+    say("compare: %s | CPU: %s (%d cores) | GPU: %s | gpuprov %s" % (
+        host["openssl"], host["host_cpu"], host["cores"], host["gpu"], host["gpuprov_commit"]))
+    for n in notes:
+        say("compare: note: " + n)
+
+    csv_path = outdir / "compare.csv"
+    t0 = time.monotonic()
+    load0 = os.getloadavg()[0]
+    rows, failures = measure(args, host, configs, csv_path)
+    meta = dict(host, date=datetime.date.today().isoformat(), csv=str(csv_path),
+                load="%.1f at the start, %.1f at the end" % (load0, os.getloadavg()[0]),
+                command=" ".join(["bench/compare"] + [shlex.quote(a) for a in sys.argv[1:]]),
+                duration=fmt_dur(time.monotonic() - t0),
+                note=" ".join(([args.note] if args.note else [])
+                              + (["Notes: " + "; ".join(notes) + "."] if notes else [])))
+    json.dump(dict(meta, csv=os.path.relpath(csv_path, ROOT)),
+              open(csv_path.with_suffix(".json"), "w"), indent=1)
+    report(rows, meta, outdir, results)
+    if failures:
+        say("compare: %d run(s) failed or bypassed gpuprov (see ERROR lines and the CSV's "
+            "status column)" % failures)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
