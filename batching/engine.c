@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/async.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -136,6 +137,47 @@ static void count_error(gp_engine *e)
         atomic_fetch_add_explicit(&e->errors, 1, memory_order_relaxed);
 }
 
+/*
+ * Heavy one-time work (creating a CUDA context, the hybrid calibration) may be first asked for
+ * inside an ASYNC_JOB, whose stack is 32 KiB: run it on a thread of its own there and wait.
+ */
+typedef struct big_stack_call {
+    int (*fn)(void *);
+    void *arg;
+    int ret;
+} big_stack_call;
+
+static void *big_stack_main(void *v)
+{
+    big_stack_call *c = v;
+
+    c->ret = c->fn(c->arg);
+    return NULL;
+}
+
+int gp_call_off_job_stack(int (*fn)(void *), void *arg)
+{
+    big_stack_call c = { fn, arg, 0 };
+    pthread_t t;
+
+    if (ASYNC_get_current_job() == NULL || pthread_create(&t, NULL, big_stack_main, &c) != 0)
+        return fn(arg);
+    pthread_join(t, NULL);
+    return c.ret;
+}
+
+typedef struct open_call {
+    gp_engine *e;
+    const gp_executor *x;
+} open_call;
+
+static int open_main(void *v)
+{
+    open_call *o = v;
+
+    return o->x->open(o->e);
+}
+
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 {
     int ok;
@@ -145,7 +187,11 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
     if (e->opened[x->id] == 0)
-        e->opened[x->id] = x->open(e) ? 1 : -1;
+    {
+        open_call o = { e, x };
+
+        e->opened[x->id] = gp_call_off_job_stack(open_main, &o) ? 1 : -1;
+    }
     ok = e->opened[x->id] == 1;
     pthread_mutex_unlock(&e->open_lock);
     return ok;

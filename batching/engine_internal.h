@@ -176,6 +176,8 @@ struct gp_engine {
 unsigned gp_fork_generation(void);
 
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
+/* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */
+int gp_call_off_job_stack(int (*fn)(void *), void *arg);
 /* An executor failed as a whole: no new message goes to it in this process. */
 void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
 

@@ -170,6 +170,20 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     return ok;
 }
 
+typedef struct calib_call {
+    gp_engine *e;
+    const gp_executor *gpu;
+    const gp_key *like;
+    gp_hybrid_alg *h;
+} calib_call;
+
+static int calibrate_main(void *v)
+{
+    calib_call *c = v;
+
+    return calibrate(c->e, c->gpu, c->like, c->h);
+}
+
 /* The numbers for m's algorithm, measuring them if needed; NULL while another thread measures. */
 static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg *m)
 {
@@ -191,9 +205,10 @@ static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg
     if (!h->ready) {
         int all_set = k->min_gpu_bytes != GP_KNOB_CALIBRATE && k->lone_gpu_bytes != GP_KNOB_CALIBRATE
                       && k->gpu_share >= 0;
+        calib_call cc = { e, gpu, m->key, h };
 
         h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
-        if (!all_set && !calibrate(e, gpu, m->key, h)) {
+        if (!all_set && !gp_call_off_job_stack(calibrate_main, &cc)) {
             /* Could not measure: keep everything on the CPU unless the knobs say otherwise. */
             h->min_gpu_bytes = h->lone_gpu_bytes = GP_KNOB_CALIBRATE;
             h->gpu_share = 0;

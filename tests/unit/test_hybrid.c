@@ -260,6 +260,42 @@ static void test_calibration(void **state)
     teardown(&f);
 }
 
+/* The first routing decision inside an async job measures on a thread of its own (the job's stack
+ * is 32 KiB; a CUDA context or the calibration runs must not land there). */
+static int calib_job_main(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+    gp_msg *m = gp_msg_new(f->e);
+    static const uint8_t iv[12];
+    const gp_executor *x;
+
+    assert_true(gp_msg_start(m, f->key, iv, 12, 1));
+    x = gp_hybrid_route(f->e, &gp_exec_host, m, 1 << 20);
+    gp_msg_free(m);
+    return x == &gp_exec_cpu && atomic_load(&f->e->hy.alg[GP_ALG_AES_GCM].ready);
+}
+
+static void test_calibration_in_job(void **state)
+{
+    fixture f, *fp = &f;
+    ASYNC_JOB *job = NULL;
+    ASYNC_WAIT_CTX *w = ASYNC_WAIT_CTX_new();
+    int ret = 0, r;
+
+    (void)state;
+    setup(&f, 1, 0, 0, 0);
+    assert_true(ASYNC_init_thread(1, 1));
+    do {
+        r = ASYNC_start_job(&job, w, &ret, calib_job_main, &fp, sizeof(fp));
+    } while (r == ASYNC_PAUSE);
+    assert_int_equal(r, ASYNC_FINISH);
+    assert_int_equal(ret, 1);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    ASYNC_WAIT_CTX_free(w);
+    ASYNC_cleanup_thread();
+    teardown(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_share),
         cmocka_unit_test(test_dup_holds_aad),
         cmocka_unit_test(test_calibration),
+        cmocka_unit_test(test_calibration_in_job),
     };
 
     gptest_rand_seed();
