@@ -85,14 +85,16 @@ void gp_engine_free(gp_engine *e)
 
     if (e == NULL)
         return;
+    gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
-                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu\n",
+                " batches=%llu mean_batch=%.2f async_ops=%llu fallbacks=%llu errors=%llu\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,
                 (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
                 (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
                 s.batches ? (double)s.ops / (double)s.batches : 0.0,
+                (unsigned long long)s.async_ops,
                 (unsigned long long)s.fallbacks, (unsigned long long)s.errors);
     }
     gp_host_pool_stop(&e->pool);
@@ -121,6 +123,7 @@ void gp_engine_stats(gp_engine *e, gp_stats *out)
     out->batches = atomic_load(&e->batches);
     out->fallbacks = atomic_load(&e->fallbacks);
     out->errors = atomic_load(&e->errors);
+    out->async_ops = atomic_load(&e->async_ops);
 }
 
 static void count_error(gp_engine *e)
