@@ -134,6 +134,7 @@ typedef struct gp_queue {
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */
+    struct gp_queue *next;       /* every engine's queue, for the fork handlers (queue.c) */
 } gp_queue;
 
 int gp_queue_init(gp_queue *q);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -46,23 +47,105 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int gp_queue_init(gp_queue *q)
+/*
+ * Fork safety. A child has only the thread that called fork, but a copy of every lock and condition
+ * variable as the parent's other threads left them: a mutex one of them held stays locked, and a
+ * condition variable they waited on (the dispatcher, the host pool's workers, synchronous waiters)
+ * still counts them, so signalling it in the child can block forever (glibc waits for the phantom
+ * waiters). So every engine's queue is listed here; before fork its locks are taken (the queue is
+ * then in a consistent state: no half-appended entry), after it the parent releases them and the
+ * child makes fresh ones and forgets what the parent's other threads were doing (their batch in
+ * flight, their waits). The host pool's locks go the same way: its submit lock first, as a leader
+ * takes it without the queue lock and then wants the queue lock.
+ */
+static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
+static gp_queue *queues;               /* linked through gp_queue.next */
+static pthread_once_t queue_atfork_once = PTHREAD_ONCE_INIT;
+
+static gp_host_pool *pool_of(gp_queue *q)
+{
+    return &((gp_engine *)((char *)q - offsetof(gp_engine, queue)))->pool;
+}
+
+static void init_conds(gp_queue *q)
 {
     pthread_condattr_t attr;
 
-    memset(q, 0, sizeof(*q));
-    if (pthread_mutex_init(&q->lock, NULL) != 0)
-        return 0;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&q->cond, &attr);
     pthread_cond_init(&q->dispatch_cond, &attr);
     pthread_condattr_destroy(&attr);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&queues_lock);
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        pthread_mutex_lock(&pool_of(q)->submit);
+        pthread_mutex_lock(&q->lock);
+        pthread_mutex_lock(&pool_of(q)->lock);
+    }
+}
+
+static void fork_parent(void)
+{
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        pthread_mutex_unlock(&pool_of(q)->lock);
+        pthread_mutex_unlock(&q->lock);
+        pthread_mutex_unlock(&pool_of(q)->submit);
+    }
+    pthread_mutex_unlock(&queues_lock);
+}
+
+static void fork_child(void)
+{
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        gp_host_pool *p = pool_of(q);
+
+        pthread_mutex_init(&q->lock, NULL);
+        init_conds(q);
+        pthread_mutex_init(&p->submit, NULL);
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->wake, NULL);
+        pthread_cond_init(&p->done, NULL);
+        /* The parent's leaders and synchronous waiters are not here; the dispatcher restarts at the
+         * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
+        q->inflight = 0;
+        q->active = 0;
+    }
+    pthread_mutex_init(&queues_lock, NULL);
+}
+
+static void register_queue_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+int gp_queue_init(gp_queue *q)
+{
+    memset(q, 0, sizeof(*q));
+    if (pthread_mutex_init(&q->lock, NULL) != 0)
+        return 0;
+    init_conds(q);
+    pthread_once(&queue_atfork_once, register_queue_atfork);
+    pthread_mutex_lock(&queues_lock);
+    q->next = queues;
+    queues = q;
+    pthread_mutex_unlock(&queues_lock);
     return 1;
 }
 
 void gp_queue_cleanup(gp_queue *q)
 {
+    pthread_mutex_lock(&queues_lock);
+    for (gp_queue **pp = &queues; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == q) {
+            *pp = q->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&queues_lock);
     free(q->pending);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cond);
