@@ -88,16 +88,20 @@ void gp_engine_free(gp_engine *e)
 
     if (e == NULL)
         return;
+    gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
-                " batches=%llu mean_batch=%.2f fallbacks=%llu errors=%llu routed_gpu=%llu routed_cpu=%llu\n",
+                " batches=%llu mean_batch=%.2f async_ops=%llu fallbacks=%llu errors=%llu routed_gpu=%llu"
+                " routed_cpu=%llu spec_tags=%llu\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,
                 (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
                 (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
                 s.batches ? (double)s.ops / (double)s.batches : 0.0,
+                (unsigned long long)s.async_ops,
                 (unsigned long long)s.fallbacks, (unsigned long long)s.errors,
-                (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu);
+                (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu,
+                (unsigned long long)s.spec_tags);
         gp_hybrid_print(e);
     }
     gp_host_pool_stop(&e->pool);
@@ -129,6 +133,8 @@ void gp_engine_stats(gp_engine *e, gp_stats *out)
     out->errors = atomic_load(&e->errors);
     out->routed_gpu = atomic_load(&e->routed_gpu);
     out->routed_cpu = atomic_load(&e->routed_cpu);
+    out->spec_tags = atomic_load(&e->spec_tags);
+    out->async_ops = atomic_load(&e->async_ops);
 }
 
 static void count_error(gp_engine *e)
@@ -458,6 +464,7 @@ static int answer_from_spec_tag(gp_msg *m, gp_request *r)
     if (e->knobs.stats) {
         atomic_fetch_add_explicit(&e->ops, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&e->exec_ops[m->exec->id], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->spec_tags, 1, memory_order_relaxed);
     }
     return r->status;
 }

@@ -117,10 +117,12 @@ int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen);
  * status says which did not. */
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
 
-/* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line. */
+/* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line.
+ * async_ops: requests made inside an ASYNC_JOB that paused the job while their batch ran. */
 typedef struct gp_stats {
-    uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors;
+    uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors, async_ops;
     uint64_t routed_gpu, routed_cpu;   /* hybrid: messages sent each way */
+    uint64_t spec_tags;      /* tags/verdicts answered from the last request's speculative tag */
 } gp_stats;
 void gp_engine_stats(gp_engine *e, gp_stats *out);
 

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <openssl/core_dispatch.h>
 
+#include "async_wait.h"
 #include "engine.h"
 
 typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
@@ -107,10 +108,14 @@ typedef struct gp_host_pool {
     int active;                  /* workers inside the current batch */
 } gp_host_pool;
 
-/* The process-wide queue (queue.c): entries live on their submitters' stacks while they wait. */
+/* The process-wide queue (queue.c): entries live on their submitters' stacks (a synchronous caller's,
+ * or a paused async job's) while they wait. */
 typedef struct gp_queue_entry {
     gp_request *req;
-    atomic_int done;             /* set by the batch's leader once req->status is final */
+    atomic_int done;             /* set by the batch's leader once req->status is final; after that
+                                  * the leader touches neither the entry nor its request */
+    const gp_async_notify *notify;   /* NULL: a synchronous caller waiting in gp_queue_submit; else
+                                      * an async job, woken through this */
 } gp_queue_entry;
 
 typedef struct gp_queue {
@@ -122,14 +127,31 @@ typedef struct gp_queue {
     uint64_t first_ns;           /* when its first request arrived (CLOCK_MONOTONIC) */
     uint64_t generation;         /* bumped when a leader takes the pending batch */
     /* Changed under `lock`; atomic so that the hybrid policy may read them without it. */
-    _Atomic int active;          /* submitters inside gp_queue_submit */
+    _Atomic int active;          /* synchronous submitters inside gp_queue_submit */
     _Atomic int inflight;        /* batches being run by their leaders */
+    /* Async jobs (their entries flush through the dispatcher thread; a job never leads). */
+    size_t npending_async;       /* async entries in the pending batch */
+    size_t async_waiting;        /* async entries queued whose jobs have not yet taken the result:
+                                  * when all of them are pending, no job could add another */
+    uint64_t last_add_ns;        /* when a request last joined the pending batch */
+    uint64_t last_done_ns;       /* when a batch last completed */
+    _Atomic uint64_t events;     /* bumped per append and per completed batch: the dispatcher spins
+                                  * on it without the lock */
+    pthread_cond_t dispatch_cond;   /* wakes the dispatcher: async entry added, batch done, stop */
+    pthread_t dispatcher;
+    int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
+    int dispatcher_stop;
+    unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */
+    struct gp_queue *next;       /* every engine's queue, for the fork handlers (queue.c) */
 } gp_queue;
 
 int gp_queue_init(gp_queue *q);
 void gp_queue_cleanup(gp_queue *q);
-/* Run r through the queue, waiting as knobs.wait says; returns r->status. */
+/* Run r through the queue; returns r->status. Outside an ASYNC_JOB the caller waits as knobs.wait
+ * says (and may lead the batch); inside one the job pauses until the dispatcher has run it. */
 int gp_queue_submit(gp_engine *e, gp_request *r);
+/* Stop the dispatcher thread, if this process started one (before the executors close). */
+void gp_queue_stop_dispatcher(gp_engine *e);
 
 /*
  * The hybrid policy's numbers for one algorithm (batching/hybrid.c): measured once per process,
@@ -167,8 +189,8 @@ struct gp_engine {
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
-    atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors;
-    atomic_uint_fast64_t routed_gpu, routed_cpu;
+    atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors, async_ops;
+    atomic_uint_fast64_t routed_gpu, routed_cpu, spec_tags;
 };
 
 /* Bumped in every child right after fork (pthread_atfork): a cheap "are we still the process that

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The process-wide queue: requests from any thread gather into one batch, flushed by size, time, or
- * when nobody else could join, and run by the submitter that flushes it. */
+/* The process-wide queue: requests from any thread or async job gather into one batch, flushed by
+ * size, time, or when nobody else could join, and run by a synchronous submitter that flushes it or
+ * by the dispatcher thread. */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,7 +21,23 @@
  * While a batch runs the next one gathers, so batch sizes follow the executor's service time.
  * The submitter that flushes becomes the batch's leader: it runs the batch with no lock held while
  * others keep queueing into the next one, then wakes the batch's waiters.
+ *
+ * Async jobs (OpenSSL ASYNC_JOB, e.g. openssl speed -async_jobs, libssl SSL_MODE_ASYNC) queue their
+ * request and pause: a job never leads, since the executor's work must not run on its 32 KiB stack
+ * and the application's thread should go on to start other jobs. A dispatcher thread (one per
+ * engine, started at the first async request, again in a forked child) flushes and runs every batch
+ * holding async entries by the same policy, with two changes, because jobs come back one at a time
+ * as the application resumes them:
+ *   - "everyone is in" also needs every job that is waiting for a result to be in the batch;
+ *   - the timer runs from the last request that joined (or the last completion, whichever is
+ *     later) rather than from the first, so a stream of jobs being resumed keeps joining one batch,
+ *     but no longer than ASYNC_GATHER_MAX flush_us periods after the previous batch completed.
+ * With N jobs the batches settle at N requests each: the application resumes all N, each
+ * submits its next request, the last one completes the set and the batch flushes at once.
+ * Synchronous callers in a batch with async entries may lead it too (mixed batches are plain
+ * batches); their waits use the same deadline.
  */
+#define ASYNC_GATHER_MAX 20
 
 static uint64_t now_ns(void)
 {
@@ -28,25 +47,126 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int gp_queue_init(gp_queue *q)
+/*
+ * Fork safety. A child has only the thread that called fork, but a copy of every lock and condition
+ * variable as the parent's other threads left them: a mutex one of them held stays locked, and a
+ * condition variable they waited on (the dispatcher, the host pool's workers, synchronous waiters)
+ * still counts them, so signalling it in the child can block forever (glibc waits for the phantom
+ * waiters). So every engine's queue is listed here; before fork its locks are taken (the queue is
+ * then in a consistent state: no half-appended entry), after it the parent releases them and the
+ * child makes fresh ones and forgets what the parent's other threads were doing (their batch in
+ * flight, their waits). The host pool's locks go the same way: its submit lock first, as a leader
+ * takes it without the queue lock and then wants the queue lock.
+ */
+static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
+static gp_queue *queues;               /* linked through gp_queue.next */
+static pthread_once_t queue_atfork_once = PTHREAD_ONCE_INIT;
+
+static gp_host_pool *pool_of(gp_queue *q)
+{
+    return &((gp_engine *)((char *)q - offsetof(gp_engine, queue)))->pool;
+}
+
+static void init_conds(gp_queue *q)
 {
     pthread_condattr_t attr;
 
-    memset(q, 0, sizeof(*q));
-    if (pthread_mutex_init(&q->lock, NULL) != 0)
-        return 0;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&q->cond, &attr);
+    pthread_cond_init(&q->dispatch_cond, &attr);
     pthread_condattr_destroy(&attr);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&queues_lock);
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        pthread_mutex_lock(&pool_of(q)->submit);
+        pthread_mutex_lock(&q->lock);
+        pthread_mutex_lock(&pool_of(q)->lock);
+    }
+}
+
+static void fork_parent(void)
+{
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        pthread_mutex_unlock(&pool_of(q)->lock);
+        pthread_mutex_unlock(&q->lock);
+        pthread_mutex_unlock(&pool_of(q)->submit);
+    }
+    pthread_mutex_unlock(&queues_lock);
+}
+
+static void fork_child(void)
+{
+    for (gp_queue *q = queues; q != NULL; q = q->next) {
+        gp_host_pool *p = pool_of(q);
+
+        pthread_mutex_init(&q->lock, NULL);
+        init_conds(q);
+        pthread_mutex_init(&p->submit, NULL);
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->wake, NULL);
+        pthread_cond_init(&p->done, NULL);
+        /* The parent's leaders and synchronous waiters are not here; the dispatcher restarts at the
+         * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
+        q->inflight = 0;
+        q->active = 0;
+    }
+    pthread_mutex_init(&queues_lock, NULL);
+}
+
+static void register_queue_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+int gp_queue_init(gp_queue *q)
+{
+    memset(q, 0, sizeof(*q));
+    if (pthread_mutex_init(&q->lock, NULL) != 0)
+        return 0;
+    init_conds(q);
+    pthread_once(&queue_atfork_once, register_queue_atfork);
+    pthread_mutex_lock(&queues_lock);
+    q->next = queues;
+    queues = q;
+    pthread_mutex_unlock(&queues_lock);
     return 1;
 }
 
 void gp_queue_cleanup(gp_queue *q)
 {
+    pthread_mutex_lock(&queues_lock);
+    for (gp_queue **pp = &queues; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == q) {
+            *pp = q->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&queues_lock);
     free(q->pending);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cond);
+    pthread_cond_destroy(&q->dispatch_cond);
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* When the pending batch flushes by time (lock held, npending > 0). */
+static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
+{
+    uint64_t period = (uint64_t)e->knobs.flush_us * 1000u, idle, cap;
+
+    if (q->npending_async == 0)
+        return q->first_ns + period;
+    idle = max_u64(q->last_add_ns, q->last_done_ns) + period;
+    cap = max_u64(q->first_ns, q->last_done_ns) + ASYNC_GATHER_MAX * period;
+    return idle < cap ? idle : cap;
 }
 
 static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
@@ -58,20 +178,26 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
         return 0;
-    return t - q->first_ns >= (uint64_t)e->knobs.flush_us * 1000u || q->npending == (size_t)q->active;
+    /* Everyone is in: every synchronous submitter, and every job that waits for a result. */
+    if (q->npending - q->npending_async == (size_t)q->active
+        && (q->npending_async == 0 || q->npending_async == q->async_waiting))
+        return 1;
+    return t >= flush_deadline(e, q);
 }
 
-/* Take the pending batch and run it (called with the lock held; returns with it held). */
+/* Take the pending batch and run it (called with the lock held; returns with it held). Never on an
+ * async job's stack: the copy below and the executor's work need a thread's stack. */
 static void lead(gp_engine *e, gp_queue *q)
 {
     gp_queue_entry **mine = q->pending;
     gp_request stack[64], *batch = stack;
-    size_t n = q->npending;
+    size_t n = q->npending, nasync = q->npending_async;
 
     /* The next batch starts empty in a fresh array; this one belongs to the leader now. */
     q->pending = NULL;
     q->npending = q->cap = 0;
     q->pending_bytes = 0;
+    q->npending_async = 0;
     q->generation++;
     q->inflight++;
     pthread_mutex_unlock(&q->lock);
@@ -90,11 +216,32 @@ static void lead(gp_engine *e, gp_queue *q)
             free(batch);
     }
 
+    /* Async entries first: once a synchronous entry is marked done its submitter may return and
+     * its entry vanish, so which entry is which must be settled before anything is published. */
+    for (size_t i = 0, k = 0; i < n && k < nasync; i++) {
+        if (mine[i]->notify != NULL) {
+            gp_queue_entry *t = mine[k];
+
+            mine[k++] = mine[i];
+            mine[i] = t;
+        }
+    }
     pthread_mutex_lock(&q->lock);
     q->inflight--;
-    for (size_t i = 0; i < n; i++)
+    q->last_done_ns = now_ns();
+    atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
+    for (size_t i = nasync; i < n; i++)
         atomic_store_explicit(&mine[i]->done, 1, memory_order_release);
     pthread_cond_broadcast(&q->cond);
+    pthread_cond_signal(&q->dispatch_cond);
+    if (nasync > 0) {
+        /* Wake the jobs without the lock: a write per fd, or the application's callbacks, which may
+         * call back into OpenSSL. */
+        pthread_mutex_unlock(&q->lock);
+        for (size_t i = 0; i < nasync; i++)
+            gp_async_complete(mine[i]->notify, &mine[i]->done);
+        pthread_mutex_lock(&q->lock);
+    }
     free(mine);
 }
 
@@ -104,7 +251,7 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
 
     if (mode == GP_WAIT_SPIN || (mode == GP_WAIT_ADAPTIVE && now_ns() < spin_until)) {
         /* Spin without the lock until done or the next decision point. */
-        uint64_t until = pending ? q->first_ns + (uint64_t)e->knobs.flush_us * 1000u : UINT64_MAX;
+        uint64_t until = pending ? flush_deadline(e, q) : UINT64_MAX;
 
         pthread_mutex_unlock(&q->lock);
         for (unsigned i = 0; !atomic_load_explicit(&me->done, memory_order_acquire); i++) {
@@ -120,7 +267,7 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
         return;
     }
     if (pending && q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed)) {
-        uint64_t deadline = q->first_ns + (uint64_t)e->knobs.flush_us * 1000u;
+        uint64_t deadline = flush_deadline(e, q);
         struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
 
         pthread_cond_timedwait(&q->cond, &q->lock, &ts);
@@ -129,29 +276,178 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
     }
 }
 
-int gp_queue_submit(gp_engine *e, gp_request *r)
+/* Append an entry to the pending batch (lock held); 0 if the array cannot grow. */
+static int append(gp_queue *q, gp_queue_entry *me)
 {
-    gp_queue *q = &e->queue;
-    gp_queue_entry me = { .req = r };
-    uint64_t gen, spin_until = now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
-
-    atomic_init(&me.done, 0);
-    pthread_mutex_lock(&q->lock);
     if (q->npending == q->cap) {
         size_t cap = q->cap != 0 ? q->cap * 2 : 64;
         gp_queue_entry **p = realloc(q->pending, cap * sizeof(*p));
 
-        if (p == NULL) {
-            pthread_mutex_unlock(&q->lock);
-            return gp_engine_submit(e, r, 1), r->status;   /* run alone rather than fail */
-        }
+        if (p == NULL)
+            return 0;
         q->pending = p;
         q->cap = cap;
     }
+    q->last_add_ns = now_ns();
     if (q->npending == 0)
-        q->first_ns = now_ns();
-    q->pending[q->npending++] = &me;
-    q->pending_bytes += r->len;
+        q->first_ns = q->last_add_ns;
+    q->pending[q->npending++] = me;
+    q->pending_bytes += me->req->len;
+    atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* ---- the dispatcher: runs batches that hold async entries ---- */
+
+/*
+ * Wait for the next event (lock held, released meanwhile) until `deadline`. Jobs come back within
+ * microseconds of each other while the application resumes them, and a sleeping thread can take
+ * far longer than that to wake (tens to hundreds of µs on a VM), so unless wait = block the
+ * dispatcher first spins spin_us after the latest event, without the lock, watching the counter.
+ */
+static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
+{
+    uint64_t seen = atomic_load_explicit(&q->events, memory_order_relaxed);
+    uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
+    uint64_t t = now_ns();
+
+    if (e->knobs.wait != GP_WAIT_BLOCK && q->async_waiting > 0 && t < spin_until) {
+        if (spin_until > deadline)
+            spin_until = deadline;
+        pthread_mutex_unlock(&q->lock);
+        for (unsigned i = 1; atomic_load_explicit(&q->events, memory_order_relaxed) == seen; i++) {
+            if ((i & 63) == 0) {
+                if (now_ns() >= spin_until)
+                    break;
+                sched_yield();
+            }
+        }
+        pthread_mutex_lock(&q->lock);
+        return;
+    }
+    if (deadline == UINT64_MAX) {
+        pthread_cond_wait(&q->dispatch_cond, &q->lock);
+    } else {
+        struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
+
+        pthread_cond_timedwait(&q->dispatch_cond, &q->lock, &ts);
+    }
+}
+
+static void *dispatcher_main(void *arg)
+{
+    gp_engine *e = arg;
+    gp_queue *q = &e->queue;
+
+    /* Wait contexts keep a pointer to our fd cleanup function: stay mapped (done here, on a
+     * thread's stack, rather than on the job's). */
+    gp_async_pin_module();
+    pthread_mutex_lock(&q->lock);
+    while (!q->dispatcher_stop || q->npending_async > 0) {
+        uint64_t deadline = UINT64_MAX;
+
+        if (q->npending_async > 0) {
+            if (q->dispatcher_stop || should_flush(e, q, now_ns())) {
+                lead(e, q);
+                continue;
+            }
+            if (q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
+                deadline = flush_deadline(e, q);
+        }
+        dispatcher_wait(e, q, deadline);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+/* Start the dispatcher once per process (lock held). A forked child has none of its parent's
+ * threads: it starts its own. */
+static int dispatcher_ensure(gp_engine *e, gp_queue *q)
+{
+    unsigned gen = gp_fork_generation();
+    sigset_t all, old;
+    int rc;
+
+    if (q->dispatcher_state != 0 && q->dispatcher_fork_gen == gen)
+        return q->dispatcher_state == 1;
+    q->dispatcher_fork_gen = gen;
+    q->dispatcher_stop = 0;
+    /* No application signal handler should run on it. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&q->dispatcher, NULL, dispatcher_main, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    q->dispatcher_state = rc == 0 ? 1 : -1;
+    return rc == 0;
+}
+
+void gp_queue_stop_dispatcher(gp_engine *e)
+{
+    gp_queue *q = &e->queue;
+    int join;
+
+    pthread_mutex_lock(&q->lock);
+    join = q->dispatcher_state == 1 && q->dispatcher_fork_gen == gp_fork_generation();
+    q->dispatcher_stop = 1;
+    pthread_cond_signal(&q->dispatch_cond);
+    pthread_mutex_unlock(&q->lock);
+    if (join)
+        pthread_join(q->dispatcher, NULL);
+    q->dispatcher_state = 0;
+}
+
+/*
+ * Inside an ASYNC_JOB: queue the request with a notifier and pause the job until the dispatcher
+ * (or a synchronous leader) has run its batch. Runs on the job's 32 KiB stack: a few words of
+ * locals, no lock across the pause. The entry and the request stay on that stack, which persists
+ * while the job is paused; the leader is done with both once it sets done.
+ */
+static int submit_async(gp_engine *e, gp_request *r)
+{
+    gp_queue *q = &e->queue;
+    gp_async_notify n;
+    gp_queue_entry me = { .req = r, .notify = &n };
+
+    atomic_init(&me.done, 0);
+    if (!gp_async_prepare(&n))
+        return GP_REQ_FAILED;
+    pthread_mutex_lock(&q->lock);
+    if (!dispatcher_ensure(e, q) || !append(q, &me)) {
+        pthread_mutex_unlock(&q->lock);
+        return GP_REQ_FAILED;
+    }
+    q->npending_async++;
+    q->async_waiting++;
+    pthread_cond_signal(&q->dispatch_cond);
+    pthread_mutex_unlock(&q->lock);
+    if (e->knobs.stats)
+        atomic_fetch_add_explicit(&e->async_ops, 1, memory_order_relaxed);
+
+    gp_async_wait(&n, &me.done);
+
+    /* No signal: a job that took its result usually queues its next request at once, and that
+     * append wakes the dispatcher; one that does not is covered by the timer. */
+    pthread_mutex_lock(&q->lock);
+    q->async_waiting--;
+    pthread_mutex_unlock(&q->lock);
+    return r->status;
+}
+
+int gp_queue_submit(gp_engine *e, gp_request *r)
+{
+    gp_queue *q = &e->queue;
+    gp_queue_entry me = { .req = r, .notify = NULL };
+    uint64_t gen, spin_until;
+
+    if (gp_async_in_job())
+        return submit_async(e, r);
+    spin_until = now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
+    atomic_init(&me.done, 0);
+    pthread_mutex_lock(&q->lock);
+    if (!append(q, &me)) {
+        pthread_mutex_unlock(&q->lock);
+        return gp_engine_submit(e, r, 1), r->status;   /* run alone rather than fail */
+    }
     q->active++;
     gen = q->generation;
 
@@ -166,8 +462,11 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
     }
     q->active--;
     /* Whoever waits in the pending batch may now be the last one active: let them re-check. */
-    if (q->npending > 0)
+    if (q->npending > 0) {
         pthread_cond_broadcast(&q->cond);
+        if (q->npending_async > 0)
+            pthread_cond_signal(&q->dispatch_cond);
+    }
     pthread_mutex_unlock(&q->lock);
     return r->status;
 }

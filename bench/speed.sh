@@ -4,6 +4,8 @@
 # gpuprov (loaded through config/gpuprov.cnf) on each executor this host has; prints a table of
 # throughput and ratios, writes CSV.
 # usage: bench/speed.sh [build-dir] [seconds-per-size]   (CSV: $BENCH_OUT or build-dir/bench/speed.csv)
+# SPEED_ASYNC_JOBS=N runs the gpuprov columns with -async_jobs N (jobs pause in gpuprov and share
+# batches; the default provider's column stays synchronous, as it gains nothing from jobs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -23,7 +25,13 @@ else
   echo "speed: no GPU on this host: comparing gpuprov's cpu and host executors with the default provider"
 fi
 cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "speed: $(openssl version) | CPU: $cpu_model | GPU: $device | ${secs}s per size, 1 process, sync"
+async=()
+mode=sync
+if [ -n "${SPEED_ASYNC_JOBS:-}" ]; then
+  async=(-async_jobs "$SPEED_ASYNC_JOBS")
+  mode="gpuprov with -async_jobs $SPEED_ASYNC_JOBS"
+fi
+echo "speed: $(openssl version) | CPU: $cpu_model | GPU: $device | ${secs}s per size, 1 process, $mode"
 
 # One run: prints "+H" sizes and "+F" bytes/s lines (openssl speed -mr); a run that produced no
 # figures shows its stderr and counts as zero rather than stopping the table.
@@ -38,7 +46,7 @@ run_speed() {   # $1 cipher, $2 backend or "default"
     # provider (`-propquery provider=gpuprov` would also steer speed's own DRBG fetch to gpuprov,
     # which 3.0.13 then fails on).
     res=$(OPENSSL_CONF="$root/config/gpuprov.cnf" OPENSSL_MODULES="$moddir" GPUPROV_BACKEND="$2" \
-      openssl speed -mr -seconds "$secs" -evp "$1" 2>>"$errlog") || true
+      openssl speed -mr -seconds "$secs" "${async[@]}" -evp "$1" 2>>"$errlog") || true
   fi
   if ! grep -q '^+F' <<<"$res"; then
     echo "speed: no figures from $1 on $2; stderr:" >&2

@@ -123,6 +123,9 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
         OSSL_PARAM_DEFN(OSSL_PROV_PARAM_BUILDINFO, OSSL_PARAM_UTF8_PTR, NULL, 0),
         OSSL_PARAM_DEFN(OSSL_PROV_PARAM_STATUS, OSSL_PARAM_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_EXECUTOR, OSSL_PARAM_UTF8_PTR, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_BATCHES, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ASYNC_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -134,6 +137,7 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
 {
     gp_provctx *pc = provctx;
     OSSL_PARAM *p;
+    gp_stats st;
 
     if ((p = OSSL_PARAM_locate(params, OSSL_PROV_PARAM_NAME)) != NULL
         && !OSSL_PARAM_set_utf8_ptr(p, "gpuprov: GPU AES-CTR, AES-GCM, ChaCha20-Poly1305"))
@@ -149,6 +153,18 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_EXECUTOR)) != NULL
         && !OSSL_PARAM_set_utf8_ptr(p, gp_engine_backend_name(pc->engine)))
+        return 0;
+    gp_engine_stats(pc->engine, &st);
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_OPS)) != NULL && !OSSL_PARAM_set_uint64(p, st.ops))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_BATCHES)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.batches))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_ASYNC_OPS)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.async_ops))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_SPEC_TAGS)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.spec_tags))
         return 0;
     return 1;
 }

@@ -12,6 +12,11 @@
 #define GP_PROV_NAME "gpuprov"
 /* Provider param (OSSL_PROVIDER_get_params): the executor new messages go to, e.g. "cuda". */
 #define GP_PROV_PARAM_EXECUTOR "gpuprov-executor"
+/* Provider params: the stats counters so far (uint64; they count only with knob stats = 1). */
+#define GP_PROV_PARAM_STATS_OPS "gpuprov-stats-ops"
+#define GP_PROV_PARAM_STATS_BATCHES "gpuprov-stats-batches"
+#define GP_PROV_PARAM_STATS_ASYNC_OPS "gpuprov-stats-async-ops"
+#define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
 
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;

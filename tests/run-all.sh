@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds gpuprov and runs every test suite that this machine can run, then the same suites again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then on a GPU machine the gpu suite. The
-# README's test command.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded engine and async tests under
+# ThreadSanitizer, then on a GPU machine the gpu suite. The README's test command.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,8 +39,16 @@ meson setup build-asan --reconfigure -Dcuda=disabled -Dwycheproof_dir="$wp" -Db_
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   meson test -C build-asan $no_gpu --print-errorlogs --num-processes 2 --timeout-multiplier 4
+# ThreadSanitizer over the tests that run many threads through one engine (the queue, the host
+# pool, the async dispatcher and its fork handlers); only what they need is built. die_after_fork=0:
+# the async test forks a multi-threaded process on purpose (its child starts its own dispatcher).
+meson setup build-tsan --reconfigure -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false >/dev/null 2>&1 \
+  || meson setup build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false
+ninja -C build-tsan tests/unit/test_engine tests/evp/evp-async provider/gpuprov.so
+TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
+  meson test -C build-tsan --no-rebuild engine-host async-host --print-errorlogs --timeout-multiplier 4
 # The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
 # without one, tests/gpu/run.sh says so and skips.
 GPU_STEPS=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck} \
   WYCHEPROOF_DIR="$wp" bash tests/gpu/run.sh build-gpu
-echo "run-all: all suites passed (plain and ASan+UBSan; gpu where present)"
+echo "run-all: all suites passed (plain, ASan+UBSan, TSan for the engine and async tests; gpu where present)"

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The stock openssl CLI with config/gpuprov.cnf: provider active, ciphers listed, enc equal to default, stats, backend knob.
+# The stock openssl CLI with config/gpuprov.cnf: provider active, ciphers listed, enc equal to default, stats, backend knob, speed -async_jobs.
 #
 # Environment (set by tests/integration/meson.build): OPENSSL (the openssl binary), OPENSSL_CONF
 # (config/gpuprov.cnf), OPENSSL_MODULES (the build's provider dir), GPTEST_SOURCE_ROOT,
@@ -115,7 +115,7 @@ stats_check() {
                 if (v !~ /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/) { print "non-numeric " $i; exit }
                 val[k] = v + 0; seen[k] = 1
             }
-            n = split("ops bytes cuda_ops host_ops cpu_ops batches mean_batch fallbacks errors", need, " ")
+            n = split("ops bytes cuda_ops host_ops cpu_ops batches mean_batch async_ops fallbacks errors", need, " ")
             for (i = 1; i <= n; i++) if (!(need[i] in seen)) { print "missing key " need[i]; exit }
             # cond: "KEY OP NUMBER" clauses joined by "&&", e.g. "ops > 0 && cpu_ops == 0"
             m = split(cond, cl, "&&")
@@ -207,6 +207,21 @@ if run knob-cpu sh -c 'unset GPUPROV_STATS; exec "$@"' sh \
     stats_check "GPUPROV_BACKEND=cpu overriding the knob" "$tmp/knob-cpu.err" "ops > 0 && cpu_ops > 0 && host_ops == 0 && cuda_ops == 0"
 else
     fail "GPUPROV_BACKEND=cpu with backend-host.cnf: enc failed or output differs" "$tmp/knob-cpu.cmd" "$tmp/knob-cpu.err"
+fi
+
+# 5. openssl speed -async_jobs 8: each job pauses inside gpuprov (host and cuda executors) and the
+# dispatcher runs their requests together, so a batch holds more than one request; the cpu
+# executor runs them inline (nothing pauses). The config, hence gpuprov, serves speed's cipher.
+case "$EXECUTOR" in
+    host|cuda) async_cond="ops > 0 && async_ops > 0 && mean_batch > 1" ;;
+    *) async_cond="ops > 0 && async_ops == 0" ;;
+esac
+if run speed-async env GPUPROV_STATS=1 "$OPENSSL" speed -seconds 1 -bytes 1024 -async_jobs 8 \
+        -evp aes-128-ctr && grep -q '^AES-128-CTR ' "$tmp/speed-async.out"; then
+    pass "speed -async_jobs 8 -evp aes-128-ctr: $(grep '^AES-128-CTR ' "$tmp/speed-async.out" | tr -s ' ')"
+    stats_check "speed -async_jobs 8 (executor $EXECUTOR)" "$tmp/speed-async.err" "$async_cond"
+else
+    fail "openssl speed -async_jobs 8 failed" "$tmp/speed-async.cmd" "$tmp/speed-async.out" "$tmp/speed-async.err"
 fi
 
 if [ "$failures" -gt 0 ]; then

@@ -1,0 +1,587 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Async jobs through EVP: many ASYNC_JOBs in one thread driven as openssl speed drives them (wait fds,
+ * poll), and through wait-context callbacks, checked byte for byte against the default provider. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <openssl/async.h>
+#include <openssl/err.h>
+#include <openssl/provider.h>
+
+#include "evp_common.h"
+
+/*
+ * Each job encrypts and decrypts NMSG messages of assorted sizes with one cipher through gpuprov,
+ * one EVP call at a time, so it pauses on every update and final (host and cuda executors); the
+ * driver resumes jobs whose wait fd is readable, as `openssl speed -async_jobs` does. Nothing in a
+ * job asserts (a cmocka failure would longjmp off the job's stack): jobs record what went wrong and
+ * the driver's caller asserts on that.
+ */
+#define MAX_JOBS 64
+#define NMSG 6
+#define BAD_TAG_MSG 2   /* in every job with bad_tag set, this message decrypts with a wrong tag */
+
+static const size_t sizes[] = { 0, 1, 15, 16, 17, 63, 64, 65, 255, 1024, 1500, 4096, 16384 + 3 };
+
+typedef struct job_arg {
+    const evp_cipher_info *ci;
+    EVP_CIPHER *gp;                /* fetched from gpuprov before the jobs start */
+    int bad_tag;
+    uint8_t key[32], iv[NMSG][16], aad[NMSG][24];
+    size_t aadlen[NMSG], len[NMSG];
+    uint8_t *pt[NMSG], *ct[NMSG], *dec[NMSG], *ref[NMSG];
+    uint8_t tag[NMSG][16], ref_tag[NMSG][16];
+    int failed;                    /* first failure inside the job, as a line number; 0 if none */
+    int bad_tag_rejected;
+    atomic_int ready;              /* callback mode: set by the wait-context callback */
+} job_arg;
+
+static gptest_env *g_env;
+static int g_kernel_executor;   /* host or cuda: requests really pause their jobs */
+static int g_hybrid;            /* hybrid: some messages on the GPU side (they pause), some on cpu */
+
+static int is_aead(const evp_cipher_info *ci)
+{
+    return ci->kind == K_GCM || ci->kind == K_CCP;
+}
+
+static void ref_encrypt(const gptest_env *env, job_arg *a, int m)
+{
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    int outl, idx = evp_cipher_index(a->ci->name);
+
+    assert_non_null(c);
+    assert_true(EVP_EncryptInit_ex2(c, evp_cipher(env, idx, 0), a->key, a->iv[m], NULL));
+    if (a->aadlen[m] > 0)
+        assert_true(EVP_EncryptUpdate(c, NULL, &outl, a->aad[m], (int)a->aadlen[m]));
+    assert_true(EVP_EncryptUpdate(c, a->ref[m], &outl, a->pt[m], (int)a->len[m]));
+    assert_true(EVP_EncryptFinal_ex(c, a->ref[m] + a->len[m], &outl));
+    if (is_aead(a->ci))
+        assert_true(evp_get_tag(c, a->ref_tag[m], 16));
+    EVP_CIPHER_CTX_free(c);
+}
+
+/* Job i: cipher i mod 8, sizes from the table, keys and data random, references computed now. */
+static void job_prepare(job_arg *a, int i, int bad_tag)
+{
+    int idx = i % EVP_NCIPHERS;
+
+    memset(a, 0, sizeof(*a));
+    a->ci = &evp_ciphers[idx];
+    a->gp = evp_cipher(g_env, idx, 1);
+    a->bad_tag = bad_tag && is_aead(a->ci);
+    gptest_rand_bytes(a->key, sizeof(a->key));
+    for (int m = 0; m < NMSG; m++) {
+        a->len[m] = sizes[(size_t)(i * 5 + m * 3) % (sizeof(sizes) / sizeof(sizes[0]))];
+        gptest_rand_bytes(a->iv[m], sizeof(a->iv[m]));
+        if (a->ci->kind == K_CHACHA)
+            memset(a->iv[m], 0, 4);   /* a small block counter, so no message wraps it */
+        a->aadlen[m] = is_aead(a->ci) ? gptest_rand_range(0, sizeof(a->aad[m])) : 0;
+        gptest_rand_bytes(a->aad[m], a->aadlen[m]);
+        a->pt[m] = malloc(a->len[m] + 1);
+        a->ct[m] = malloc(a->len[m] + 1);
+        a->dec[m] = malloc(a->len[m] + 1);
+        a->ref[m] = malloc(a->len[m] + 1);
+        assert_true(a->pt[m] && a->ct[m] && a->dec[m] && a->ref[m]);
+        gptest_rand_bytes(a->pt[m], a->len[m]);
+        ref_encrypt(g_env, a, m);
+    }
+    atomic_init(&a->ready, 0);
+}
+
+static void job_release(job_arg *a)
+{
+    for (int m = 0; m < NMSG; m++) {
+        free(a->pt[m]);
+        free(a->ct[m]);
+        free(a->dec[m]);
+        free(a->ref[m]);
+    }
+}
+
+#define JOB_CHECK(cond)                       \
+    do {                                      \
+        if (!(cond) && a->failed == 0)        \
+            a->failed = __LINE__;             \
+    } while (0)
+
+/* Runs on the job's 32 KiB stack: EVP calls only, each a gpuprov request that pauses the job. */
+static int job_main(void *argp)
+{
+    job_arg *a = *(job_arg **)argp;
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    int outl;
+
+    JOB_CHECK(c != NULL);
+    for (int m = 0; m < NMSG && c != NULL; m++) {
+        size_t cut = a->len[m] / 3;
+        uint8_t tag[16];
+        int bad = a->bad_tag && m == BAD_TAG_MSG, ok;
+
+        /* Encrypt: AAD, two updates, final, tag. */
+        JOB_CHECK(EVP_EncryptInit_ex2(c, a->gp, a->key, a->iv[m], NULL));
+        if (a->aadlen[m] > 0)
+            JOB_CHECK(EVP_EncryptUpdate(c, NULL, &outl, a->aad[m], (int)a->aadlen[m]));
+        JOB_CHECK(EVP_EncryptUpdate(c, a->ct[m], &outl, a->pt[m], (int)cut) && (size_t)outl == cut);
+        JOB_CHECK(EVP_EncryptUpdate(c, a->ct[m] + cut, &outl, a->pt[m] + cut, (int)(a->len[m] - cut))
+                  && (size_t)outl == a->len[m] - cut);
+        JOB_CHECK(EVP_EncryptFinal_ex(c, a->ct[m] + a->len[m], &outl) && outl == 0);
+        if (is_aead(a->ci))
+            JOB_CHECK(evp_get_tag(c, a->tag[m], 16));
+
+        /* Decrypt the reference ciphertext, verifying its tag (or a flipped one). */
+        JOB_CHECK(EVP_DecryptInit_ex2(c, a->gp, a->key, a->iv[m], NULL));
+        if (is_aead(a->ci)) {
+            memcpy(tag, a->ref_tag[m], sizeof(tag));
+            if (bad)
+                tag[m % 16] ^= 0x20;
+            JOB_CHECK(evp_set_tag(c, tag, 16));
+        }
+        if (a->aadlen[m] > 0)
+            JOB_CHECK(EVP_DecryptUpdate(c, NULL, &outl, a->aad[m], (int)a->aadlen[m]));
+        JOB_CHECK(EVP_DecryptUpdate(c, a->dec[m], &outl, a->ref[m], (int)a->len[m])
+                  && (size_t)outl == a->len[m]);
+        ok = EVP_DecryptFinal_ex(c, a->dec[m] + a->len[m], &outl);
+        if (bad) {
+            a->bad_tag_rejected = ok == 0 && ERR_peek_error() != 0;
+            ERR_clear_error();
+        } else {
+            JOB_CHECK(ok == 1);
+        }
+    }
+    EVP_CIPHER_CTX_free(c);
+    return a->failed == 0;
+}
+
+/* After the jobs: every byte and tag as the default provider has it. */
+static void check_results(job_arg *args, int n)
+{
+    for (int i = 0; i < n; i++) {
+        job_arg *a = &args[i];
+
+        if (a->failed != 0)
+            fail_msg("job %d (%s): failed at test_async.c:%d", i, a->ci->name, a->failed);
+        for (int m = 0; m < NMSG; m++) {
+            assert_memory_equal(a->ct[m], a->ref[m], a->len[m]);
+            if (is_aead(a->ci))
+                assert_memory_equal(a->tag[m], a->ref_tag[m], 16);
+            if (!(a->bad_tag && m == BAD_TAG_MSG))
+                assert_memory_equal(a->dec[m], a->pt[m], a->len[m]);
+        }
+        if (a->bad_tag)
+            assert_true(a->bad_tag_rejected);
+    }
+}
+
+typedef struct drive_result {
+    int errors;        /* driver-level failures (printed) */
+    long pauses;       /* ASYNC_PAUSE returns */
+    int max_fds;       /* the most fds one wait context held */
+} drive_result;
+
+/* Start or resume job i; returns 1 while it is still in progress. */
+static int step(ASYNC_JOB **job, ASYNC_WAIT_CTX *w, job_arg *a, drive_result *r)
+{
+    int ret = 0;
+
+    switch (ASYNC_start_job(job, w, &ret, job_main, &a, sizeof(a))) {
+    case ASYNC_PAUSE:
+        r->pauses++;
+        return 1;
+    case ASYNC_FINISH:
+        if (ret != 1 && a->failed == 0)
+            a->failed = -1;
+        *job = NULL;
+        return 0;
+    default:
+        fprintf(stderr, "test_async: ASYNC_start_job failed\n");
+        r->errors++;
+        *job = NULL;
+        return 0;
+    }
+}
+
+/*
+ * fd mode, the way openssl speed 3.0 runs -async_jobs: start every job, then poll on the one fd of
+ * each paused job's wait context and resume those that are readable. Returns driver errors.
+ */
+static drive_result drive_fds(job_arg *args, int n)
+{
+    ASYNC_JOB *jobs[MAX_JOBS] = { 0 };
+    ASYNC_WAIT_CTX *w[MAX_JOBS];
+    OSSL_ASYNC_FD first_fd[MAX_JOBS];
+    drive_result r = { 0, 0, 0 };
+    int inprogress = 0;
+
+    for (int i = 0; i < n; i++) {
+        w[i] = ASYNC_WAIT_CTX_new();
+        first_fd[i] = -1;
+        if (w[i] == NULL) {
+            r.errors++;
+            return r;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        inprogress += step(&jobs[i], w[i], &args[i], &r);
+    while (inprogress > 0 && r.errors == 0) {
+        struct pollfd pfd[MAX_JOBS];
+        int who[MAX_JOBS], np = 0, rc;
+
+        for (int i = 0; i < n; i++) {
+            size_t num = 0;
+            OSSL_ASYNC_FD fd;
+
+            if (jobs[i] == NULL)
+                continue;
+            if (!ASYNC_WAIT_CTX_get_all_fds(w[i], NULL, &num) || num != 1) {
+                fprintf(stderr, "test_async: job %d paused with %zu wait fds (want 1)\n", i, num);
+                r.errors++;
+                break;
+            }
+            ASYNC_WAIT_CTX_get_all_fds(w[i], &fd, &num);
+            if (first_fd[i] < 0)
+                first_fd[i] = fd;
+            if (fd != first_fd[i]) {
+                fprintf(stderr, "test_async: job %d: wait fd changed from %d to %d\n", i, first_fd[i], fd);
+                r.errors++;
+            }
+            r.max_fds = r.max_fds > (int)num ? r.max_fds : (int)num;
+            pfd[np] = (struct pollfd){ .fd = fd, .events = POLLIN };
+            who[np++] = i;
+        }
+        if (r.errors != 0)
+            break;
+        rc = poll(pfd, (nfds_t)np, 30000);
+        if (rc <= 0) {
+            fprintf(stderr, "test_async: poll %s with %d jobs paused\n", rc == 0 ? "timed out" : "failed",
+                    inprogress);
+            r.errors++;
+            break;
+        }
+        for (int k = 0; k < np; k++)
+            if (pfd[k].revents & POLLIN)
+                inprogress -= !step(&jobs[who[k]], w[who[k]], &args[who[k]], &r);
+    }
+    for (int i = 0; i < n; i++) {
+        if (jobs[i] != NULL)
+            r.errors++;   /* never leave a paused job behind: its stack holds a queued request */
+        ASYNC_WAIT_CTX_free(w[i]);
+        /* The wait context's cleanup closed gpuprov's eventfd. */
+        if (first_fd[i] >= 0 && fcntl(first_fd[i], F_GETFD) != -1) {
+            fprintf(stderr, "test_async: fd %d still open after ASYNC_WAIT_CTX_free\n", first_fd[i]);
+            r.errors++;
+        }
+    }
+    return r;
+}
+
+/* Callback mode: the callback (called from gpuprov's completing thread) marks the job ready and
+ * wakes the driver through its own eventfd; no wait fd may be registered. */
+static int cb_efd = -1;
+
+static int on_ready(void *arg)
+{
+    job_arg *a = arg;
+    uint64_t one = 1;
+
+    atomic_store(&a->ready, 1);
+    return write(cb_efd, &one, sizeof(one)) == (ssize_t)sizeof(one);
+}
+
+static drive_result drive_callbacks(job_arg *args, int n)
+{
+    ASYNC_JOB *jobs[MAX_JOBS] = { 0 };
+    ASYNC_WAIT_CTX *w[MAX_JOBS];
+    drive_result r = { 0, 0, 0 };
+    int inprogress = 0;
+
+    cb_efd = eventfd(0, EFD_CLOEXEC);
+    if (cb_efd < 0) {
+        r.errors++;
+        return r;
+    }
+    for (int i = 0; i < n; i++) {
+        w[i] = ASYNC_WAIT_CTX_new();
+        if (w[i] == NULL || !ASYNC_WAIT_CTX_set_callback(w[i], on_ready, &args[i])) {
+            r.errors++;
+            return r;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        inprogress += step(&jobs[i], w[i], &args[i], &r);
+    while (inprogress > 0 && r.errors == 0) {
+        struct pollfd pfd = { .fd = cb_efd, .events = POLLIN };
+        uint64_t v;
+
+        if (poll(&pfd, 1, 30000) != 1 || read(cb_efd, &v, sizeof(v)) != (ssize_t)sizeof(v)) {
+            fprintf(stderr, "test_async: no callback within 30 s, %d jobs paused\n", inprogress);
+            r.errors++;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            size_t num = 0;
+
+            if (jobs[i] == NULL || !atomic_exchange(&args[i].ready, 0))
+                continue;
+            if (!ASYNC_WAIT_CTX_get_all_fds(w[i], NULL, &num) || num != 0
+                || ASYNC_WAIT_CTX_get_status(w[i]) != ASYNC_STATUS_OK) {
+                fprintf(stderr, "test_async: callback mode: job %d has %zu fds, status %d\n", i, num,
+                        ASYNC_WAIT_CTX_get_status(w[i]));
+                r.errors++;
+            }
+            inprogress -= !step(&jobs[i], w[i], &args[i], &r);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (jobs[i] != NULL)
+            r.errors++;
+        ASYNC_WAIT_CTX_free(w[i]);
+    }
+    close(cb_efd);
+    cb_efd = -1;
+    return r;
+}
+
+typedef struct stats3 {
+    uint64_t ops, batches, async_ops, spec_tags;
+} stats3;
+
+static stats3 provider_stats(void)
+{
+    stats3 s = { 0, 0, 0, 0 };
+    OSSL_PARAM p[] = {
+        OSSL_PARAM_uint64("gpuprov-stats-ops", &s.ops),
+        OSSL_PARAM_uint64("gpuprov-stats-batches", &s.batches),
+        OSSL_PARAM_uint64("gpuprov-stats-async-ops", &s.async_ops),
+        OSSL_PARAM_uint64("gpuprov-stats-spec-tags", &s.spec_tags),
+        OSSL_PARAM_END
+    };
+
+    if (g_env->gpuprov != NULL)
+        assert_true(OSSL_PROVIDER_get_params(g_env->gpuprov, p));
+    return s;
+}
+
+/* The batching claims: on the kernel executors every request paused its job, and batches held
+ * many of them; on the cpu executor requests run inline and nothing pauses. */
+static void check_batching(stats3 before, const drive_result *r, const char *mode)
+{
+    stats3 after = provider_stats();
+    uint64_t ops = after.ops - before.ops, batches = after.batches - before.batches;
+    uint64_t async_ops = after.async_ops - before.async_ops;
+    uint64_t spec_tags = after.spec_tags - before.spec_tags;
+
+    if (evp_under_default())
+        return;
+    fprintf(stderr, "test_async: %s: %llu ops in %llu batches (mean %.2f), %llu async, %ld pauses\n", mode,
+            (unsigned long long)ops, (unsigned long long)batches,
+            batches ? (double)ops / (double)batches : 0.0, (unsigned long long)async_ops, r->pauses);
+    assert_true(ops > 0);
+    if (g_hybrid) {
+        /* Mixed: the GPU side's requests pause, the cpu executor's run inline. */
+        assert_true(async_ops + spec_tags <= ops);
+        assert_true(async_ops > 0);
+        assert_true(r->pauses > 0);
+    } else if (g_kernel_executor) {
+        /* Every request went through the queue from its job, except the tags that the data
+         * request before them had already computed (no request at all). */
+        assert_int_equal(async_ops + spec_tags, ops);
+        assert_true(r->pauses > 0);
+        assert_true(async_ops >= 2 * batches);   /* mean batch of 2 or more */
+    } else {
+        assert_int_equal(async_ops, 0);
+        assert_int_equal(r->pauses, 0);
+    }
+}
+
+static void run_jobs(int n, int callbacks, int bad_tags)
+{
+    job_arg *args = calloc((size_t)n, sizeof(*args));
+    stats3 before;
+    drive_result r;
+
+    assert_non_null(args);
+    for (int i = 0; i < n; i++)
+        job_prepare(&args[i], i, bad_tags && i % 3 == 0);
+    before = provider_stats();
+    r = callbacks ? drive_callbacks(args, n) : drive_fds(args, n);
+    assert_int_equal(r.errors, 0);
+    check_results(args, n);
+    check_batching(before, &r, callbacks ? "callbacks" : "wait fds");
+    for (int i = 0; i < n; i++)
+        job_release(&args[i]);
+    free(args);
+}
+
+/* 48 jobs, every cipher, sizes 0..16 KiB, each job pausing per EVP call, driven through wait fds. */
+static void test_jobs_wait_fds(void **state)
+{
+    (void)state;
+    run_jobs(48, 0, 0);
+}
+
+/* The same with the application's wait-context callback instead of fds. */
+static void test_jobs_callbacks(void **state)
+{
+    (void)state;
+    run_jobs(48, 1, 0);
+}
+
+/* A third of the AEAD jobs get a wrong tag on one message: that final fails with an error, the
+ * job goes on with its next messages, and every other result stays exact. */
+static void test_jobs_bad_tag(void **state)
+{
+    (void)state;
+    run_jobs(32, 0, 1);
+}
+
+/* Synchronous callers on other threads while jobs run: mixed batches. */
+typedef struct {
+    atomic_int stop;
+    atomic_int mismatches;
+    atomic_long ops;
+} sync_ctl;
+
+static void *sync_thread(void *arg)
+{
+    sync_ctl *ctl = arg;
+    EVP_CIPHER *gp = evp_cipher(g_env, 5, 1), *ref = evp_cipher(g_env, 5, 0);   /* AES-256-GCM */
+    uint8_t key[32], iv[12], pt[700], a[700 + 16], b[700 + 16], ta[16], tb[16];
+    int outl;
+
+    while (!atomic_load(&ctl->stop)) {
+        EVP_CIPHER *which[2] = { gp, ref };
+        uint8_t *out[2] = { a, b }, *tag[2] = { ta, tb };
+
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(iv, sizeof(iv));
+        gptest_rand_bytes(pt, sizeof(pt));
+        for (int s = 0; s < 2; s++) {
+            EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+            if (c == NULL || !EVP_EncryptInit_ex2(c, which[s], key, iv, NULL)
+                || !EVP_EncryptUpdate(c, out[s], &outl, pt, (int)sizeof(pt))
+                || !EVP_EncryptFinal_ex(c, out[s] + sizeof(pt), &outl) || !evp_get_tag(c, tag[s], 16))
+                atomic_fetch_add(&ctl->mismatches, 1);
+            EVP_CIPHER_CTX_free(c);
+        }
+        if (memcmp(a, b, sizeof(pt)) != 0 || memcmp(ta, tb, 16) != 0)
+            atomic_fetch_add(&ctl->mismatches, 1);
+        atomic_fetch_add(&ctl->ops, 1);
+    }
+    return NULL;
+}
+
+static void test_jobs_with_sync_threads(void **state)
+{
+    sync_ctl ctl;
+    pthread_t th[2];
+
+    (void)state;
+    atomic_init(&ctl.stop, 0);
+    atomic_init(&ctl.mismatches, 0);
+    atomic_init(&ctl.ops, 0);
+    evp_cipher(g_env, 5, 1);   /* fill the fetch cache before the threads read it */
+    evp_cipher(g_env, 5, 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, sync_thread, &ctl), 0);
+    for (int round = 0; round < 3; round++) {
+        job_arg *args = calloc(32, sizeof(*args));
+        drive_result r;
+
+        assert_non_null(args);
+        for (int i = 0; i < 32; i++)
+            job_prepare(&args[i], i + round, 0);
+        r = drive_fds(args, 32);
+        assert_int_equal(r.errors, 0);
+        check_results(args, 32);
+        for (int i = 0; i < 32; i++)
+            job_release(&args[i]);
+        free(args);
+    }
+    atomic_store(&ctl.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    fprintf(stderr, "test_async: %ld synchronous messages beside the jobs\n", atomic_load(&ctl.ops));
+    assert_int_equal(atomic_load(&ctl.mismatches), 0);
+    assert_true(atomic_load(&ctl.ops) > 0);
+}
+
+/* openssl speed -multi forks after loading providers: a child whose parent already ran jobs (and
+ * so has a dispatcher thread) starts its own and runs jobs too. */
+static void test_jobs_after_fork(void **state)
+{
+    job_arg *args = calloc(16, sizeof(*args));
+    int status = 0;
+    pid_t pid;
+
+    (void)state;
+    assert_non_null(args);
+    for (int i = 0; i < 16; i++)
+        job_prepare(&args[i], i, 1);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        drive_result r;
+        int bad = 0;
+
+        alarm(120);   /* a hang in the child ends it, and the test, instead of the whole run */
+        r = drive_fds(args, 16);
+        for (int i = 0; i < 16; i++) {
+            bad += args[i].failed != 0 || (args[i].bad_tag && !args[i].bad_tag_rejected);
+            for (int m = 0; m < NMSG; m++)
+                bad += memcmp(args[i].ct[m], args[i].ref[m], args[i].len[m]) != 0;
+        }
+        fprintf(stderr, "test_async: child: %d driver errors, %d bad jobs, %ld pauses\n", r.errors, bad,
+                r.pauses);
+        _exit(r.errors == 0 && bad == 0 && (r.pauses > 0 || !g_kernel_executor) ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    for (int i = 0; i < 16; i++)
+        job_release(&args[i]);
+    free(args);
+}
+
+static int group_setup(void **state)
+{
+    int rc = evp_group_setup(state);
+    const char *ex = gptest_executor();
+
+    g_env = *state;
+    g_kernel_executor = !evp_under_default() && (strcmp(ex, "host") == 0 || strcmp(ex, "cuda") == 0);
+    g_hybrid = !evp_under_default() && strcmp(ex, "hybrid") == 0;
+    return rc;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jobs_wait_fds),
+        cmocka_unit_test(test_jobs_callbacks),
+        cmocka_unit_test(test_jobs_bad_tag),
+        cmocka_unit_test(test_jobs_with_sync_threads),
+        cmocka_unit_test(test_jobs_after_fork),
+    };
+    int failed;
+
+    /* The provider's stats counters (read through its params) count only with stats on. */
+    setenv("GPUPROV_STATS", "1", 1);
+    failed = cmocka_run_group_tests(tests, group_setup, evp_group_teardown);
+    ASYNC_cleanup_thread();
+    return failed;
+}
