@@ -2,10 +2,12 @@
 /* The batch kernel: every unit of a batch arena (leads, body units, finishes) on the GPU. */
 #include "units.h"
 
-/* Blocks per SM the register budget must allow: 2 caps a thread at 128 registers (what the lanes
- * need without spilling, ptxas -v); build option gpu_min_blocks. */
+/* Blocks per SM the register budget must allow (build option gpu_min_blocks): 2 caps a thread at
+ * 128 registers (the lanes need no more, ptxas -v), 3 at 80 (48 bytes of spills in the lanes, but
+ * 24 warps per SM instead of 16: measured faster for AES-CTR and ChaCha20-Poly1305 on an H200,
+ * bench/RESULTS.md). */
 #ifndef GP_KERNEL_MIN_BLOCKS
-# define GP_KERNEL_MIN_BLOCKS 2
+# define GP_KERNEL_MIN_BLOCKS 3
 #endif
 
 /*
@@ -34,12 +36,19 @@ static __device__ __noinline__ void batch_lead(gp_msg_state *st, const gp_key_sc
 static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
                                                  const uint8_t *partials, const uint8_t *in, uint8_t *out)
 {
+    /* The state from L2 in 8-byte loads, all issued before the first is used (states are
+     * 128-byte aligned; byte-wise dependent loads cost one L2 latency each, ~30 us in all). */
+    enum { NW = sizeof(gp_msg_state) / 8 };
     gp_msg_state local;
-    uint8_t *lp = (uint8_t *)&local;
-    const uint8_t *sp = (const uint8_t *)st;
+    uint2 tmp[NW];
 
-    for (size_t i = 0; i < sizeof(local); i++)
-        lp[i] = GP_LOAD_SHARED(sp + i);
+    static_assert(sizeof(gp_msg_state) % 8 == 0, "the state copies in 8-byte words");
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        tmp[i] = __ldcg((const uint2 *)st + i);
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        ((uint2 *)&local)[i] = tmp[i];
     gp_unit_finish(&local, k, j, partials, in + j->head_len + j->body_len, out + j->head_len + j->body_len);
     *st = local;
     gp_state_wipe(&local, sizeof(local));

@@ -435,20 +435,22 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, con
     gp_state_wipe(&pw, sizeof(pw));
 }
 
-/* A partial MAC word, written by another unit of this launch (see GP_LOAD_SHARED). */
-GP_KFN uint64_t gp_partial_be64(const uint8_t *p)
+/*
+ * A unit's partial MAC as 8 little-endian words, written by another unit of this launch (see
+ * GP_LOAD_SHARED). On the GPU two 16-byte L2 loads (partials are 16-byte aligned): byte-wise L2
+ * loads issue one after another, each waiting out the L2 latency.
+ */
+GP_KFN void gp_partial_load(const uint8_t *p, uint32_t w[8])
 {
-    uint64_t v = 0;
+#if defined(__CUDA_ARCH__)
+    const uint4 a = __ldcg((const uint4 *)p), b = __ldcg((const uint4 *)p + 1);
 
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+#else
     for (int i = 0; i < 8; i++)
-        v = v << 8 | GP_LOAD_SHARED(p + i);
-    return v;
-}
-
-GP_KFN uint32_t gp_partial_le32(const uint8_t *p)
-{
-    return (uint32_t)GP_LOAD_SHARED(p) | (uint32_t)GP_LOAD_SHARED(p + 1) << 8
-           | (uint32_t)GP_LOAD_SHARED(p + 2) << 16 | (uint32_t)GP_LOAD_SHARED(p + 3) << 24;
+        w[i] = gp_load_le32(p + 4 * i);
+#endif
 }
 
 /* Fold the body's partials into the state (Horner over units), advance past the body, then run
@@ -466,17 +468,19 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
         gp_ghash_pow_tab(hn, k, nblocks);
         gp_ghash_mul(st->ghash_x, hn);
         for (uint32_t u = 0; u < j->nunits; u++) {
-            st->ghash_x[0] ^= gp_partial_be64(partials + GP_PARTIAL_BYTES * u);
-            st->ghash_x[1] ^= gp_partial_be64(partials + GP_PARTIAL_BYTES * u + 8);
+            uint32_t w[8];
+
+            gp_partial_load(partials + GP_PARTIAL_BYTES * u, w);   /* big-endian words [hi, lo] */
+            st->ghash_x[0] ^= (uint64_t)gp_bswap32(w[0]) << 32 | gp_bswap32(w[1]);
+            st->ghash_x[1] ^= (uint64_t)gp_bswap32(w[2]) << 32 | gp_bswap32(w[3]);
         }
     } else if (alg == GP_ALG_CHACHA20_POLY1305) {
-        uint32_t rn[5], p[5];
+        uint32_t rn[5], p[8];
 
         gp_p1305_pow(rn, st->poly.r, nblocks);
         gp_p1305_mul(st->poly.h, rn);
         for (uint32_t u = 0; u < j->nunits; u++) {
-            for (int i = 0; i < 5; i++)
-                p[i] = gp_partial_le32(partials + GP_PARTIAL_BYTES * u + 4 * i);
+            gp_partial_load(partials + GP_PARTIAL_BYTES * u, p);   /* 5 limbs, then zeros */
             gp_p1305_add(st->poly.h, p);
         }
         gp_state_wipe(rn, sizeof(rn));
