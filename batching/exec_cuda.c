@@ -309,7 +309,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena };
-        dim3 block = { 128, 1, 1 }, grid = { (nr + 127) / 128, 1, 1 };
+        /* GP_UNIT_LANES threads per ref (kernels/units.h), whole lane groups per block. */
+        size_t nthreads = nrefs * GP_UNIT_LANES;
+        dim3 block = { GP_KERNEL_BLOCK, 1, 1 };
+        dim3 grid = { (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK), 1, 1 };
 
         if (atomic_load(&((gp_cuda *)e->cuda)->fault_after) >= 0
             && atomic_fetch_sub(&((gp_cuda *)e->cuda)->fault_after, 1) == 0)

@@ -22,6 +22,9 @@ typedef struct gp_aes_sched {
     uint32_t nr;                              /* rounds: 10, 12, 14 (FIPS-197 §5, Fig. 4) */
     uint32_t pad_;                            /* keeps rk 8-byte aligned with an explicit layout */
     uint64_t rk[GP_AES_MAX_ROUNDS + 1][8];    /* round keys, bitsliced, replicated for the 4 blocks */
+    uint32_t ek[4 * (GP_AES_MAX_ROUNDS + 1)]; /* the same round keys as plain words, little-endian
+                                               * (byte 4c of round key r is the low byte of
+                                               * ek[4r + c]): the device's T-table rounds */
 } gp_aes_sched;
 
 /*
@@ -347,6 +350,8 @@ GP_KFN void gp_aes_schedule(gp_aes_sched *s, const uint8_t *key, uint32_t keylen
     for (uint32_t j = nr + 1; j <= GP_AES_MAX_ROUNDS; j++)
         for (int i = 0; i < 8; i++)
             s->rk[j][i] = 0;
+    for (uint32_t i = 0; i < 4 * (GP_AES_MAX_ROUNDS + 1); i++)
+        s->ek[i] = i < nw ? gp_bswap32(w[i]) : 0;
     gp_state_wipe(w, sizeof(w));
 }
 

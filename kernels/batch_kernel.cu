@@ -2,50 +2,110 @@
 /* The batch kernel: every unit of a batch arena (leads, body units, finishes) on the GPU. */
 #include "units.h"
 
+/* Blocks per SM the register budget must allow (build option gpu_min_blocks): 2 caps a thread at
+ * 128 registers (the lanes need no more, ptxas -v), 3 at 80 (48 bytes of spills in the lanes, but
+ * 24 warps per SM instead of 16: measured faster for AES-CTR and ChaCha20-Poly1305 on an H200,
+ * bench/RESULTS.md). */
+#ifndef GP_KERNEL_MIN_BLOCKS
+# define GP_KERNEL_MIN_BLOCKS 3
+#endif
+
 /*
- * One thread per unit. A request's lead and body units run concurrently (the body's counters and
- * MAC partials do not depend on the lead); the last of them to finish, counted with an atomic on
- * the request's `done`, folds the partials and runs the tail. The fences order the units' writes
- * (state, partials) before the count; the finisher loads what other blocks wrote from L2
- * (GP_LOAD_SHARED), never from a possibly stale L1 line, and works on a local copy of the state. The host glue (batching/exec_cuda.c) launches it by
- * address with cudaLaunchKernel, so this file holds device code only.
+ * GP_UNIT_LANES threads per gp_unit_ref. A lead runs on its group's lane 0 (the other lanes leave
+ * at once); a body unit runs a lane per 64-byte chunk and combines the lanes' MAC values with
+ * shuffles inside its lane group (kernels/units.h). Lane groups are aligned inside a warp and two
+ * groups of one warp may belong to different algorithms, so every shuffle names only its own
+ * group's lanes (mask and width) and no full-warp operation appears in algorithm-specific code.
+ * A request's lead and body units run concurrently (the body's counters and MAC partials do not
+ * depend on the lead); the last of them to finish, counted with an atomic on the request's `done`,
+ * folds the partials and runs the tail. The fences order the units' writes (state, partials) before
+ * the count; the finisher loads what other blocks wrote from L2 (GP_LOAD_SHARED), never from a
+ * possibly stale L1 line, and works on a local copy of the state. Every block first fills its
+ * bank-private AES table (kernels/aes_tt.h). The host glue (batching/exec_cuda.c) launches it by
+ * address with cudaLaunchKernel, GP_KERNEL_BLOCK threads per block, so this file holds device code
+ * only.
  */
-extern "C" __global__ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
-                                           uint8_t *arena)
+/* The serial parts (lead, finish) are out of line: their byte-wise state work needs more registers
+ * than the lanes, and inlined it would set the register count of the whole kernel. */
+static __device__ __noinline__ void batch_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                               const uint8_t *aad, const uint8_t *in, uint8_t *out)
 {
-    unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    gp_unit_lead(st, k, j, aad, in, out);
+}
+
+static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                                 const uint8_t *partials, const uint8_t *in, uint8_t *out)
+{
+    /* The state from L2 in 8-byte loads, all issued before the first is used (states are
+     * 128-byte aligned; byte-wise dependent loads cost one L2 latency each, ~30 us in all). */
+    enum { NW = sizeof(gp_msg_state) / 8 };
+    gp_msg_state local;
+    uint2 tmp[NW];
+
+    static_assert(sizeof(gp_msg_state) % 8 == 0, "the state copies in 8-byte words");
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        tmp[i] = __ldcg((const uint2 *)st + i);
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        ((uint2 *)&local)[i] = tmp[i];
+    gp_unit_finish(&local, k, j, partials, in + j->head_len + j->body_len, out + j->head_len + j->body_len);
+    *st = local;
+    gp_state_wipe(&local, sizeof(local));
+}
+
+extern "C" __global__ void __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
+gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena)
+{
+    const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int lane = t % GP_UNIT_LANES, r = t / GP_UNIT_LANES;
     gp_work *w;
     const gp_key_sched *k;
     gp_msg_state *st;
     const uint8_t *in;
     uint8_t *out;
 
-    if (t >= nrefs)
-        return;
-    w = &work[refs[t].work];
+    gp_aes_tt_fill();
+    __syncthreads();
+    if (r >= nrefs)
+        return;   /* whole lane groups: the grid is rounded up by blocks */
+    w = &work[refs[r].work];
     k = (const gp_key_sched *)(arena + w->key_off);
     st = (gp_msg_state *)(arena + w->state_off);
     in = arena + w->in_off;
     out = arena + w->out_off;
-    if (refs[t].unit == GP_UNIT_LEAD)
-        gp_unit_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
-    else
-        gp_unit_body(&w->job, k, refs[t].unit, in + w->job.head_len, out + w->job.head_len,
-                     arena + w->partials_off + (size_t)refs[t].unit * GP_PARTIAL_BYTES);
+    if (refs[r].unit == GP_UNIT_LEAD) {
+        if (lane != 0)
+            return;
+        batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
+    } else {
+        const uint32_t u = refs[r].unit, alg = k->alg;
+        gp_lane_mac m;
+
+        gp_unit_lane(&w->job, k, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
+        if (gp_alg_is_aead(alg)) {
+            /* This lane group's lanes of the warp; the whole group takes this branch. */
+            const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
+                                                     << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
+            gp_lane_mac pw, partner;
+
+#pragma unroll 1
+            for (uint32_t s = 1, level = 0; s < GP_UNIT_LANES; s <<= 1, level++) {
+                gp_lane_pow(alg, k, &w->job, level, &pw);
+                for (int i = 0; i < 5; i++)
+                    partner.w[i] = __shfl_down_sync(mask, m.w[i], s, GP_UNIT_LANES);
+                gp_lane_combine(alg, &m, &partner, &pw);
+            }
+        }
+        if (lane != 0)
+            return;
+        gp_unit_partial_store(&w->job, k, u, &m, arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES);
+    }
     if (w->job.nunits == 0)
         return;
     __threadfence();
     if (atomicAdd(&w->done, 1u) == w->job.nunits) {
-        gp_msg_state local;
-        uint8_t *lp = (uint8_t *)&local;
-        const uint8_t *sp = (const uint8_t *)st;
-
         __threadfence();
-        for (size_t i = 0; i < sizeof(local); i++)
-            lp[i] = GP_LOAD_SHARED(sp + i);
-        gp_unit_finish(&local, k, &w->job, arena + w->partials_off,
-                       in + w->job.head_len + w->job.body_len, out + w->job.head_len + w->job.body_len);
-        *st = local;
-        gp_state_wipe(&local, sizeof(local));
+        batch_finish(st, k, &w->job, arena + w->partials_off, in, out);
     }
 }

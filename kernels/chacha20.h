@@ -20,21 +20,20 @@ GP_KFN uint32_t gp_rotl32(uint32_t v, unsigned n)
     } while (0)
 
 /*
- * One 64-byte keystream block. ctr16 is words 12..15 of the state as bytes: the LE32 block counter
- * followed by the 12-byte nonce (RFC 8439 §2.3; OpenSSL's 16-byte ChaCha20 IV has the same layout).
+ * One 64-byte keystream block as 16 little-endian words. ctr: words 12..15 of the state, the LE32
+ * block counter followed by the 12-byte nonce (RFC 8439 §2.3; OpenSSL's 16-byte ChaCha20 IV has
+ * the same layout).
  */
-GP_KFN void gp_chacha20_block(const uint32_t key[8], const uint8_t ctr16[16], uint8_t out[64])
+GP_KFN void gp_chacha20_block_words(const uint32_t key[8], const uint32_t ctr[4], uint32_t out[16])
 {
-    uint32_t in[16], x[16];
+    uint32_t x[16];
 
     /* "expand 32-byte k" (§2.3) */
-    in[0] = 0x61707865u; in[1] = 0x3320646eu; in[2] = 0x79622d32u; in[3] = 0x6b206574u;
+    x[0] = 0x61707865u; x[1] = 0x3320646eu; x[2] = 0x79622d32u; x[3] = 0x6b206574u;
     for (int i = 0; i < 8; i++)
-        in[4 + i] = key[i];
+        x[4 + i] = key[i];
     for (int i = 0; i < 4; i++)
-        in[12 + i] = gp_load_le32(ctr16 + 4 * i);
-    for (int i = 0; i < 16; i++)
-        x[i] = in[i];
+        x[12 + i] = ctr[i];
     /* 20 rounds = 10 double rounds: a column round then a diagonal round (§2.3). */
     for (int i = 0; i < 10; i++) {
         GP_CHACHA_QR(x[0], x[4], x[8], x[12]);
@@ -46,11 +45,26 @@ GP_KFN void gp_chacha20_block(const uint32_t key[8], const uint8_t ctr16[16], ui
         GP_CHACHA_QR(x[2], x[7], x[8], x[13]);
         GP_CHACHA_QR(x[3], x[4], x[9], x[14]);
     }
-    /* Feed-forward of the input state, then serialize little-endian. */
+    /* Feed-forward of the input state. */
+    out[0] = x[0] + 0x61707865u; out[1] = x[1] + 0x3320646eu;
+    out[2] = x[2] + 0x79622d32u; out[3] = x[3] + 0x6b206574u;
+    for (int i = 0; i < 8; i++)
+        out[4 + i] = x[4 + i] + key[i];
+    for (int i = 0; i < 4; i++)
+        out[12 + i] = x[12 + i] + ctr[i];
+}
+
+/* The same block as bytes; ctr16 as the bytes of state words 12..15. */
+GP_KFN void gp_chacha20_block(const uint32_t key[8], const uint8_t ctr16[16], uint8_t out[64])
+{
+    uint32_t c[4], x[16];
+
+    for (int i = 0; i < 4; i++)
+        c[i] = gp_load_le32(ctr16 + 4 * i);
+    gp_chacha20_block_words(key, c, x);
     for (int i = 0; i < 16; i++)
-        gp_store_le32(out + 4 * i, x[i] + in[i]);
+        gp_store_le32(out + 4 * i, x[i]);
     gp_state_wipe(x, sizeof(x));
-    gp_state_wipe(in, sizeof(in));
 }
 
 #endif

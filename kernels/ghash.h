@@ -34,12 +34,16 @@ GP_KFN uint64_t gp_clmul64_lo(uint64_t x, uint64_t y)
 
 GP_KFN uint64_t gp_rev64(uint64_t x)
 {
+#if defined(__CUDA_ARCH__)
+    return __brevll(x);   /* one BREV per 32-bit half */
+#else
     x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
     x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
     x = ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
     x = ((x >> 8) & 0x00FF00FF00FF00FFull) | ((x & 0x00FF00FF00FF00FFull) << 8);
     x = ((x >> 16) & 0x0000FFFF0000FFFFull) | ((x & 0x0000FFFF0000FFFFull) << 16);
     return (x >> 32) | (x << 32);
+#endif
 }
 
 /*
@@ -96,6 +100,16 @@ GP_KFN void gp_ghash_blocks(uint64_t x[2], const uint64_t h[2], const uint8_t *p
     for (size_t i = 0; i < nblocks; i++, p += 16) {
         x[0] ^= gp_load_be64(p);
         x[1] ^= gp_load_be64(p + 8);
+        gp_ghash_mul(x, h);
+    }
+}
+
+/* The same over blocks held as little-endian 32-bit words (4 per block, as loaded from memory). */
+GP_KFN void gp_ghash_words(uint64_t x[2], const uint64_t h[2], const uint32_t *w, size_t nblocks)
+{
+    for (size_t i = 0; i < nblocks; i++, w += 4) {
+        x[0] ^= (uint64_t)gp_bswap32(w[0]) << 32 | gp_bswap32(w[1]);
+        x[1] ^= (uint64_t)gp_bswap32(w[2]) << 32 | gp_bswap32(w[3]);
         gp_ghash_mul(x, h);
     }
 }

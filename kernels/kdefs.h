@@ -14,6 +14,13 @@
 # define GP_KCONST static const
 #endif
 
+/* Keep the next loop rolled on the GPU (register pressure); no effect on the host build. */
+#if defined(__CUDACC__)
+# define GP_NO_UNROLL _Pragma("unroll 1")
+#else
+# define GP_NO_UNROLL
+#endif
+
 /*
  * A load of data another thread block wrote during this launch (the finisher reading partial MACs
  * and the lead's state): on the GPU it goes to L2 (ld.global.cg), since an SM's L1 is not coherent
@@ -64,6 +71,16 @@ GP_KFN uint32_t gp_load_be32(const uint8_t *p)
 GP_KFN void gp_store_be32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* Byte swap of a 32-bit word (a big-endian word <-> a little-endian load of the same bytes). */
+GP_KFN uint32_t gp_bswap32(uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(v, 0, 0x0123);
+#else
+    return (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
+#endif
 }
 
 /* Kernels call no libc (device code has none): byte loops instead of memcpy/memset. */

@@ -5,6 +5,7 @@
 
 #include "batch_abi.h"
 #include "aes.h"
+#include "aes_tt.h"
 #include "ghash.h"
 #include "chacha20.h"
 #include "poly1305.h"
@@ -25,14 +26,14 @@ GP_KFN int gp_alg_is_aead(uint32_t alg)
     return alg == GP_ALG_AES_GCM || alg == GP_ALG_CHACHA20_POLY1305;
 }
 
-/* One AES block E_K(in) through the 4-block kernel (only lane 0 is used). */
+/* One AES block E_K(in) through the 4-block code (only block 0 is used). */
 GP_KFN void gp_aes_encrypt1(const gp_aes_sched *s, const uint8_t in[16], uint8_t out[16])
 {
     uint8_t buf[64], res[64];
 
     for (int i = 0; i < 64; i++)
         buf[i] = i < 16 ? in[i] : 0;
-    gp_aes_encrypt4(s, buf, res);
+    gp_aes_encrypt4_bytes(s, buf, res);
     gp_bytes_copy(out, res, 16);
     gp_state_wipe(buf, sizeof(buf));
     gp_state_wipe(res, sizeof(res));
@@ -115,7 +116,7 @@ GP_KFN void gp_keystream(gp_msg_state *st, const gp_key_sched *k, uint8_t ks[64]
                     gp_ctr_inc32(st->ctr);
             }
         }
-        gp_aes_encrypt4(&k->aes, ctrs, ks);
+        gp_aes_encrypt4_bytes(&k->aes, ctrs, ks);
     } else {
         gp_chacha20_block(k->chacha_key, st->ctr, ks);
         gp_ctr_chacha(st->ctr);

@@ -71,6 +71,41 @@ GP_KFN void gp_poly1305_blocks_hibit(gp_poly1305_state *st, const uint8_t *p, si
     st->h[0] = h0; st->h[1] = h1; st->h[2] = h2; st->h[3] = h3; st->h[4] = h4;
 }
 
+/* The same over full blocks held as little-endian 32-bit words (4 per block); h and r as limbs. */
+GP_KFN void gp_poly1305_words(uint32_t h[5], const uint32_t r[5], const uint32_t *w, size_t nblocks)
+{
+    const uint32_t r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3], r4 = r[4];
+    const uint32_t s1 = r1 * 5, s2 = r2 * 5, s3 = r3 * 5, s4 = r4 * 5;
+    uint32_t h0 = h[0], h1 = h[1], h2 = h[2], h3 = h[3], h4 = h[4];
+
+    for (size_t i = 0; i < nblocks; i++, w += 4) {
+        uint64_t d0, d1, d2, d3, d4;
+        uint32_t c;
+
+        /* The 128-bit little-endian block at 26-bit offsets, plus 2^128 (§2.5's appended 0x01). */
+        h0 += w[0] & GP_POLY_MASK26;
+        h1 += ((w[0] >> 26) | (w[1] << 6)) & GP_POLY_MASK26;
+        h2 += ((w[1] >> 20) | (w[2] << 12)) & GP_POLY_MASK26;
+        h3 += ((w[2] >> 14) | (w[3] << 18)) & GP_POLY_MASK26;
+        h4 += (w[3] >> 8) | (1u << 24);
+
+        d0 = (uint64_t)h0 * r0 + (uint64_t)h1 * s4 + (uint64_t)h2 * s3 + (uint64_t)h3 * s2 + (uint64_t)h4 * s1;
+        d1 = (uint64_t)h0 * r1 + (uint64_t)h1 * r0 + (uint64_t)h2 * s4 + (uint64_t)h3 * s3 + (uint64_t)h4 * s2;
+        d2 = (uint64_t)h0 * r2 + (uint64_t)h1 * r1 + (uint64_t)h2 * r0 + (uint64_t)h3 * s4 + (uint64_t)h4 * s3;
+        d3 = (uint64_t)h0 * r3 + (uint64_t)h1 * r2 + (uint64_t)h2 * r1 + (uint64_t)h3 * r0 + (uint64_t)h4 * s4;
+        d4 = (uint64_t)h0 * r4 + (uint64_t)h1 * r3 + (uint64_t)h2 * r2 + (uint64_t)h3 * r1 + (uint64_t)h4 * r0;
+
+        c = (uint32_t)(d0 >> 26); h0 = (uint32_t)d0 & GP_POLY_MASK26;
+        d1 += c; c = (uint32_t)(d1 >> 26); h1 = (uint32_t)d1 & GP_POLY_MASK26;
+        d2 += c; c = (uint32_t)(d2 >> 26); h2 = (uint32_t)d2 & GP_POLY_MASK26;
+        d3 += c; c = (uint32_t)(d3 >> 26); h3 = (uint32_t)d3 & GP_POLY_MASK26;
+        d4 += c; c = (uint32_t)(d4 >> 26); h4 = (uint32_t)d4 & GP_POLY_MASK26;
+        h0 += c * 5; c = h0 >> 26; h0 &= GP_POLY_MASK26;
+        h1 += c;
+    }
+    h[0] = h0; h[1] = h1; h[2] = h2; h[3] = h3; h[4] = h4;
+}
+
 /* Full 16-byte message blocks: the appended 0x01 byte of §2.5 is bit 128 (hibit = 2^128). */
 GP_KFN void gp_poly1305_blocks(gp_poly1305_state *st, const uint8_t *p, size_t nblocks)
 {

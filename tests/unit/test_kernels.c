@@ -12,7 +12,9 @@
 #include <sodium.h>
 
 #include "gptest.h"
-#include "kernels/msg_unit.h"
+#include <openssl/bn.h>
+
+#include "kernels/units.h"
 
 /* ---------- helpers ---------- */
 
@@ -594,6 +596,230 @@ static void test_chacha20_counter_carry(void **state)
     }
 }
 
+/* ---------- the device's T-table AES (run here on a host copy of the bank-private table) ---------- */
+
+static void test_aes_ttable(void **state)
+{
+    uint32_t *tab = malloc(GP_AES_TT_WORDS * sizeof(uint32_t));
+
+    (void)state;
+    assert_non_null(tab);
+    /* T0 from its definition: (2s, s, s, 3s) down a column, s = S(x). */
+    for (int x = 0; x < 256; x++) {
+        uint8_t sb = ref_sbox((uint8_t)x);
+        uint32_t want = (uint32_t)gf256_mul(sb, 2) | (uint32_t)sb << 8 | (uint32_t)sb << 16
+                        | (uint32_t)gf256_mul(sb, 3) << 24;
+
+        assert_int_equal(gp_aes_te0[x], want);
+    }
+    /* Filled as gp_aes_tt_fill lays it out: entry i for lane l at word 32 i + l. */
+    for (uint32_t i = 0; i < 256; i++)
+        for (uint32_t l = 0; l < GP_AES_TT_LANES; l++)
+            tab[i * GP_AES_TT_LANES + l] = gp_aes_te0[i];
+    for (int iter = 0; iter < 96; iter++) {
+        size_t keylen = 16 + 8 * (size_t)(iter % 3);
+        uint32_t lane = (uint32_t)(iter % GP_AES_TT_LANES), w[16];
+        uint8_t key[32], in[64], ref[64];
+        gp_aes_sched s;
+        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+        int outl = 0;
+
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(in, sizeof(in));
+        assert_non_null(ctx);
+        assert_int_equal(EVP_EncryptInit_ex(ctx, ecb_cipher(keylen), NULL, key, NULL), 1);
+        EVP_CIPHER_CTX_set_padding(ctx, 0);
+        assert_int_equal(EVP_EncryptUpdate(ctx, ref, &outl, in, 64), 1);
+        EVP_CIPHER_CTX_free(ctx);
+        gp_aes_schedule(&s, key, (uint32_t)keylen);
+        for (int i = 0; i < 16; i++)
+            w[i] = gp_load_le32(in + 4 * i);
+        gp_aes_tt_encrypt4(tab + lane, s.ek, s.nr, w);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+        /* and the word entry point the lanes use (bitsliced on the host) */
+        for (int i = 0; i < 16; i++)
+            w[i] = gp_load_le32(in + 4 * i);
+        gp_aes_encrypt4_words(&s, w);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+    }
+    free(tab);
+}
+
+/* ---------- lane-cooperative units: the tree combine against a serial computation ---------- */
+
+/* Poly1305 limbs (partially reduced) as a canonical value mod 2^130 - 5. */
+static BIGNUM *p1305_bn(const uint32_t h[5])
+{
+    BIGNUM *v = BN_new(), *p = BN_new(), *t = BN_new();
+    BN_CTX *ctx = BN_CTX_new();
+
+    assert_true(v && p && t && ctx);
+    BN_zero(v);
+    for (int i = 4; i >= 0; i--) {
+        assert_int_equal(BN_lshift(v, v, 26), 1);
+        assert_int_equal(BN_set_word(t, h[i]), 1);
+        assert_int_equal(BN_add(v, v, t), 1);
+    }
+    BN_one(p);
+    assert_int_equal(BN_lshift(p, p, 130), 1);
+    assert_int_equal(BN_sub_word(p, 5), 1);
+    assert_int_equal(BN_nnmod(v, v, p, ctx), 1);
+    BN_free(p);
+    BN_free(t);
+    BN_CTX_free(ctx);
+    return v;
+}
+
+/*
+ * A body of 1..3 units whose last unit has every length 0..GP_UNIT_LANES chunks (0: the body ends
+ * on a unit boundary), every op: each unit's output must be the serial keystream XOR, and its
+ * partial must equal the serial MAC of its ciphertext from zero carried on through the body
+ * blocks after it (zero blocks: GHASH X -> X H, Poly1305 with no 2^128 bit: h -> h r).
+ */
+static void lanes_case(uint32_t alg, size_t keylen, uint32_t op, uint32_t full_units, uint32_t last_chunks)
+{
+    uint8_t key[32], iv[16];
+    gp_key_sched ks;
+    gp_msg_state st, ref;
+    gp_job j;
+    size_t len = ((size_t)full_units * GP_UNIT_LANES + last_chunks) * 64;
+    uint8_t *in = xmalloc(len + 64), *out = xmalloc(len + 64), *want = xmalloc(len + 64);
+    uint8_t *part = xmalloc((size_t)(full_units + 1) * GP_PARTIAL_BYTES);
+    const uint8_t zero[16] = {0};
+
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(in, len);
+    gp_key_schedule(&ks, alg, key, keylen);
+    gp_msg_begin(&st, &ks, iv, gp_alg_is_aes(alg) && alg == GP_ALG_AES_GCM ? 12 : 16);
+    if (alg == GP_ALG_CHACHA20_POLY1305)
+        gp_msg_begin(&st, &ks, iv, 12);
+    st.in_text = 1;   /* text at offset 0: the whole request is body */
+    ref = st;
+    gp_msg_xor(&ref, &ks, in, want, len);
+    gp_job_plan(&j, &st, op, len, 0);
+    assert_int_equal(j.head_len, 0);
+    assert_int_equal(j.body_len, len);
+    assert_int_equal(j.nunits, full_units + (last_chunks != 0));
+    for (uint32_t u = 0; u < j.nunits; u++)
+        gp_unit_body(&j, &ks, u, in, out, part + (size_t)u * GP_PARTIAL_BYTES);
+    assert_memory_equal(out, want, len);
+    if (gp_alg_is_aead(alg)) {
+        const uint8_t *ct = op == GP_OP_DECRYPT ? in : out;
+
+        for (uint32_t u = 0; u < j.nunits; u++) {
+            size_t off = (size_t)u * GP_UNIT_BYTES, n = len - off < GP_UNIT_BYTES ? len - off : GP_UNIT_BYTES;
+            size_t after = (len - off - n) / 16;
+            const uint8_t *p = part + (size_t)u * GP_PARTIAL_BYTES;
+
+            if (alg == GP_ALG_AES_GCM) {
+                uint64_t x[2] = {0, 0};
+
+                gp_ghash_blocks(x, ks.gcm_h, ct + off, n / 16);
+                for (size_t b = 0; b < after; b++)
+                    gp_ghash_blocks(x, ks.gcm_h, zero, 1);
+                assert_true(gp_load_be64(p) == x[0] && gp_load_be64(p + 8) == x[1]);
+            } else {
+                gp_poly1305_state ps = st.poly;
+                uint32_t got[5];
+                BIGNUM *a, *b;
+
+                for (int i = 0; i < 5; i++) {
+                    ps.h[i] = 0;
+                    got[i] = gp_load_le32(p + 4 * i);
+                }
+                gp_poly1305_blocks(&ps, ct + off, n / 16);
+                for (size_t z = 0; z < after; z++)
+                    gp_poly1305_blocks_hibit(&ps, zero, 1, 0);
+                a = p1305_bn(got);
+                b = p1305_bn(ps.h);
+                assert_int_equal(BN_cmp(a, b), 0);
+                BN_free(a);
+                BN_free(b);
+            }
+        }
+    }
+    free(in);
+    free(out);
+    free(want);
+    free(part);
+}
+
+static void test_unit_lanes(void **state)
+{
+    static const struct { uint32_t alg; size_t keylen; } algs[] = {
+        { GP_ALG_AES_CTR, 16 }, { GP_ALG_AES_GCM, 32 }, { GP_ALG_AES_GCM, 16 },
+        { GP_ALG_CHACHA20, 32 }, { GP_ALG_CHACHA20_POLY1305, 32 },
+    };
+    (void)state;
+    for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        for (uint32_t c = 0; c <= GP_UNIT_LANES; c++)
+            for (uint32_t op = GP_OP_ENCRYPT; op <= GP_OP_DECRYPT; op++) {
+                lanes_case(algs[a].alg, algs[a].keylen, op, c == 0 ? 1 : 0, c);
+                lanes_case(algs[a].alg, algs[a].keylen, op, 1 + (uint32_t)gptest_rand_range(0, 2), c);
+            }
+}
+
+/* A whole request through lead, units and finish from random starting offsets, against the serial
+ * gp_msg_run: output, state and the tag after it. */
+static void test_units_vs_serial(void **state)
+{
+    static const struct { uint32_t alg; size_t keylen, ivlen; } algs[] = {
+        { GP_ALG_AES_CTR, 24, 16 }, { GP_ALG_AES_GCM, 32, 12 }, { GP_ALG_CHACHA20, 32, 16 },
+        { GP_ALG_CHACHA20_POLY1305, 32, 12 },
+    };
+    (void)state;
+    for (int iter = 0; iter < 160; iter++) {
+        size_t a = (size_t)iter % 4, pre = gptest_rand_range(0, 200), aad = gptest_rand_range(0, 40);
+        size_t len = gptest_rand_range(0, 4) == 0 ? gptest_rand_range(0, 200)
+                     : gptest_rand_range(0, 3 * GP_UNIT_BYTES + 300);
+        uint32_t op = gptest_rand_range(0, 1) ? GP_OP_ENCRYPT : GP_OP_DECRYPT;
+        uint8_t key[32], iv[16], t1[16], t2[16];
+        uint8_t *buf = xmalloc(pre + len + aad + 1), *o1 = xmalloc(pre + len + 1), *o2 = xmalloc(pre + len + 1);
+        uint8_t *part = xmalloc(((len / GP_UNIT_BYTES) + 2) * GP_PARTIAL_BYTES);
+        gp_key_sched ks;
+        gp_msg_state s1, s2;
+        gp_job j;
+        const int aead = gp_alg_is_aead(algs[a].alg);
+
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(iv, sizeof(iv));
+        gptest_rand_bytes(buf, pre + len + aad);
+        gp_key_schedule(&ks, algs[a].alg, key, algs[a].keylen);
+        gp_msg_begin(&s1, &ks, iv, algs[a].ivlen);
+        if (aead)
+            gp_msg_run(&s1, &ks, GP_OP_AAD, buf + pre + len, NULL, aad);
+        gp_msg_run(&s1, &ks, op, buf, o1, pre);
+        s2 = s1;
+        gp_msg_run(&s1, &ks, op, buf + pre, o1 + pre, len);
+        gp_job_plan(&j, &s2, op, len, 0);
+        gp_unit_lead(&s2, &ks, &j, NULL, buf + pre, o2 + pre);
+        for (uint32_t u = 0; u < j.nunits; u++)
+            gp_unit_body(&j, &ks, u, buf + pre + j.head_len, o2 + pre + j.head_len, part + (size_t)u * GP_PARTIAL_BYTES);
+        if (j.nunits > 0)
+            gp_unit_finish(&s2, &ks, &j, part, buf + pre + j.head_len + j.body_len,
+                           o2 + pre + j.head_len + j.body_len);
+        assert_memory_equal(o1 + pre, o2 + pre, len);
+        if (aead) {
+            /* The request's speculative tag is the tag a final call right now produces. */
+            assert_int_equal(s2.spec_valid, 1);
+            gp_msg_run(&s1, &ks, GP_OP_TAG, NULL, t1, 0);
+            assert_memory_equal(s2.spec_tag, t1, 16);
+            gp_msg_run(&s2, &ks, GP_OP_TAG, NULL, t2, 0);
+            assert_memory_equal(t1, t2, 16);
+        } else {
+            assert_memory_equal(s1.ctr, s2.ctr, 16);
+            assert_int_equal(s1.ks_used, s2.ks_used);
+        }
+        free(buf);
+        free(o1);
+        free(o2);
+        free(part);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +834,9 @@ int main(void)
         cmocka_unit_test(test_ctr_wrap),
         cmocka_unit_test(test_gcm_inc32_wrap),
         cmocka_unit_test(test_chacha20_counter_carry),
+        cmocka_unit_test(test_aes_ttable),
+        cmocka_unit_test(test_unit_lanes),
+        cmocka_unit_test(test_units_vs_serial),
     };
 
     if (sodium_init() < 0)

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AES encryption from one T-table held once per shared-memory bank (the device's AES), and the
+ * word-level entry points the units call on host and device. */
+#ifndef GP_AES_TT_H
+#define GP_AES_TT_H
+
+#include "kdefs.h"
+#include "aes.h"
+
+/*
+ * The GPU path (Tezcan 2021, "GPU-based AES encryption with per-lane bank-private tables"): the
+ * 256-entry table T0 is stored 32 times, entry i for lane l at word 32*i + l of shared memory, so
+ * lane l only ever touches bank l. Whatever the (secret) indices, a warp's lookups never conflict
+ * and take the same time; no lane's access pattern shows in another lane's timing. T1..T3 are byte
+ * rotations of T0; the last round takes S-box bytes out of T0 entries. Nothing secret indexes
+ * global memory: the table is filled from a public constant with public indices.
+ *
+ * Words are little-endian (byte 4c of the block is the low byte of column word c), so the state
+ * moves to and from memory without byte swaps. For input byte a = S-box output s in row 0 of a
+ * column, MixColumns gives (2s, s, s, 3s) down the column: T0[x] = 2s | s<<8 | s<<16 | 3s<<24,
+ * row r's contribution is T0 rotated left by 8r. ShiftRows (FIPS-197 §5.1.2): output column c,
+ * row r comes from input column c + r.
+ *
+ * The host executor keeps the bitsliced AES (a T-table on a CPU is a cache-timing leak); these
+ * functions still compile for the host so the unit tests prove the table and the round function.
+ */
+#define GP_AES_TT_LANES 32u
+#define GP_AES_TT_WORDS (256u * GP_AES_TT_LANES)
+
+GP_KCONST uint32_t gp_aes_te0[256] = {
+    0xa56363c6u, 0x847c7cf8u, 0x997777eeu, 0x8d7b7bf6u, 0x0df2f2ffu, 0xbd6b6bd6u,
+    0xb16f6fdeu, 0x54c5c591u, 0x50303060u, 0x03010102u, 0xa96767ceu, 0x7d2b2b56u,
+    0x19fefee7u, 0x62d7d7b5u, 0xe6abab4du, 0x9a7676ecu, 0x45caca8fu, 0x9d82821fu,
+    0x40c9c989u, 0x877d7dfau, 0x15fafaefu, 0xeb5959b2u, 0xc947478eu, 0x0bf0f0fbu,
+    0xecadad41u, 0x67d4d4b3u, 0xfda2a25fu, 0xeaafaf45u, 0xbf9c9c23u, 0xf7a4a453u,
+    0x967272e4u, 0x5bc0c09bu, 0xc2b7b775u, 0x1cfdfde1u, 0xae93933du, 0x6a26264cu,
+    0x5a36366cu, 0x413f3f7eu, 0x02f7f7f5u, 0x4fcccc83u, 0x5c343468u, 0xf4a5a551u,
+    0x34e5e5d1u, 0x08f1f1f9u, 0x937171e2u, 0x73d8d8abu, 0x53313162u, 0x3f15152au,
+    0x0c040408u, 0x52c7c795u, 0x65232346u, 0x5ec3c39du, 0x28181830u, 0xa1969637u,
+    0x0f05050au, 0xb59a9a2fu, 0x0907070eu, 0x36121224u, 0x9b80801bu, 0x3de2e2dfu,
+    0x26ebebcdu, 0x6927274eu, 0xcdb2b27fu, 0x9f7575eau, 0x1b090912u, 0x9e83831du,
+    0x742c2c58u, 0x2e1a1a34u, 0x2d1b1b36u, 0xb26e6edcu, 0xee5a5ab4u, 0xfba0a05bu,
+    0xf65252a4u, 0x4d3b3b76u, 0x61d6d6b7u, 0xceb3b37du, 0x7b292952u, 0x3ee3e3ddu,
+    0x712f2f5eu, 0x97848413u, 0xf55353a6u, 0x68d1d1b9u, 0x00000000u, 0x2cededc1u,
+    0x60202040u, 0x1ffcfce3u, 0xc8b1b179u, 0xed5b5bb6u, 0xbe6a6ad4u, 0x46cbcb8du,
+    0xd9bebe67u, 0x4b393972u, 0xde4a4a94u, 0xd44c4c98u, 0xe85858b0u, 0x4acfcf85u,
+    0x6bd0d0bbu, 0x2aefefc5u, 0xe5aaaa4fu, 0x16fbfbedu, 0xc5434386u, 0xd74d4d9au,
+    0x55333366u, 0x94858511u, 0xcf45458au, 0x10f9f9e9u, 0x06020204u, 0x817f7ffeu,
+    0xf05050a0u, 0x443c3c78u, 0xba9f9f25u, 0xe3a8a84bu, 0xf35151a2u, 0xfea3a35du,
+    0xc0404080u, 0x8a8f8f05u, 0xad92923fu, 0xbc9d9d21u, 0x48383870u, 0x04f5f5f1u,
+    0xdfbcbc63u, 0xc1b6b677u, 0x75dadaafu, 0x63212142u, 0x30101020u, 0x1affffe5u,
+    0x0ef3f3fdu, 0x6dd2d2bfu, 0x4ccdcd81u, 0x140c0c18u, 0x35131326u, 0x2fececc3u,
+    0xe15f5fbeu, 0xa2979735u, 0xcc444488u, 0x3917172eu, 0x57c4c493u, 0xf2a7a755u,
+    0x827e7efcu, 0x473d3d7au, 0xac6464c8u, 0xe75d5dbau, 0x2b191932u, 0x957373e6u,
+    0xa06060c0u, 0x98818119u, 0xd14f4f9eu, 0x7fdcdca3u, 0x66222244u, 0x7e2a2a54u,
+    0xab90903bu, 0x8388880bu, 0xca46468cu, 0x29eeeec7u, 0xd3b8b86bu, 0x3c141428u,
+    0x79dedea7u, 0xe25e5ebcu, 0x1d0b0b16u, 0x76dbdbadu, 0x3be0e0dbu, 0x56323264u,
+    0x4e3a3a74u, 0x1e0a0a14u, 0xdb494992u, 0x0a06060cu, 0x6c242448u, 0xe45c5cb8u,
+    0x5dc2c29fu, 0x6ed3d3bdu, 0xefacac43u, 0xa66262c4u, 0xa8919139u, 0xa4959531u,
+    0x37e4e4d3u, 0x8b7979f2u, 0x32e7e7d5u, 0x43c8c88bu, 0x5937376eu, 0xb76d6ddau,
+    0x8c8d8d01u, 0x64d5d5b1u, 0xd24e4e9cu, 0xe0a9a949u, 0xb46c6cd8u, 0xfa5656acu,
+    0x07f4f4f3u, 0x25eaeacfu, 0xaf6565cau, 0x8e7a7af4u, 0xe9aeae47u, 0x18080810u,
+    0xd5baba6fu, 0x887878f0u, 0x6f25254au, 0x722e2e5cu, 0x241c1c38u, 0xf1a6a657u,
+    0xc7b4b473u, 0x51c6c697u, 0x23e8e8cbu, 0x7cdddda1u, 0x9c7474e8u, 0x211f1f3eu,
+    0xdd4b4b96u, 0xdcbdbd61u, 0x868b8b0du, 0x858a8a0fu, 0x907070e0u, 0x423e3e7cu,
+    0xc4b5b571u, 0xaa6666ccu, 0xd8484890u, 0x05030306u, 0x01f6f6f7u, 0x120e0e1cu,
+    0xa36161c2u, 0x5f35356au, 0xf95757aeu, 0xd0b9b969u, 0x91868617u, 0x58c1c199u,
+    0x271d1d3au, 0xb99e9e27u, 0x38e1e1d9u, 0x13f8f8ebu, 0xb398982bu, 0x33111122u,
+    0xbb6969d2u, 0x70d9d9a9u, 0x898e8e07u, 0xa7949433u, 0xb69b9b2du, 0x221e1e3cu,
+    0x92878715u, 0x20e9e9c9u, 0x49cece87u, 0xff5555aau, 0x78282850u, 0x7adfdfa5u,
+    0x8f8c8c03u, 0xf8a1a159u, 0x80898909u, 0x170d0d1au, 0xdabfbf65u, 0x31e6e6d7u,
+    0xc6424284u, 0xb86868d0u, 0xc3414182u, 0xb0999929u, 0x772d2d5au, 0x110f0f1eu,
+    0xcbb0b07bu, 0xfc5454a8u, 0xd6bbbb6du, 0x3a16162cu,
+};
+
+GP_KFN uint32_t gp_rotl8(uint32_t v, unsigned n)
+{
+#if defined(__CUDA_ARCH__)
+    return __funnelshift_l(v, v, n);
+#else
+    return (v << n) | (v >> ((32 - n) & 31));
+#endif
+}
+
+/* te points at the table plus the lane's own word: entry i is te[32 * i]. */
+#define GP_TT(te, i) ((te)[(uint32_t)(i) * GP_AES_TT_LANES])
+
+/*
+ * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys.
+ * The four blocks go through each round together, so their independent lookups overlap.
+ */
+GP_KFN void gp_aes_tt_encrypt4(const uint32_t *te, const uint32_t *ek, uint32_t nr, uint32_t w[16])
+{
+    uint32_t t[16];
+
+    for (int i = 0; i < 16; i++)
+        w[i] ^= ek[i % 4];
+    for (uint32_t r = 1; r < nr; r++) {
+        const uint32_t *rk = ek + 4 * r;
+
+        for (int b = 0; b < 4; b++) {
+            const uint32_t *s = w + 4 * b;
+
+            for (int c = 0; c < 4; c++)
+                t[4 * b + c] = GP_TT(te, s[c] & 0xff)
+                               ^ gp_rotl8(GP_TT(te, (s[(c + 1) % 4] >> 8) & 0xff), 8)
+                               ^ gp_rotl8(GP_TT(te, (s[(c + 2) % 4] >> 16) & 0xff), 16)
+                               ^ gp_rotl8(GP_TT(te, s[(c + 3) % 4] >> 24), 24)
+                               ^ rk[c];
+        }
+        for (int i = 0; i < 16; i++)
+            w[i] = t[i];
+    }
+    /* Last round (no MixColumns): S-box byte = byte 1 of the T0 entry. */
+    for (int b = 0; b < 4; b++) {
+        const uint32_t *s = w + 4 * b;
+
+        for (int c = 0; c < 4; c++)
+            t[4 * b + c] = ((GP_TT(te, s[c] & 0xff) >> 8) & 0xffu)
+                           | (GP_TT(te, (s[(c + 1) % 4] >> 8) & 0xff) & 0xff00u)
+                           | ((GP_TT(te, (s[(c + 2) % 4] >> 16) & 0xff) << 8) & 0xff0000u)
+                           | ((GP_TT(te, s[(c + 3) % 4] >> 24) << 16) & 0xff000000u);
+    }
+    for (int i = 0; i < 16; i++)
+        w[i] = t[i] ^ ek[4 * nr + i % 4];
+}
+
+#if defined(__CUDACC__)
+/* The CTA's bank-private copy of T0, filled by gp_aes_tt_fill at kernel start (32 KiB). */
+__shared__ uint32_t gp_aes_tt_smem[GP_AES_TT_WORDS];
+
+/* Every thread of the block calls this, then __syncthreads(). Warp v writes entries v, v + nwarps,
+ * ...: all its lanes read the same constant (a broadcast) and write 32 consecutive banks. */
+static __device__ void gp_aes_tt_fill(void)
+{
+    const uint32_t lane = threadIdx.x & 31, nwarps = (blockDim.x + 31) / 32;
+
+    for (uint32_t i = threadIdx.x / 32; i < 256; i += nwarps)
+        gp_aes_tt_smem[i * GP_AES_TT_LANES + lane] = gp_aes_te0[i];
+}
+#endif
+
+/*
+ * 4 AES blocks in place on little-endian words: the T-table rounds on the device, the bitsliced
+ * circuit on the host.
+ */
+GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t w[16])
+{
+#if defined(__CUDA_ARCH__)
+    gp_aes_tt_encrypt4(gp_aes_tt_smem + (threadIdx.x & 31), s->ek, s->nr, w);
+#else
+    uint8_t b[64];
+
+    for (int i = 0; i < 16; i++)
+        gp_store_le32(b + 4 * i, w[i]);
+    gp_aes_encrypt4(s, b, b);
+    for (int i = 0; i < 16; i++)
+        w[i] = gp_load_le32(b + 4 * i);
+    gp_state_wipe(b, sizeof(b));
+#endif
+}
+
+/* The same on bytes (in may equal out), for the lead and the tail. */
+GP_KFN void gp_aes_encrypt4_bytes(const gp_aes_sched *s, const uint8_t in[64], uint8_t out[64])
+{
+#if defined(__CUDA_ARCH__)
+    uint32_t w[16];
+
+    for (int i = 0; i < 16; i++)
+        w[i] = gp_load_le32(in + 4 * i);
+    gp_aes_encrypt4_words(s, w);
+    for (int i = 0; i < 16; i++)
+        gp_store_le32(out + 4 * i, w[i]);
+#else
+    gp_aes_encrypt4(s, in, out);
+#endif
+}
+
+#endif
