@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine: executor choice, keys, messages, request submission and the stats line. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/async.h>
 #include <openssl/crypto.h>
@@ -82,6 +84,30 @@ static void check_fork(gp_engine *e)
         e->opened[GP_EXEC_CUDA] = -1;
 }
 
+/*
+ * One line to stderr in ONE write(2): glibc's fprintf to unbuffered stderr may split a long line
+ * into several writes, and the workers of a server (nginx) share one error log, so their stats
+ * lines interleaved mid-line. One write of under PIPE_BUF bytes lands whole in a pipe or an
+ * O_APPEND file.
+ */
+void gp_log_line(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(buf)) {
+        n = sizeof(buf) - 1;
+        buf[n - 1] = '\n';
+    }
+    (void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
 void gp_engine_free(gp_engine *e)
 {
     gp_stats s;
@@ -91,7 +117,7 @@ void gp_engine_free(gp_engine *e)
     gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
-        fprintf(stderr, "gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
+        gp_log_line("gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
                 " batches=%llu mean_batch=%.2f async_ops=%llu fallbacks=%llu errors=%llu routed_gpu=%llu"
                 " routed_cpu=%llu spec_tags=%llu\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,

@@ -198,6 +198,8 @@ struct gp_engine {
 unsigned gp_fork_generation(void);
 
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
+/* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
+void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */
 int gp_call_off_job_stack(int (*fn)(void *), void *arg);
 /* An executor failed as a whole: no new message goes to it in this process. */

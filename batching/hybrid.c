@@ -271,12 +271,11 @@ void gp_hybrid_print(gp_engine *e)
         print_size(mn, sizeof(mn), h->min_gpu_bytes);
         print_size(lone, sizeof(lone), h->lone_gpu_bytes);
         if (h->cpu_gbps > 0)
-            fprintf(stderr, "gpuprov hybrid: %s measured cpu %.2f GB/s, gpu %.2f GB/s (%s), round trip"
-                    " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f (knobs win)\n",
-                    alg_names[i], h->cpu_gbps, h->gpu_gbps, "a batch in flight", h->gpu_rt_us, mn, lone,
-                    h->gpu_share);
+            gp_log_line("gpuprov hybrid: %s measured cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
+                        " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f\n", alg_names[i],
+                        h->cpu_gbps, h->gpu_gbps, h->gpu_rt_us, mn, lone, h->gpu_share);
         else
-            fprintf(stderr, "gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
-                    " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);
+            gp_log_line("gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
+                        " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);
     }
 }
