@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine: executor choice, keys, messages, request submission and the stats line. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,16 @@ static void on_fork_child(void)
 static void register_atfork(void)
 {
     pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+unsigned gp_stat_shard_index(void)
+{
+    static atomic_uint next_shard;
+    static _Thread_local unsigned shard = UINT_MAX;
+
+    if (shard == UINT_MAX)
+        shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % GP_STAT_SHARDS;
+    return shard;
 }
 
 unsigned gp_fork_generation(void)
@@ -149,24 +160,29 @@ void gp_engine_free(gp_engine *e)
 
 void gp_engine_stats(gp_engine *e, gp_stats *out)
 {
-    out->ops = atomic_load(&e->ops);
-    out->bytes = atomic_load(&e->bytes);
-    out->cuda_ops = atomic_load(&e->exec_ops[GP_EXEC_CUDA]);
-    out->host_ops = atomic_load(&e->exec_ops[GP_EXEC_HOST]);
-    out->cpu_ops = atomic_load(&e->exec_ops[GP_EXEC_CPU]);
-    out->batches = atomic_load(&e->batches);
-    out->fallbacks = atomic_load(&e->fallbacks);
-    out->errors = atomic_load(&e->errors);
-    out->routed_gpu = atomic_load(&e->routed_gpu);
-    out->routed_cpu = atomic_load(&e->routed_cpu);
-    out->spec_tags = atomic_load(&e->spec_tags);
-    out->async_ops = atomic_load(&e->async_ops);
+    uint64_t sum[GP_ST_COUNT] = { 0 };
+
+    for (int i = 0; i < GP_STAT_SHARDS; i++)
+        for (int j = 0; j < GP_ST_COUNT; j++)
+            sum[j] += atomic_load_explicit(&e->stats[i].v[j], memory_order_relaxed);
+    out->ops = sum[GP_ST_OPS];
+    out->bytes = sum[GP_ST_BYTES];
+    out->cuda_ops = sum[GP_ST_EXEC_OPS + GP_EXEC_CUDA];
+    out->host_ops = sum[GP_ST_EXEC_OPS + GP_EXEC_HOST];
+    out->cpu_ops = sum[GP_ST_EXEC_OPS + GP_EXEC_CPU];
+    out->batches = sum[GP_ST_BATCHES];
+    out->fallbacks = sum[GP_ST_FALLBACKS];
+    out->errors = sum[GP_ST_ERRORS];
+    out->routed_gpu = sum[GP_ST_ROUTED_GPU];
+    out->routed_cpu = sum[GP_ST_ROUTED_CPU];
+    out->spec_tags = sum[GP_ST_SPEC_TAGS];
+    out->async_ops = sum[GP_ST_ASYNC_OPS];
 }
 
 static void count_error(gp_engine *e)
 {
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->errors, 1, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_ERRORS, 1);
 }
 
 /*
@@ -437,8 +453,7 @@ static int route_now(gp_msg *m, size_t len)
         return 0;
     }
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(x == &gp_exec_cpu ? &e->routed_cpu : &e->routed_gpu, 1,
-                                  memory_order_relaxed);
+        gp_stat_add(e, x == &gp_exec_cpu ? GP_ST_ROUTED_CPU : GP_ST_ROUTED_GPU, 1);
     /* The GPU side carries held AAD with the next request (submit_one); the cpu executor takes
      * it now, as its own call. */
     if (x == &gp_exec_cpu && m->aad_hold_len > 0) {
@@ -469,7 +484,7 @@ static int submit_routed(gp_msg *m, gp_request *r)
     if (m->exec != &gp_exec_cpu)
         return gp_queue_submit(e, r);
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->batches, 1, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_BATCHES, 1);
     run_on(e, m->exec, r, 1);
     return r->status;
 }
@@ -488,9 +503,9 @@ static int answer_from_spec_tag(gp_msg *m, gp_request *r)
                     && CRYPTO_memcmp(m->st.spec_tag, r->tag_in, r->taglen) == 0 ? GP_REQ_OK : GP_REQ_BAD_TAG;
     }
     if (e->knobs.stats) {
-        atomic_fetch_add_explicit(&e->ops, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&e->exec_ops[m->exec->id], 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&e->spec_tags, 1, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_OPS, 1);
+        gp_stat_add(e, GP_ST_EXEC_OPS + m->exec->id, 1);
+        gp_stat_add(e, GP_ST_SPEC_TAGS, 1);
     }
     return r->status;
 }
@@ -591,11 +606,11 @@ static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, 
         bytes += reqs[i].len;
         failed += reqs[i].status == GP_REQ_FAILED;
     }
-    atomic_fetch_add_explicit(&e->ops, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->bytes, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->exec_ops[x->id], n, memory_order_relaxed);
+    gp_stat_add(e, GP_ST_OPS, n);
+    gp_stat_add(e, GP_ST_BYTES, bytes);
+    gp_stat_add(e, GP_ST_EXEC_OPS + x->id, n);
     if (failed != 0)
-        atomic_fetch_add_explicit(&e->errors, failed, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_ERRORS, failed);
 }
 
 /*
@@ -626,7 +641,7 @@ static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t 
         redo++;
     }
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->fallbacks, redo, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_FALLBACKS, redo);
 }
 
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
@@ -637,7 +652,7 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
     if (n == 0)
         return 1;
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->batches, 1, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_BATCHES, 1);
     for (i = 0; i < n; i++) {
         reqs[i].status = GP_REQ_FAILED;
         if (reqs[i].msg != NULL && !reqs[i].msg->routed

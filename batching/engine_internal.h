@@ -173,6 +173,27 @@ typedef struct gp_hybrid {
     gp_hybrid_alg alg[5];        /* by enum gp_alg */
 } gp_hybrid;
 
+/*
+ * Stats counters (knob stats=1), sharded by thread: 16 threads adding into one set of counters
+ * bounced its cache lines between cores and cut 16-byte throughput several-fold. A thread adds into
+ * its own shard (threads beyond GP_STAT_SHARDS share); reading sums the shards.
+ */
+enum gp_stat {
+    GP_ST_OPS, GP_ST_BYTES,
+    GP_ST_EXEC_OPS,                       /* + gp_exec_id */
+    GP_ST_BATCHES = GP_ST_EXEC_OPS + GP_EXEC_COUNT, GP_ST_FALLBACKS, GP_ST_ERRORS, GP_ST_ASYNC_OPS,
+    GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS,
+    GP_ST_COUNT
+};
+#define GP_STAT_SHARDS 64
+
+typedef struct gp_stat_shard {
+    _Alignas(64) atomic_uint_fast64_t v[GP_ST_COUNT];
+} gp_stat_shard;
+
+/* The calling thread's shard index (assigned on first use). */
+unsigned gp_stat_shard_index(void);
+
 struct gp_engine {
     gp_knobs knobs;
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
@@ -189,8 +210,7 @@ struct gp_engine {
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
-    atomic_uint_fast64_t ops, bytes, exec_ops[GP_EXEC_COUNT], batches, fallbacks, errors, async_ops;
-    atomic_uint_fast64_t routed_gpu, routed_cpu, spec_tags;
+    gp_stat_shard stats[GP_STAT_SHARDS];   /* knob stats: counters, summed when read */
 };
 
 /* Bumped in every child right after fork (pthread_atfork): a cheap "are we still the process that
@@ -198,6 +218,11 @@ struct gp_engine {
 unsigned gp_fork_generation(void);
 
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
+static inline void gp_stat_add(gp_engine *e, enum gp_stat s, uint64_t n)
+{
+    atomic_fetch_add_explicit(&e->stats[gp_stat_shard_index()].v[s], n, memory_order_relaxed);
+}
+
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */

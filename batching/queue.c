@@ -421,7 +421,7 @@ static int submit_async(gp_engine *e, gp_request *r)
     pthread_cond_signal(&q->dispatch_cond);
     pthread_mutex_unlock(&q->lock);
     if (e->knobs.stats)
-        atomic_fetch_add_explicit(&e->async_ops, 1, memory_order_relaxed);
+        gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
 
     gp_async_wait(&n, &me.done);
 
