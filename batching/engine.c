@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/async.h>
@@ -126,6 +127,13 @@ void gp_engine_free(gp_engine *e)
     if (e == NULL)
         return;
     gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
+    pthread_mutex_lock(&e->open_lock);
+    if (e->warm_started && e->warm_gen == gp_fork_generation()) {
+        pthread_mutex_unlock(&e->open_lock);
+        pthread_join(e->warm_thread, NULL);
+    } else {
+        pthread_mutex_unlock(&e->open_lock);
+    }
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         gp_log_line("gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
@@ -226,23 +234,83 @@ static int open_main(void *v)
     return o->x->open(o->e);
 }
 
+/*
+ * Open x once per process. The open itself (a CUDA context: 100+ ms) runs without open_lock held,
+ * marked GP_OPENING: a fork meanwhile must not leave the child a lock held forever (the child then
+ * sees GP_OPENING and, like any child of an opener, treats the GPU as unusable: check_fork).
+ * Others asking meanwhile poll; a condition variable would not survive that fork either.
+ */
+#define GP_OPENING 2
+
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 {
-    int ok;
+    int state;
 
     if (x == NULL)
         return 0;
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
-    if (e->opened[x->id] == 0)
-    {
-        open_call o = { e, x };
+    while (e->opened[x->id] == GP_OPENING) {
+        struct timespec ms = { 0, 1000000 };
 
-        e->opened[x->id] = gp_call_off_job_stack(open_main, &o) ? 1 : -1;
+        pthread_mutex_unlock(&e->open_lock);
+        nanosleep(&ms, NULL);
+        pthread_mutex_lock(&e->open_lock);
+        check_fork(e);
     }
-    ok = e->opened[x->id] == 1;
+    if (e->opened[x->id] == 0) {
+        open_call o = { e, x };
+        int ok;
+
+        e->opened[x->id] = GP_OPENING;
+        pthread_mutex_unlock(&e->open_lock);
+        ok = gp_call_off_job_stack(open_main, &o);
+        pthread_mutex_lock(&e->open_lock);
+        e->opened[x->id] = ok ? 1 : -1;
+    }
+    state = e->opened[x->id];
     pthread_mutex_unlock(&e->open_lock);
-    return ok;
+    return state == 1;
+}
+
+/*
+ * backend=auto where the cuda executor is built: the GPU opens and the hybrid policy measures in a
+ * thread of its own, once per process; until it is done every message goes to the cpu executor,
+ * so no caller ever waits for it (openssl speed -multi forks 16 children whose 1-second runs
+ * would otherwise be spent opening CUDA). Returns 1 once the warm-up is over.
+ */
+static void *warmup_main(void *v)
+{
+    gp_engine *e = v;
+    const gp_executor *gpu = executors[GP_EXEC_CUDA];
+
+    if (gp_engine_executor_usable(e, gpu) && gp_engine_executor_usable(e, &gp_exec_cpu))
+        gp_hybrid_warm(e, gpu);
+    atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+    return NULL;
+}
+
+static int warmed_up(gp_engine *e)
+{
+    unsigned gen = gp_fork_generation();
+    int done;
+
+    if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
+        return 1;
+    pthread_mutex_lock(&e->open_lock);
+    check_fork(e);
+    if (!e->warm_started || e->warm_gen != gen) {
+        e->warm_started = 1;
+        e->warm_gen = gen;
+        atomic_store(&e->warm_done, 0);
+        if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
+            e->warm_started = 0;
+            atomic_store(&e->warm_done, 1);   /* no thread: open on the caller, as before */
+        }
+    }
+    done = atomic_load(&e->warm_done);
+    pthread_mutex_unlock(&e->open_lock);
+    return done;
 }
 
 void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
@@ -272,8 +340,11 @@ static const gp_executor *preferred_executor(gp_engine *e)
     case GP_BACKEND_HOST:
         want = &gp_exec_host;
         break;
-    case GP_BACKEND_CUDA:
     case GP_BACKEND_AUTO:
+        if (executors[GP_EXEC_CUDA] != NULL && !e->knobs.hybrid_gpu_host && !warmed_up(e))
+            return &gp_exec_cpu;   /* not remembered: asked again until the warm-up is over */
+        /* fall through */
+    case GP_BACKEND_CUDA:
     case GP_BACKEND_HYBRID:
         want = b != GP_BACKEND_CUDA && e->knobs.hybrid_gpu_host ? &gp_exec_host : executors[GP_EXEC_CUDA];
         if (gp_engine_executor_usable(e, want)) {

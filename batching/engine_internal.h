@@ -203,6 +203,11 @@ struct gp_engine {
     _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use; in
                                                * hybrid mode the GPU-side executor */
     _Atomic int hybrid;          /* preferred is shared with the cpu executor by the hybrid policy */
+    /* backend=auto: the GPU opens and the policy measures in the background (engine.c). */
+    int warm_started;            /* under open_lock */
+    _Atomic unsigned warm_gen;   /* the process it was started in */
+    pthread_t warm_thread;
+    _Atomic int warm_done;
     gp_hybrid hy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
@@ -245,6 +250,8 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
  * `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
 const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len);
 void gp_hybrid_init(gp_hybrid *h);
+/* Measure every algorithm now (the auto backend's warm-up thread). */
+void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
 void gp_hybrid_cleanup(gp_hybrid *h);
 /* One line per calibrated algorithm (stats line companion). */
 void gp_hybrid_print(gp_engine *e);

@@ -250,6 +250,25 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
     return gpu;
 }
 
+void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu)
+{
+    static const uint8_t zero[32];
+    static const struct { uint32_t alg; size_t keylen; } algs[] = {
+        { GP_ALG_AES_CTR, 16 }, { GP_ALG_AES_GCM, 32 }, { GP_ALG_CHACHA20, 32 },
+        { GP_ALG_CHACHA20_POLY1305, 32 },
+    };
+
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+        gp_msg m = { .engine = e };
+
+        m.key = gp_key_new(e, algs[i].alg, zero, algs[i].keylen);
+        if (m.key == NULL)
+            return;
+        (void)numbers(e, gpu, &m);
+        gp_key_free(m.key);
+    }
+}
+
 static const char *const alg_names[5] = { "?", "aes-ctr", "aes-gcm", "chacha20", "chacha20-poly1305" };
 
 static void print_size(char *buf, size_t n, size_t v)
