@@ -342,7 +342,8 @@ static const gp_executor *preferred_executor(gp_engine *e)
         break;
     case GP_BACKEND_AUTO:
         if (executors[GP_EXEC_CUDA] != NULL && !e->knobs.hybrid_gpu_host && !warmed_up(e))
-            return &gp_exec_cpu;   /* not remembered: asked again until the warm-up is over */
+            /* Not remembered: asked again until the warm-up is over. */
+            return gp_engine_executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
         /* fall through */
     case GP_BACKEND_CUDA:
     case GP_BACKEND_HYBRID:

@@ -296,6 +296,45 @@ static void test_calibration_in_job(void **state)
     teardown(&f);
 }
 
+/* backend=auto: messages started while the GPU opens in the background run on the cpu executor
+ * (nothing fails, nothing waits), and after it the engine serves as the warm-up decided. */
+static void test_auto_warmup(void **state)
+{
+    fixture f;
+    gp_knobs k;
+    gp_stats st;
+    uint8_t iv[12], aad[13], in[2048], out[2048], ref[2048 + 16], tag[16], ref_tag[16];
+
+    (void)state;
+    gp_knobs_load(&k, NULL, NULL);
+    k.backend = GP_BACKEND_AUTO;
+    k.hybrid_gpu_host = 0;
+    k.stats = 1;
+    f.lib = OSSL_LIB_CTX_new();
+    f.dflt = OSSL_PROVIDER_load(f.lib, "default");
+    f.e = gp_engine_new(&k, f.lib);
+    gptest_rand_bytes(f.raw, sizeof(f.raw));
+    f.key = gp_key_new(f.e, GP_ALG_AES_GCM, f.raw, 32);
+    for (int i = 0; i < 300; i++) {
+        gp_msg *m = gp_msg_new(f.e);
+
+        gptest_rand_bytes(iv, sizeof(iv));
+        gptest_rand_bytes(aad, sizeof(aad));
+        gptest_rand_bytes(in, sizeof(in));
+        reference(&f, iv, aad, sizeof(aad), in, sizeof(in), ref, ref_tag);
+        assert_true(gp_msg_start(m, f.key, iv, 12, 1));
+        assert_true(gp_msg_aad(m, aad, sizeof(aad)));
+        assert_true(gp_msg_crypt(m, in, out, sizeof(in)));
+        assert_true(gp_msg_tag(m, tag));
+        assert_memory_equal(out, ref, sizeof(in));
+        assert_memory_equal(tag, ref_tag, 16);
+        gp_msg_free(m);
+    }
+    gp_engine_stats(f.e, &st);
+    assert_int_equal(st.errors, 0);
+    teardown(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_dup_holds_aad),
         cmocka_unit_test(test_calibration),
         cmocka_unit_test(test_calibration_in_job),
+        cmocka_unit_test(test_auto_warmup),
     };
 
     gptest_rand_seed();
