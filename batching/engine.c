@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "async_wait.h"
 #include "engine_internal.h"
 #include "kernels/msg_unit.h"
 
@@ -28,9 +29,13 @@ static const gp_executor *const executors[GP_EXEC_COUNT] = {
 static atomic_uint fork_generation;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+/* Warm-up threads running in this process (backend=auto), and "the process is exiting". */
+static atomic_int warmups_running, warmups_exit;
+
 static void on_fork_child(void)
 {
     atomic_fetch_add(&fork_generation, 1);
+    atomic_store(&warmups_running, 0);   /* the parent's threads are not ours */
 }
 
 /* glibc unregisters the handler if the module is unloaded (it is tied to this DSO). */
@@ -127,13 +132,6 @@ void gp_engine_free(gp_engine *e)
     if (e == NULL)
         return;
     gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
-    pthread_mutex_lock(&e->open_lock);
-    if (e->warm_started && e->warm_gen == gp_fork_generation()) {
-        pthread_mutex_unlock(&e->open_lock);
-        pthread_join(e->warm_thread, NULL);
-    } else {
-        pthread_mutex_unlock(&e->open_lock);
-    }
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         gp_log_line("gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
@@ -148,6 +146,26 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu,
                 (unsigned long long)s.spec_tags);
         gp_hybrid_print(e);
+    }
+    pthread_mutex_lock(&e->open_lock);
+    if (e->warm_started && e->warm_gen == gp_fork_generation()) {
+        pthread_mutex_unlock(&e->open_lock);
+        /* The warm-up stops at its next step; a step inside the CUDA runtime cannot be cut short,
+         * and at process exit the runtime's own teardown may never let it return. Wait a while,
+         * then leave the engine to that thread (a leak at exit, not a hang). */
+        atomic_store(&e->warm_stop, 1);
+        for (int i = 0; i < 500 && !atomic_load(&e->warm_done); i++) {
+            struct timespec ms = { 0, 1000000 };
+
+            nanosleep(&ms, NULL);
+        }
+        if (!atomic_load(&e->warm_done)) {
+            pthread_detach(e->warm_thread);
+            return;
+        }
+        pthread_join(e->warm_thread, NULL);
+    } else {
+        pthread_mutex_unlock(&e->open_lock);
     }
     gp_host_pool_stop(&e->pool);
     pthread_mutex_lock(&e->open_lock);
@@ -279,14 +297,43 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
  * so no caller ever waits for it (openssl speed -multi forks 16 children whose 1-second runs
  * would otherwise be spent opening CUDA). Returns 1 once the warm-up is over.
  */
+/*
+ * At exit, before the CUDA runtime's own teardown (registered before this, so run after it): let a
+ * warm-up that is inside a CUDA call finish, for at most 3 s, so the runtime is never torn down
+ * under a thread that is still in it.
+ */
+static void warmups_wait_at_exit(void)
+{
+    atomic_store(&warmups_exit, 1);
+    for (int i = 0; i < 3000 && atomic_load(&warmups_running) > 0; i++) {
+        struct timespec ms = { 0, 1000000 };
+
+        nanosleep(&ms, NULL);
+    }
+}
+
+static void register_warmups_atexit(void)
+{
+    atexit(warmups_wait_at_exit);   /* tied to this module by glibc (__dso_handle) */
+}
+
+int gp_warm_stopping(gp_engine *e)
+{
+    return atomic_load(&e->warm_stop) || atomic_load(&warmups_exit);
+}
+
 static void *warmup_main(void *v)
 {
     gp_engine *e = v;
     const gp_executor *gpu = executors[GP_EXEC_CUDA];
 
-    if (gp_engine_executor_usable(e, gpu) && gp_engine_executor_usable(e, &gp_exec_cpu))
+    /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
+    gp_async_pin_module();
+    if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)
+        && !gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
         gp_hybrid_warm(e, gpu);
     atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+    atomic_fetch_sub(&warmups_running, 1);
     return NULL;
 }
 
@@ -300,10 +347,15 @@ static int warmed_up(gp_engine *e)
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
     if (!e->warm_started || e->warm_gen != gen) {
+        static pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
+
+        pthread_once(&atexit_once, register_warmups_atexit);
         e->warm_started = 1;
         e->warm_gen = gen;
         atomic_store(&e->warm_done, 0);
+        atomic_fetch_add(&warmups_running, 1);
         if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
+            atomic_fetch_sub(&warmups_running, 1);
             e->warm_started = 0;
             atomic_store(&e->warm_done, 1);   /* no thread: open on the caller, as before */
         }

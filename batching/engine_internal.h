@@ -208,6 +208,7 @@ struct gp_engine {
     _Atomic unsigned warm_gen;   /* the process it was started in */
     pthread_t warm_thread;
     _Atomic int warm_done;
+    _Atomic int warm_stop;       /* gp_engine_free: stop at the next step */
     gp_hybrid hy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
@@ -252,6 +253,8 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
 void gp_hybrid_init(gp_hybrid *h);
 /* Measure every algorithm now (the auto backend's warm-up thread). */
 void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
+/* The warm-up should stop at its next step (engine freed, or process exiting). */
+int gp_warm_stopping(gp_engine *e);
 void gp_hybrid_cleanup(gp_hybrid *h);
 /* One line per calibrated algorithm (stats line companion). */
 void gp_hybrid_print(gp_engine *e);

@@ -258,7 +258,7 @@ void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu)
         { GP_ALG_CHACHA20_POLY1305, 32 },
     };
 
-    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]) && !gp_warm_stopping(e); i++) {
         gp_msg m = { .engine = e };
 
         m.key = gp_key_new(e, algs[i].alg, zero, algs[i].keylen);
