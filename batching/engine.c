@@ -44,14 +44,16 @@ static void register_atfork(void)
     pthread_atfork(NULL, NULL, on_fork_child);
 }
 
+/* A thread's shard, from its pthread_t (the address of its descriptor: threads' are far apart).
+ * Not a _Thread_local: dynamic TLS in a dlopen'ed module crashed LeakSanitizer's exit-time scan
+ * (s_client under ASan, tests/tls). Two threads may share a shard; that only costs contention. */
 unsigned gp_stat_shard_index(void)
 {
-    static atomic_uint next_shard;
-    static _Thread_local unsigned shard = UINT_MAX;
+    uint64_t t = (uint64_t)(uintptr_t)pthread_self();
 
-    if (shard == UINT_MAX)
-        shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % GP_STAT_SHARDS;
-    return shard;
+    t ^= t >> 17;
+    t *= UINT64_C(0x9e3779b97f4a7c15);
+    return (unsigned)(t >> 58) % GP_STAT_SHARDS;
 }
 
 unsigned gp_fork_generation(void)

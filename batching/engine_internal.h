@@ -176,7 +176,7 @@ typedef struct gp_hybrid {
 /*
  * Stats counters (knob stats=1), sharded by thread: 16 threads adding into one set of counters
  * bounced its cache lines between cores and cut 16-byte throughput several-fold. A thread adds into
- * its own shard (threads beyond GP_STAT_SHARDS share); reading sums the shards.
+ * its own shard (picked from its pthread_t; threads may share one); reading sums the shards.
  */
 enum gp_stat {
     GP_ST_OPS, GP_ST_BYTES,

@@ -137,6 +137,23 @@ static void test_size_rules(void **state)
     teardown(&f);
 }
 
+/* Run fn(&f) as one ASYNC_JOB to its end; its return value. */
+static int run_in_job(fixture *f, int (*fn)(void *))
+{
+    ASYNC_JOB *job = NULL;
+    ASYNC_WAIT_CTX *w = ASYNC_WAIT_CTX_new();
+    int ret = 0, r;
+
+    assert_true(ASYNC_init_thread(1, 1));
+    do {
+        r = ASYNC_start_job(&job, w, &ret, fn, &f, sizeof(f));
+    } while (r == ASYNC_PAUSE);
+    assert_int_equal(r, ASYNC_FINISH);
+    ASYNC_WAIT_CTX_free(w);
+    ASYNC_cleanup_thread();
+    return ret;
+}
+
 /* Inside an async job a caller is never "lone": its thread goes on with other jobs. (Only the
  * decision runs on the job's small stack here; running the message is the async tests' part.) */
 static int job_main(void *arg)
@@ -154,19 +171,11 @@ static int job_main(void *arg)
 
 static void test_async_is_not_lone(void **state)
 {
-    fixture f, *fp = &f;
-    ASYNC_JOB *job = NULL;
-    ASYNC_WAIT_CTX *w = ASYNC_WAIT_CTX_new();
-    int ret = 0, r;
+    fixture f;
 
     (void)state;
     setup(&f, 0, 1024, 65536, 1.0);
-    assert_true(ASYNC_init_thread(1, 1));
-    do {
-        r = ASYNC_start_job(&job, w, &ret, job_main, &fp, sizeof(fp));
-    } while (r == ASYNC_PAUSE);
-    assert_int_equal(r, ASYNC_FINISH);
-    assert_int_equal(ret, 1);
+    assert_int_equal(run_in_job(&f, job_main), 1);
     /* The same decision outside the job: lone, so cpu. */
     {
         gp_msg *m = gp_msg_new(f.e);
@@ -176,8 +185,6 @@ static void test_async_is_not_lone(void **state)
         assert_ptr_equal(gp_hybrid_route(f.e, &gp_exec_host, m, 4096), &gp_exec_cpu);
         gp_msg_free(m);
     }
-    ASYNC_WAIT_CTX_free(w);
-    ASYNC_cleanup_thread();
     teardown(&f);
 }
 
@@ -277,22 +284,12 @@ static int calib_job_main(void *arg)
 
 static void test_calibration_in_job(void **state)
 {
-    fixture f, *fp = &f;
-    ASYNC_JOB *job = NULL;
-    ASYNC_WAIT_CTX *w = ASYNC_WAIT_CTX_new();
-    int ret = 0, r;
+    fixture f;
 
     (void)state;
     setup(&f, 1, 0, 0, 0);
-    assert_true(ASYNC_init_thread(1, 1));
-    do {
-        r = ASYNC_start_job(&job, w, &ret, calib_job_main, &fp, sizeof(fp));
-    } while (r == ASYNC_PAUSE);
-    assert_int_equal(r, ASYNC_FINISH);
-    assert_int_equal(ret, 1);
+    assert_int_equal(run_in_job(&f, calib_job_main), 1);
     assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
-    ASYNC_WAIT_CTX_free(w);
-    ASYNC_cleanup_thread();
     teardown(&f);
 }
 
