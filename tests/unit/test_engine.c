@@ -698,6 +698,42 @@ static void test_knobs_from_env(void **state)
     unsetenv("GPUPROV_BACKEND");
     unsetenv("GPUPROV_STATS");
     unsetenv("GPUPROV_HOST_THREADS");
+
+    /* The hybrid knobs: unset means "measure"; sizes take k/m; a share is a fraction. */
+    gp_knobs_load(&k, NULL, NULL);
+    assert_true(k.min_gpu_bytes == GP_KNOB_CALIBRATE);
+    assert_true(k.lone_gpu_bytes == GP_KNOB_CALIBRATE);
+    assert_true(k.gpu_share < 0);
+    assert_int_equal(k.hybrid_gpu_host, 0);
+    assert_int_equal(k.device, 0);
+    setenv("GPUPROV_BACKEND", "Hybrid", 1);
+    setenv("GPUPROV_MIN_GPU_BYTES", "16k", 1);
+    setenv("GPUPROV_LONE_GPU_BYTES", "2M", 1);
+    setenv("GPUPROV_GPU_SHARE", "0.25", 1);
+    setenv("GPUPROV_HYBRID_GPU", "host", 1);
+    setenv("GPUPROV_DEVICE", "all", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_int_equal(k.backend, GP_BACKEND_HYBRID);
+    assert_int_equal(k.min_gpu_bytes, 16384);
+    assert_int_equal(k.lone_gpu_bytes, 2 << 20);
+    assert_true(k.gpu_share == 0.25);
+    assert_int_equal(k.hybrid_gpu_host, 1);
+    assert_int_equal(k.device, GP_DEVICE_ALL);
+    setenv("GPUPROV_MIN_GPU_BYTES", "-5", 1);
+    setenv("GPUPROV_LONE_GPU_BYTES", "12q", 1);
+    setenv("GPUPROV_GPU_SHARE", "1.5", 1);
+    setenv("GPUPROV_HYBRID_GPU", "fpga", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_true(k.min_gpu_bytes == GP_KNOB_CALIBRATE);
+    assert_true(k.lone_gpu_bytes == GP_KNOB_CALIBRATE);
+    assert_true(k.gpu_share < 0);
+    assert_int_equal(k.hybrid_gpu_host, 0);
+    unsetenv("GPUPROV_BACKEND");
+    unsetenv("GPUPROV_MIN_GPU_BYTES");
+    unsetenv("GPUPROV_LONE_GPU_BYTES");
+    unsetenv("GPUPROV_GPU_SHARE");
+    unsetenv("GPUPROV_HYBRID_GPU");
+    unsetenv("GPUPROV_DEVICE");
 }
 
 int main(void)
