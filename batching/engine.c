@@ -331,9 +331,13 @@ static void *warmup_main(void *v)
 
     /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
     gp_async_pin_module();
-    if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)
-        && !gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
-        gp_hybrid_warm(e, gpu);
+    if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
+        /* The runtime may have registered its exit-time teardown during that first call, after
+         * ours: register again so that ours runs before it (atexit handlers run last-in first). */
+        atexit(warmups_wait_at_exit);
+        if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
+            gp_hybrid_warm(e, gpu);
+    }
     atomic_store_explicit(&e->warm_done, 1, memory_order_release);
     atomic_fetch_sub(&warmups_running, 1);
     return NULL;
