@@ -613,8 +613,9 @@ static int submit_routed(gp_msg *m, gp_request *r)
     }
     if (m->exec != &gp_exec_cpu)
         return gp_queue_submit(e, r);
-    if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_BATCHES, 1);
+    if (!e->knobs.stats)
+        return gp_cpu_run_one(r);   /* nothing to count, nothing to fall back from */
+    gp_stat_add(e, GP_ST_BATCHES, 1);
     run_on(e, m->exec, r, 1);
     return r->status;
 }

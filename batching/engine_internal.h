@@ -259,6 +259,10 @@ void gp_hybrid_cleanup(gp_hybrid *h);
 /* One line per calibrated algorithm (stats line companion). */
 void gp_hybrid_print(gp_engine *e);
 
+/* cpu executor: runs one request on the message's default-provider context (it cannot fail as an
+ * executor, so the engine's fallback path has nothing to do for it); returns r->status. */
+int gp_cpu_run_one(gp_request *r);
+
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);
 void gp_host_pool_stop(gp_host_pool *p);

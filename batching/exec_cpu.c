@@ -370,12 +370,16 @@ static GP_COLD int evp_run_one(gp_request *r)
     }
 }
 
+int gp_cpu_run_one(gp_request *r)
+{
+    return r->status = r->msg->cpu_algctx != NULL ? direct_run_one(r) : evp_run_one(r);
+}
+
 static int cpu_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     (void)e;
     for (size_t i = 0; i < n; i++)
-        reqs[i].status = reqs[i].msg->cpu_algctx != NULL ? direct_run_one(&reqs[i])
-                                                         : evp_run_one(&reqs[i]);
+        gp_cpu_run_one(&reqs[i]);
     return 1;
 }
 
