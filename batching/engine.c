@@ -294,12 +294,6 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 }
 
 /*
- * backend=auto where the cuda executor is built: the GPU opens and the hybrid policy measures in a
- * thread of its own, once per process; until it is done every message goes to the cpu executor,
- * so no caller ever waits for it (openssl speed -multi forks 16 children whose 1-second runs
- * would otherwise be spent opening CUDA). Returns 1 once the warm-up is over.
- */
-/*
  * At exit, before the CUDA runtime's own teardown (registered before this, so run after it): let a
  * warm-up that is inside a CUDA call finish, for at most 3 s, so the runtime is never torn down
  * under a thread that is still in it.
@@ -343,6 +337,12 @@ static void *warmup_main(void *v)
     return NULL;
 }
 
+/*
+ * backend=auto where the cuda executor is built: the GPU opens and the hybrid policy measures in a
+ * thread of its own, once per process; until it is done every message goes to the cpu executor,
+ * so no caller ever waits for it (openssl speed -multi forks 16 children whose 1-second runs
+ * would otherwise be spent opening CUDA). Returns 1 once the warm-up is over.
+ */
 static int warmed_up(gp_engine *e)
 {
     unsigned gen = gp_fork_generation();
