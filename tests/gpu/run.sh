@@ -39,7 +39,7 @@ step build ninja -C "$build"
 step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
-sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda tls-cuda load-cuda}
+sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda}
 step memcheck meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory
