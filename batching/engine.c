@@ -547,10 +547,17 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     memcpy(m->iv, iv, ivlen);
     m->aad_hold_len = 0;
     if (atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
-        /* Routed at its first data request, when the size is known (hybrid.c). */
-        m->exec = NULL;
-        m->routed = 0;
-        return 1;
+        if (!gp_hybrid_cpu_only(m->engine, k->alg)) {
+            /* Routed at its first data request, when the size is known (hybrid.c). */
+            m->exec = NULL;
+            m->routed = 0;
+            return 1;
+        }
+        /* The measurement says the GPU never wins for this algorithm: no need to hold AAD and
+         * route later, which every record (TLS) would pay for. */
+        x = &gp_exec_cpu;
+        if (m->engine->knobs.stats)
+            gp_stat_add(m->engine, GP_ST_ROUTED_CPU, 1);
     }
     m->routed = 1;
     m->exec = x;

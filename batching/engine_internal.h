@@ -251,6 +251,8 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
  * `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
 const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len);
 void gp_hybrid_init(gp_hybrid *h);
+/* 1 when alg's numbers are known in this process and send no message of any size to the GPU. */
+int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg);
 /* Measure every algorithm now (the auto backend's warm-up thread). */
 void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
 /* The warm-up should stop at its next step (engine freed, or process exiting). */

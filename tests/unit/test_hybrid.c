@@ -264,6 +264,16 @@ static void test_calibration(void **state)
     assert_true(h->min_gpu_bytes == GP_KNOB_CALIBRATE);      /* never */
     assert_true(h->gpu_share < 0.5);
     gp_hybrid_print(f.e);
+    /* Measured "never": later messages start on the cpu executor at once (no held AAD). */
+    {
+        static const uint8_t iv[12];
+        gp_msg *m = gp_msg_new(f.e);
+
+        assert_true(gp_msg_start(m, f.key, iv, 12, 1));
+        assert_int_equal(m->routed, 1);
+        assert_ptr_equal(m->exec, &gp_exec_cpu);
+        gp_msg_free(m);
+    }
     teardown(&f);
 }
 
