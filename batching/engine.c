@@ -103,6 +103,14 @@ static void check_fork(gp_engine *e)
         e->opened[GP_EXEC_CUDA] = -1;
 }
 
+/* The polls below (a GPU being opened, a warm-up finishing) wait in 1 ms steps. */
+static void sleep_1ms(void)
+{
+    struct timespec ms = { 0, 1000000 };
+
+    nanosleep(&ms, NULL);
+}
+
 /*
  * One line to stderr in ONE write(2): glibc's fprintf to unbuffered stderr may split a long line
  * into several writes, and the workers of a server (nginx) share one error log, so their stats
@@ -156,11 +164,8 @@ void gp_engine_free(gp_engine *e)
          * and at process exit the runtime's own teardown may never let it return. Wait a while,
          * then leave the engine to that thread (a leak at exit, not a hang). */
         atomic_store(&e->warm_stop, 1);
-        for (int i = 0; i < 500 && !atomic_load(&e->warm_done); i++) {
-            struct timespec ms = { 0, 1000000 };
-
-            nanosleep(&ms, NULL);
-        }
+        for (int i = 0; i < 500 && !atomic_load(&e->warm_done); i++)
+            sleep_1ms();
         if (!atomic_load(&e->warm_done)) {
             pthread_detach(e->warm_thread);
             return;
@@ -271,10 +276,8 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
     while (e->opened[x->id] == GP_OPENING) {
-        struct timespec ms = { 0, 1000000 };
-
         pthread_mutex_unlock(&e->open_lock);
-        nanosleep(&ms, NULL);
+        sleep_1ms();
         pthread_mutex_lock(&e->open_lock);
         check_fork(e);
     }
@@ -301,11 +304,8 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 static void warmups_wait_at_exit(void)
 {
     atomic_store(&warmups_exit, 1);
-    for (int i = 0; i < 3000 && atomic_load(&warmups_running) > 0; i++) {
-        struct timespec ms = { 0, 1000000 };
-
-        nanosleep(&ms, NULL);
-    }
+    for (int i = 0; i < 3000 && atomic_load(&warmups_running) > 0; i++)
+        sleep_1ms();
 }
 
 static void register_warmups_atexit(void)
@@ -572,6 +572,12 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n);
 static int submit_routed(gp_msg *m, gp_request *r);
 
+/* The size a request routes its message by: its bytes for data and AAD, 0 for a tag. */
+static size_t route_len(const gp_request *r)
+{
+    return r->kind == GP_REQ_CRYPT || r->kind == GP_REQ_AAD ? r->len : 0;
+}
+
 /*
  * Hybrid: pick the executor of an unrouted message whose first data request is `len` bytes, start
  * the message there and absorb the AAD it held. 0 on failure (the message stays unusable).
@@ -654,32 +660,37 @@ static int answer_from_spec_tag(gp_msg *m, gp_request *r)
  * a final call right after a data request takes the tag that request already made. A TLS record
  * is then one round trip. The cpu executor gets every call as it comes.
  */
+/* Keep a small AAD request in the message (it goes with the next request); 0 if it does not fit. A
+ * speculative tag made before it no longer holds. */
+static int hold_aad(gp_msg *m, gp_request *r)
+{
+    if (r->kind != GP_REQ_AAD || r->len > sizeof(m->aad_hold) - m->aad_hold_len)
+        return 0;
+    if (r->len > 0)
+        memcpy(m->aad_hold + m->aad_hold_len, r->in, r->len);
+    m->aad_hold_len += r->len;
+    m->st.spec_valid = 0;
+    r->status = GP_REQ_OK;
+    return 1;
+}
+
 static int submit_one(gp_msg *m, gp_request *r)
 {
     int status;
 
     if (!m->routed) {
         /* AAD comes before the data that decides the route (TLS: a 5 or 13-byte header): hold it. */
-        if (r->kind == GP_REQ_AAD && r->len <= sizeof(m->aad_hold) - m->aad_hold_len) {
-            if (r->len > 0)
-                memcpy(m->aad_hold + m->aad_hold_len, r->in, r->len);
-            m->aad_hold_len += r->len;
-            return r->status = GP_REQ_OK;
-        }
-        if (!route_now(m, r->kind == GP_REQ_CRYPT || r->kind == GP_REQ_AAD ? r->len : 0)) {
+        if (hold_aad(m, r))
+            return r->status;
+        if (!route_now(m, route_len(r))) {
             count_error(m->engine);
             return r->status = GP_REQ_FAILED;
         }
     }
     if (m->exec == NULL || m->exec == &gp_exec_cpu)
         return submit_routed(m, r);
-    if (r->kind == GP_REQ_AAD && r->len <= sizeof(m->aad_hold) - m->aad_hold_len) {
-        if (r->len > 0)
-            memcpy(m->aad_hold + m->aad_hold_len, r->in, r->len);
-        m->aad_hold_len += r->len;
-        m->st.spec_valid = 0;
-        return r->status = GP_REQ_OK;
-    }
+    if (hold_aad(m, r))
+        return r->status;
     if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
         return answer_from_spec_tag(m, r);
     if (m->aad_hold_len > 0) {
@@ -794,8 +805,7 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
     for (i = 0; i < n; i++) {
         reqs[i].status = GP_REQ_FAILED;
         if (reqs[i].msg != NULL && !reqs[i].msg->routed
-            && !route_now(reqs[i].msg,
-                          reqs[i].kind == GP_REQ_CRYPT || reqs[i].kind == GP_REQ_AAD ? reqs[i].len : 0))
+            && !route_now(reqs[i].msg, route_len(&reqs[i])))
             all_ok = 0;
         if (reqs[i].msg == NULL || reqs[i].msg->exec == NULL)
             all_ok = 0;

@@ -229,6 +229,9 @@ static inline void gp_stat_add(gp_engine *e, enum gp_stat s, uint64_t n)
     atomic_fetch_add_explicit(&e->stats[gp_stat_shard_index()].v[s], n, memory_order_relaxed);
 }
 
+/* CLOCK_MONOTONIC in nanoseconds (queue.c). */
+uint64_t gp_now_ns(void);
+
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <openssl/async.h>
 #include <openssl/crypto.h>
@@ -29,14 +28,6 @@
  * set them. Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch
  * sizes measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip.
  */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void gp_hybrid_init(gp_hybrid *h)
 {
@@ -105,18 +96,20 @@ static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t le
 
     for (int r = 0; r < reps; r++) {
         uint64_t t0;
+        double t;
 
         for (size_t i = 0; i < c->nmsgs; i++)
             c->reqs[i] = (gp_request){ .msg = c->msgs[i], .kind = GP_REQ_CRYPT, .in = c->buf + i * len,
                                        .out = c->buf + i * len, .len = len, .status = GP_REQ_FAILED };
-        t0 = now_ns();
+        t0 = gp_now_ns();
         if (!x->run(e, c->reqs, c->nmsgs))
             return -1;
+        t = (double)(gp_now_ns() - t0);
         for (size_t i = 0; i < c->nmsgs; i++)
             if (c->reqs[i].status != GP_REQ_OK)
                 return -1;
-        if (r == 0 || (double)(now_ns() - t0) < best)
-            best = (double)(now_ns() - t0);
+        if (r == 0 || t < best)
+            best = t;
     }
     return best;
 }

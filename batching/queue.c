@@ -39,7 +39,7 @@
  */
 #define ASYNC_GATHER_MAX 20
 
-static uint64_t now_ns(void)
+uint64_t gp_now_ns(void)
 {
     struct timespec ts;
 
@@ -228,7 +228,7 @@ static void lead(gp_engine *e, gp_queue *q)
     }
     pthread_mutex_lock(&q->lock);
     q->inflight--;
-    q->last_done_ns = now_ns();
+    q->last_done_ns = gp_now_ns();
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     for (size_t i = nasync; i < n; i++)
         atomic_store_explicit(&mine[i]->done, 1, memory_order_release);
@@ -249,14 +249,14 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
 {
     gp_wait_mode mode = e->knobs.wait;
 
-    if (mode == GP_WAIT_SPIN || (mode == GP_WAIT_ADAPTIVE && now_ns() < spin_until)) {
+    if (mode == GP_WAIT_SPIN || (mode == GP_WAIT_ADAPTIVE && gp_now_ns() < spin_until)) {
         /* Spin without the lock until done or the next decision point. */
         uint64_t until = pending ? flush_deadline(e, q) : UINT64_MAX;
 
         pthread_mutex_unlock(&q->lock);
         for (unsigned i = 0; !atomic_load_explicit(&me->done, memory_order_acquire); i++) {
             if ((i & 63) == 63) {
-                uint64_t t = now_ns();
+                uint64_t t = gp_now_ns();
 
                 if (t >= until || (mode == GP_WAIT_ADAPTIVE && t >= spin_until))
                     break;
@@ -288,7 +288,7 @@ static int append(gp_queue *q, gp_queue_entry *me)
         q->pending = p;
         q->cap = cap;
     }
-    q->last_add_ns = now_ns();
+    q->last_add_ns = gp_now_ns();
     if (q->npending == 0)
         q->first_ns = q->last_add_ns;
     q->pending[q->npending++] = me;
@@ -309,7 +309,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
 {
     uint64_t seen = atomic_load_explicit(&q->events, memory_order_relaxed);
     uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
-    uint64_t t = now_ns();
+    uint64_t t = gp_now_ns();
 
     if (e->knobs.wait != GP_WAIT_BLOCK && q->async_waiting > 0 && t < spin_until) {
         if (spin_until > deadline)
@@ -317,7 +317,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
         pthread_mutex_unlock(&q->lock);
         for (unsigned i = 1; atomic_load_explicit(&q->events, memory_order_relaxed) == seen; i++) {
             if ((i & 63) == 0) {
-                if (now_ns() >= spin_until)
+                if (gp_now_ns() >= spin_until)
                     break;
                 sched_yield();
             }
@@ -347,7 +347,7 @@ static void *dispatcher_main(void *arg)
         uint64_t deadline = UINT64_MAX;
 
         if (q->npending_async > 0) {
-            if (q->dispatcher_stop || should_flush(e, q, now_ns())) {
+            if (q->dispatcher_stop || should_flush(e, q, gp_now_ns())) {
                 lead(e, q);
                 continue;
             }
@@ -441,7 +441,7 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
 
     if (gp_async_in_job())
         return submit_async(e, r);
-    spin_until = now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
+    spin_until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
     atomic_init(&me.done, 0);
     pthread_mutex_lock(&q->lock);
     if (!append(q, &me)) {
@@ -454,7 +454,7 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
     while (!atomic_load_explicit(&me.done, memory_order_acquire)) {
         int pending = q->generation == gen;   /* still in the batch being gathered */
 
-        if (pending && should_flush(e, q, now_ns())) {
+        if (pending && should_flush(e, q, gp_now_ns())) {
             lead(e, q);
             continue;
         }

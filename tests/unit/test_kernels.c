@@ -129,9 +129,20 @@ static void test_aes_fips197(void **state)
     }
 }
 
-static const EVP_CIPHER *ecb_cipher(size_t keylen)
+/* ref = AES-ECB of the 64 bytes at in, by OpenSSL. */
+static void ref_aes_ecb64(const uint8_t *key, size_t keylen, const uint8_t in[64], uint8_t ref[64])
 {
-    return keylen == 16 ? EVP_aes_128_ecb() : keylen == 24 ? EVP_aes_192_ecb() : EVP_aes_256_ecb();
+    const EVP_CIPHER *c = keylen == 16 ? EVP_aes_128_ecb() : keylen == 24 ? EVP_aes_192_ecb()
+                                                                           : EVP_aes_256_ecb();
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int outl = 0;
+
+    assert_non_null(ctx);
+    assert_int_equal(EVP_EncryptInit_ex(ctx, c, NULL, key, NULL), 1);
+    EVP_CIPHER_CTX_set_padding(ctx, 0);
+    assert_int_equal(EVP_EncryptUpdate(ctx, ref, &outl, in, 64), 1);
+    assert_int_equal(outl, 64);
+    EVP_CIPHER_CTX_free(ctx);
 }
 
 static void test_aes_vs_openssl(void **state)
@@ -141,17 +152,10 @@ static void test_aes_vs_openssl(void **state)
         size_t keylen = 16 + 8 * (size_t)(iter % 3);
         uint8_t key[32], in[64], out[64], ref[64];
         gp_aes_sched s;
-        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-        int outl = 0;
 
         gptest_rand_bytes(key, sizeof(key));
         gptest_rand_bytes(in, sizeof(in));
-        assert_non_null(ctx);
-        assert_int_equal(EVP_EncryptInit_ex(ctx, ecb_cipher(keylen), NULL, key, NULL), 1);
-        EVP_CIPHER_CTX_set_padding(ctx, 0);
-        assert_int_equal(EVP_EncryptUpdate(ctx, ref, &outl, in, 64), 1);
-        assert_int_equal(outl, 64);
-        EVP_CIPHER_CTX_free(ctx);
+        ref_aes_ecb64(key, keylen, in, ref);
         gp_aes_schedule(&s, key, (uint32_t)keylen);
         gp_aes_encrypt4(&s, in, out);
         assert_memory_equal(out, ref, 64);
@@ -621,16 +625,10 @@ static void test_aes_ttable(void **state)
         uint32_t lane = (uint32_t)(iter % GP_AES_TT_LANES), w[16];
         uint8_t key[32], in[64], ref[64];
         gp_aes_sched s;
-        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-        int outl = 0;
 
         gptest_rand_bytes(key, sizeof(key));
         gptest_rand_bytes(in, sizeof(in));
-        assert_non_null(ctx);
-        assert_int_equal(EVP_EncryptInit_ex(ctx, ecb_cipher(keylen), NULL, key, NULL), 1);
-        EVP_CIPHER_CTX_set_padding(ctx, 0);
-        assert_int_equal(EVP_EncryptUpdate(ctx, ref, &outl, in, 64), 1);
-        EVP_CIPHER_CTX_free(ctx);
+        ref_aes_ecb64(key, keylen, in, ref);
         gp_aes_schedule(&s, key, (uint32_t)keylen);
         for (int i = 0; i < 16; i++)
             w[i] = gp_load_le32(in + 4 * i);
