@@ -118,6 +118,8 @@ typedef struct gp_queue_entry {
                                       * an async job, woken through this */
 } gp_queue_entry;
 
+#define GP_MAX_DISPATCHERS 8
+
 typedef struct gp_queue {
     pthread_mutex_t lock;
     pthread_cond_t cond;         /* a batch completed, or the pending batch may now flush */
@@ -129,16 +131,19 @@ typedef struct gp_queue {
     /* Changed under `lock`; atomic so that the hybrid policy may read them without it. */
     _Atomic int active;          /* synchronous submitters inside gp_queue_submit */
     _Atomic int inflight;        /* batches being run by their leaders */
-    /* Async jobs (their entries flush through the dispatcher thread; a job never leads). */
+    /* Async jobs (their entries flush through the dispatcher threads; a job never leads). */
     size_t npending_async;       /* async entries in the pending batch */
     size_t async_waiting;        /* async entries queued whose jobs have not yet taken the result:
                                   * when all of them are pending, no job could add another */
+    size_t async_inflight;       /* async entries in batches being run */
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
     uint64_t last_done_ns;       /* when a batch last completed */
     _Atomic uint64_t events;     /* bumped per append and per completed batch: the dispatcher spins
                                   * on it without the lock */
-    pthread_cond_t dispatch_cond;   /* wakes the dispatcher: async entry added, batch done, stop */
-    pthread_t dispatcher;
+    pthread_cond_t dispatch_cond;   /* wakes a dispatcher: async entry added, batch done, stop */
+    pthread_t dispatchers[GP_MAX_DISPATCHERS];   /* one per batch the executor overlaps */
+    int ndispatchers;
+    _Atomic int spinning;        /* a dispatcher is spinning (the others block) */
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */

@@ -12,7 +12,8 @@
 #include "kernels/units.h"
 
 /* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
-void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena);
+void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena,
+                     unsigned int flags);
 
 #define ARENA_MIN (1u << 20)
 #define ALIGN16(x) (((x) + 15) & ~(size_t)15)
@@ -20,6 +21,13 @@ void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
  * a line another request's units pulled into its SM's L1 earlier. */
 #define ALIGN128(x) (((x) + 127) & ~(size_t)127)
 #define STATE_STRIDE ALIGN128(sizeof(gp_msg_state))
+#define KEY_STRIDE ALIGN16(GP_KEY_SCHED_DEVICE_BYTES)
+
+/* Clear secrets in memory we keep using (a store the compiler may not drop). */
+static void gp_wipe(void *p, size_t n)
+{
+    explicit_bzero(p, n);
+}
 
 /*
  * One slot per batch in flight: its own stream, pinned and device arenas and layout scratch, on one
@@ -30,6 +38,7 @@ typedef struct gp_cuda_slot {
     pthread_mutex_t lock;        /* held by the leader running a batch in this slot */
     int device;
     cudaStream_t stream;
+    cudaEvent_t copied;          /* a batch's results are back in `host` */
     uint8_t *host;               /* pinned, `cap` bytes */
     uint8_t *dev;                /* device, `cap` bytes */
     size_t cap;
@@ -47,6 +56,10 @@ typedef struct gp_cuda {
     /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
      * so the runtime itself reports an error, to prove the fallback path. */
     atomic_long fault_after;
+    /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
+     * planning and copying into the pinned arena, the CUDA calls up to the results being back,
+     * delivering results to the callers. */
+    atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out;
 } gp_cuda;
 
 /* Report a CUDA failure once per process, clear the sticky error where there is one. */
@@ -142,7 +155,8 @@ static int cuda_open(gp_engine *e)
         c->nslots = i + 1;
         sl->device = first + i / SLOTS_PER_GPU;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
-            || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+            || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
+            || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming)) != cudaSuccess) {
             cuda_failed(e, "device setup", err);
             cuda_close(e);
             return 0;
@@ -163,11 +177,21 @@ static void cuda_close(gp_engine *e)
 
     if (c == NULL)
         return;
+    if (e->knobs.stats && atomic_load(&c->st_batches) > 0) {
+        double nb = (double)atomic_load(&c->st_batches);
+
+        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f per batch: host_in_us=%.1f gpu_us=%.1f "
+                    "host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
+                    (double)atomic_load(&c->st_ns_in) / nb / 1e3, (double)atomic_load(&c->st_ns_gpu) / nb / 1e3,
+                    (double)atomic_load(&c->st_ns_out) / nb / 1e3);
+    }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
         gp_cuda_slot *sl = &c->slots[i];
 
         arena_free(sl);
+        if (sl->copied != NULL)
+            cudaEventDestroy(sl->copied);
         if (sl->stream != NULL)
             cudaStreamDestroy(sl->stream);
         OPENSSL_free(sl->order);
@@ -223,14 +247,18 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
 
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][key schedules][inputs: carried AAD, data][partials][states]
- * [outputs]; the device gets everything before the partials and the states, the host gets back
- * states and outputs.
+ * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules][states][outputs]
+ * [partials]. One copy takes everything up to the outputs to the GPU, one brings states and
+ * outputs back; the host waits for that copy (an event), and the device's keys, states, outputs
+ * and partial MACs are then cleared by one memset that runs after it, off the caller's path.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
-    size_t nrefs = 0, off, refs_off = 0, work_off, keys_off, in_off, part_off, states_off, out_off;
+    gp_cuda *g = e->cuda;
+    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, states_off, out_off, part_off;
     size_t total = 0;
+    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0;
+    unsigned int flags = 0;
     gp_unit_ref *refs;
     gp_work *work;
     cudaError_t err;
@@ -242,23 +270,25 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
 
         gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len, (uint32_t)r->aad_len);
         nrefs += 1 + c->jobs[i].nunits;
+        if (gp_alg_is_aes(r->msg->st.alg))
+            flags |= GP_BATCH_AES;
     }
     work_off = ALIGN16(refs_off + nrefs * sizeof(gp_unit_ref));
-    keys_off = work_off + m * sizeof(gp_work);
-    in_off = keys_off + m * sizeof(gp_key_sched);
+    in_off = ALIGN16(work_off + m * sizeof(gp_work));
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len) + ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
-    part_off = ALIGN128(off);
-    off = part_off;
-    for (size_t i = 0; i < m; i++)
-        off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
-    states_off = ALIGN128(off);
+    keys_off = ALIGN128(off);
+    states_off = ALIGN128(keys_off + m * KEY_STRIDE);
     out_off = states_off + m * STATE_STRIDE;
     off = out_off;
     for (size_t i = 0; i < m; i++)
         off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len)
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
+    part_off = ALIGN128(off);
+    off = part_off;
+    for (size_t i = 0; i < m; i++)
+        off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
     total = off;
     if (!arena_reserve(e, c, total))
         goto out;
@@ -271,8 +301,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
             gp_work *w = &work[i];
-
             size_t pad = body_pad(&c->jobs[i]);
+            gp_key_sched *dk;
 
             memset(w, 0, sizeof(*w));
             w->job = c->jobs[i];
@@ -281,12 +311,17 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 memcpy(c->host + in_pos, r->aad, w->job.aad_len);
                 in_pos += ALIGN16(w->job.aad_len);
             }
-            w->key_off = keys_off + i * sizeof(gp_key_sched);
+            w->key_off = keys_off + i * KEY_STRIDE;
             w->state_off = states_off + i * STATE_STRIDE;
             w->in_off = in_pos + pad;
             w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
             w->partials_off = part_pos;
-            memcpy(c->host + w->key_off, gp_key_sched_get(r->msg->key), sizeof(gp_key_sched));
+            /* The key as the device reads it (not the host's bitsliced round keys); a Poly1305
+             * request's units take its message's powers of r in the key's table. */
+            dk = (gp_key_sched *)(c->host + w->key_off);
+            memcpy(dk, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
+            if (w->job.nunits > 0 && dk->alg == GP_ALG_CHACHA20_POLY1305)
+                (void)gp_request_pows(dk, &r->msg->st, &dk->mac_pows);
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
             if (w->job.len > 0)
                 memcpy(c->host + w->in_off, r->in, w->job.len);
@@ -308,22 +343,21 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         gp_work *dwork = (gp_work *)(c->dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
-        void *args[] = { &drefs, &nr, &dwork, &darena };
+        void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
         /* GP_UNIT_LANES threads per ref (kernels/units.h), whole lane groups per block. */
         size_t nthreads = nrefs * GP_UNIT_LANES;
         dim3 block = { GP_KERNEL_BLOCK, 1, 1 };
         dim3 grid = { (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK), 1, 1 };
 
-        if (atomic_load(&((gp_cuda *)e->cuda)->fault_after) >= 0
-            && atomic_fetch_sub(&((gp_cuda *)e->cuda)->fault_after, 1) == 0)
+        if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+        if (e->knobs.stats)
+            t1 = gp_now_ns();
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
             goto out;
         }
-        if ((err = cudaMemcpyAsync(c->dev, c->host, part_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess
-            || (err = cudaMemcpyAsync(c->dev + states_off, c->host + states_off, out_off - states_off,
-                                      cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
+        if ((err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
@@ -331,21 +365,23 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "kernel launch", err);
             goto out;
         }
-        if ((err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, total - states_off,
-                                   cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess) {
+        if ((err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, part_off - states_off,
+                                   cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess
+            || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
             cuda_failed(e, "copy from the GPU", err);
             goto out;
         }
-        /* Key schedules, states and partial MACs do not stay on the device after the batch. */
-        if ((err = cudaMemsetAsync(c->dev + keys_off, 0, in_off - keys_off, c->stream)) != cudaSuccess
-            || (err = cudaMemsetAsync(c->dev + part_off, 0, out_off - part_off, c->stream)) != cudaSuccess) {
+        /* Keys, states and partial MACs do not stay on the device after the batch. */
+        if ((err = cudaMemsetAsync(c->dev + keys_off, 0, total - keys_off, c->stream)) != cudaSuccess) {
             cuda_failed(e, "device cleanse", err);
             goto out;
         }
-        if ((err = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+        if ((err = cudaEventSynchronize(c->copied)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }
+        if (e->knobs.stats)
+            t2 = gp_now_ns();
     }
 
     /* Deliver: outputs, tags, verdicts and the advanced message states. */
@@ -369,11 +405,24 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     ok = 1;
 out:
     if (total != 0 && total <= c->cap) {
-        /* Keys, plans (counters, r), states and tags must not linger in pinned memory. */
-        OPENSSL_cleanse(c->host + work_off, in_off - work_off);
-        OPENSSL_cleanse(c->host + states_off, total - states_off);
+        /* Plans (counters), keys, states and tags must not linger in pinned memory; data buffers
+         * are the callers' own bytes and are cleansed when the arena is freed. */
+        for (size_t i = 0; i < m; i++)
+            if (reqs[idx[i]].kind == GP_REQ_TAG || reqs[idx[i]].kind == GP_REQ_VERIFY)
+                gp_wipe(c->host + ((gp_work *)(c->host + work_off))[i].out_off, 16);
+        gp_wipe(c->host + work_off, in_off - work_off);
+        gp_wipe(c->host + keys_off, out_off - keys_off);
     }
-    OPENSSL_cleanse(c->jobs, m * sizeof(*c->jobs));
+    gp_wipe(c->jobs, m * sizeof(*c->jobs));
+    if (e->knobs.stats && ok) {
+        uint64_t t3 = gp_now_ns();
+
+        atomic_fetch_add_explicit(&g->st_batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_reqs, m, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_in, t1 - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_out, t3 - t2, memory_order_relaxed);
+    }
     return ok;
 }
 

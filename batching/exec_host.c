@@ -19,19 +19,26 @@
 static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
 {
     uint8_t small[16 * GP_PARTIAL_BYTES], *partials = small;
+    gp_mac_pows pbuf;
     gp_job j;
 
     gp_job_plan(&j, &m->st, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
     if (j.nunits > 16 && (partials = OPENSSL_malloc((size_t)j.nunits * GP_PARTIAL_BYTES)) == NULL)
         return 0;
-    gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
     if (j.nunits > 0) {
+        /* The units' powers come from the state the request starts from (r is set at message
+         * start), made before the lead changes it. */
+        const gp_mac_pows *pw = gp_request_pows(ks, &m->st, &pbuf);
         const uint8_t *body_in = r->in + j.head_len;
         uint8_t *body_out = r->out + j.head_len;
 
+        gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
         for (uint32_t u = 0; u < j.nunits; u++)
-            gp_unit_body(&j, ks, u, body_in, body_out, partials + (size_t)u * GP_PARTIAL_BYTES);
-        gp_unit_finish(&m->st, ks, &j, partials, body_in + j.body_len, body_out + j.body_len);
+            gp_unit_body(&j, ks, pw, u, body_in, body_out, partials + (size_t)u * GP_PARTIAL_BYTES);
+        gp_unit_finish(&m->st, ks, &j, pw, partials, body_in + j.body_len, body_out + j.body_len);
+        OPENSSL_cleanse(&pbuf, sizeof(pbuf));
+    } else {
+        gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
     }
     OPENSSL_cleanse(partials, (size_t)(j.nunits > 16 ? j.nunits : 16) * GP_PARTIAL_BYTES);
     if (partials != small)
@@ -85,7 +92,13 @@ void gp_host_run_one(gp_request *r)
 
 static int host_open(gp_engine *e)
 {
-    (void)e;
+    /* Test hook ($GPUPROV_TEST_HOST_INFLIGHT=N): let the queue run N host batches at once (they
+     * take turns in the pool), so that machines without a GPU exercise what the cuda executor's
+     * slots make happen: several leaders, several async dispatchers, split async batches. */
+    const char *v = getenv("GPUPROV_TEST_HOST_INFLIGHT");
+
+    if (v != NULL && atoi(v) > 1)
+        atomic_store(&e->max_inflight, atoi(v) < GP_MAX_DISPATCHERS ? atoi(v) : GP_MAX_DISPATCHERS);
     return 1;   /* plain C: always available */
 }
 

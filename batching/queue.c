@@ -24,16 +24,17 @@
  *
  * Async jobs (OpenSSL ASYNC_JOB, e.g. openssl speed -async_jobs, libssl SSL_MODE_ASYNC) queue their
  * request and pause: a job never leads, since the executor's work must not run on its 32 KiB stack
- * and the application's thread should go on to start other jobs. A dispatcher thread (one per
- * engine, started at the first async request, again in a forked child) flushes and runs every batch
- * holding async entries by the same policy, with two changes, because jobs come back one at a time
- * as the application resumes them:
- *   - "everyone is in" also needs every job that is waiting for a result to be in the batch;
+ * and the application's thread should go on to start other jobs. Dispatcher threads (one per batch
+ * the executor can overlap: the cuda executor's slots; started at the first async request, again
+ * in a forked child) flush and run every batch holding async entries by the same policy, with
+ * these changes, because jobs come back one at a time as the application resumes them:
+ *   - "everyone is in" counts the jobs that could still submit: those waiting for a result and not
+ *     in a running batch. With free slots it is split over them: a batch flushes once it holds
+ *     its share (that count divided by the free slots), so with N jobs and two slots the batches
+ *     settle at N/2 and one computes while the application resumes the jobs of the other;
  *   - the timer runs from the last request that joined (or the last completion, whichever is
  *     later) rather than from the first, so a stream of jobs being resumed keeps joining one batch,
  *     but no longer than ASYNC_GATHER_MAX flush_us periods after the previous batch completed.
- * With N jobs the batches settle at N requests each: the application resumes all N, each
- * submits its next request, the last one completes the set and the batch flushes at once.
  * Synchronous callers in a batch with async entries may lead it too (mixed batches are plain
  * batches); their waits use the same deadline.
  */
@@ -112,6 +113,7 @@ static void fork_child(void)
         /* The parent's leaders and synchronous waiters are not here; the dispatcher restarts at the
          * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
         q->inflight = 0;
+        q->async_inflight = 0;
         q->active = 0;
     }
     pthread_mutex_init(&queues_lock, NULL);
@@ -178,10 +180,15 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
         return 0;
-    /* Everyone is in: every synchronous submitter, and every job that waits for a result. */
-    if (q->npending - q->npending_async == (size_t)q->active
-        && (q->npending_async == 0 || q->npending_async == q->async_waiting))
-        return 1;
+    /* Everyone is in: every synchronous submitter, and this batch's share of the jobs that could
+     * still submit (see the top of this file). */
+    if (q->npending - q->npending_async == (size_t)q->active) {
+        size_t free_slots = (size_t)(atomic_load_explicit(&e->max_inflight, memory_order_relaxed) - q->inflight);
+        size_t could = q->async_waiting - q->async_inflight;
+
+        if (q->npending_async == 0 || q->npending_async * free_slots >= could)
+            return 1;
+    }
     return t >= flush_deadline(e, q);
 }
 
@@ -200,6 +207,7 @@ static void lead(gp_engine *e, gp_queue *q)
     q->npending_async = 0;
     q->generation++;
     q->inflight++;
+    q->async_inflight += nasync;
     pthread_mutex_unlock(&q->lock);
 
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
@@ -228,6 +236,7 @@ static void lead(gp_engine *e, gp_queue *q)
     }
     pthread_mutex_lock(&q->lock);
     q->inflight--;
+    q->async_inflight -= nasync;
     q->last_done_ns = gp_now_ns();
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     for (size_t i = nasync; i < n; i++)
@@ -311,7 +320,9 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
     uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
     uint64_t t = gp_now_ns();
 
-    if (e->knobs.wait != GP_WAIT_BLOCK && q->async_waiting > 0 && t < spin_until) {
+    /* One dispatcher spins at a time; the others block (an event wakes one with a signal). */
+    if (e->knobs.wait != GP_WAIT_BLOCK && q->async_waiting > 0 && t < spin_until
+        && atomic_exchange_explicit(&q->spinning, 1, memory_order_acquire) == 0) {
         if (spin_until > deadline)
             spin_until = deadline;
         pthread_mutex_unlock(&q->lock);
@@ -322,6 +333,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
                 sched_yield();
             }
         }
+        atomic_store_explicit(&q->spinning, 0, memory_order_release);
         pthread_mutex_lock(&q->lock);
         return;
     }
@@ -360,25 +372,33 @@ static void *dispatcher_main(void *arg)
     return NULL;
 }
 
-/* Start the dispatcher once per process (lock held). A forked child has none of its parent's
+/* Start the dispatchers once per process (lock held): one per batch the executor overlaps (its
+ * slots, opened before any request reaches the queue). A forked child has none of its parent's
  * threads: it starts its own. */
 static int dispatcher_ensure(gp_engine *e, gp_queue *q)
 {
     unsigned gen = gp_fork_generation();
+    int want = atomic_load(&e->max_inflight);
     sigset_t all, old;
-    int rc;
 
     if (q->dispatcher_state != 0 && q->dispatcher_fork_gen == gen)
         return q->dispatcher_state == 1;
     q->dispatcher_fork_gen = gen;
     q->dispatcher_stop = 0;
-    /* No application signal handler should run on it. */
+    atomic_store(&q->spinning, 0);
+    if (want < 1)
+        want = 1;
+    if (want > GP_MAX_DISPATCHERS)
+        want = GP_MAX_DISPATCHERS;
+    /* No application signal handler should run on them. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&q->dispatcher, NULL, dispatcher_main, e);
+    for (q->ndispatchers = 0; q->ndispatchers < want; q->ndispatchers++)
+        if (pthread_create(&q->dispatchers[q->ndispatchers], NULL, dispatcher_main, e) != 0)
+            break;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    q->dispatcher_state = rc == 0 ? 1 : -1;
-    return rc == 0;
+    q->dispatcher_state = q->ndispatchers > 0 ? 1 : -1;
+    return q->dispatcher_state == 1;
 }
 
 void gp_queue_stop_dispatcher(gp_engine *e)
@@ -389,10 +409,12 @@ void gp_queue_stop_dispatcher(gp_engine *e)
     pthread_mutex_lock(&q->lock);
     join = q->dispatcher_state == 1 && q->dispatcher_fork_gen == gp_fork_generation();
     q->dispatcher_stop = 1;
-    pthread_cond_signal(&q->dispatch_cond);
+    pthread_cond_broadcast(&q->dispatch_cond);
     pthread_mutex_unlock(&q->lock);
     if (join)
-        pthread_join(q->dispatcher, NULL);
+        for (int i = 0; i < q->ndispatchers; i++)
+            pthread_join(q->dispatchers[i], NULL);
+    q->ndispatchers = 0;
     q->dispatcher_state = 0;
 }
 

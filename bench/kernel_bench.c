@@ -17,7 +17,8 @@
  * for any kernel that reads the input and writes the output once.
  */
 
-void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena);
+void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena,
+                     unsigned int flags);
 
 #define CHECK(call)                                                                                 \
     do {                                                                                            \
@@ -51,7 +52,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
 {
     gp_key_sched ks;
     uint8_t key[32], iv[16];
-    size_t nrefs = 0, refs_off = 0, work_off, key_off, in_off, part_off, states_off, out_off, total;
+    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, in_off, part_off, states_off, out_off, total;
     uint8_t *host, *dev, *backup;
     gp_unit_ref *refs;
     gp_work *work;
@@ -67,9 +68,13 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     gp_msg_begin(&st, &ks, iv, ivlen);
     gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
     nrefs = nmsg * (1 + job.nunits);
+    /* One key schedule per message: ChaCha20-Poly1305's carries its message's powers of r, as
+     * the engine's batches do (batching/exec_cuda.c); the others are copies of one. */
+    key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
     work_off = (refs_off + nrefs * sizeof(gp_unit_ref) + 127) & ~(size_t)127;
     key_off = work_off + nmsg * sizeof(gp_work);
-    in_off = (key_off + sizeof(gp_key_sched) + 127) & ~(size_t)127;
+    key_off = (key_off + 127) & ~(size_t)127;
+    in_off = key_off + nmsg * key_stride;
     part_off = in_off + nmsg * msg;
     states_off = part_off + nmsg * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
     out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
@@ -81,7 +86,6 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     }
     refs = (gp_unit_ref *)(host + refs_off);
     work = (gp_work *)(host + work_off);
-    memcpy(host + key_off, &ks, sizeof(ks));
     for (size_t i = 0, r = 0; i < nmsg; i++) {
         iv[0] = (uint8_t)i;
         iv[1] = (uint8_t)(i >> 8);
@@ -90,7 +94,10 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
         memset(&work[i], 0, sizeof(work[i]));
         work[i].job = job;
-        work[i].key_off = key_off;
+        work[i].key_off = key_off + i * key_stride;
+        memcpy(host + work[i].key_off, &ks, GP_KEY_SCHED_DEVICE_BYTES);
+        if (job.nunits > 0 && alg == GP_ALG_CHACHA20_POLY1305)
+            (void)gp_request_pows(&ks, &st, &((gp_key_sched *)(host + work[i].key_off))->mac_pows);
         work[i].state_off = states_off + i * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
         work[i].in_off = in_off + i * msg;
         work[i].out_off = out_off + i * msg;
@@ -116,7 +123,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         const gp_unit_ref *drefs = (const gp_unit_ref *)(dev + refs_off);
         gp_work *dwork = (gp_work *)(dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
-        void *args[] = { &drefs, &nr, &dwork, &dev };
+        unsigned int flags = alg == GP_ALG_AES_CTR || alg == GP_ALG_AES_GCM ? GP_BATCH_AES : 0;
+        void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
         size_t nthreads = nrefs * GP_UNIT_LANES;
         dim3 block = { GP_KERNEL_BLOCK, 1, 1 };
         dim3 grid = { (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK), 1, 1 };

@@ -21,10 +21,12 @@
 typedef struct gp_aes_sched {
     uint32_t nr;                              /* rounds: 10, 12, 14 (FIPS-197 §5, Fig. 4) */
     uint32_t pad_;                            /* keeps rk 8-byte aligned with an explicit layout */
-    uint64_t rk[GP_AES_MAX_ROUNDS + 1][8];    /* round keys, bitsliced, replicated for the 4 blocks */
-    uint32_t ek[4 * (GP_AES_MAX_ROUNDS + 1)]; /* the same round keys as plain words, little-endian
-                                               * (byte 4c of round key r is the low byte of
-                                               * ek[4r + c]): the device's T-table rounds */
+    uint32_t ek[4 * (GP_AES_MAX_ROUNDS + 1)]; /* round keys as plain words, little-endian (byte 4c
+                                               * of round key r is the low byte of ek[4r + c]):
+                                               * the device's T-table rounds */
+    uint64_t rk[GP_AES_MAX_ROUNDS + 1][8];    /* the same, bitsliced, replicated for the 4 blocks:
+                                               * the host's rounds (last: the device never reads
+                                               * them, and a batch copies the key up to here) */
 } gp_aes_sched;
 
 /*

@@ -28,16 +28,48 @@ enum gp_op {
     GP_OP_TAG = 4       /* AEAD only: write the 16-byte tag to `out`; `in`, `len` unused */
 };
 
-/* Made once per key, read-only afterwards. */
+/*
+ * Powers of a MAC key P (GCM's H, ChaCha20-Poly1305's r) that let the body units and the finisher
+ * run with one multiplication per 16-byte block and no serial chain across units
+ * (kernels/units.h): with L = GP_UNIT_LANES lanes a unit, Q = P^(4L) (one unit's worth of blocks),
+ *   lane[l]  = P^(4(L-1-l)+1)  the power a lane's chunk is shifted by inside its unit
+ *   fin[c-1] = P^(4c)          c = 1..L: the shift past a last unit of c chunks
+ *   unit[i]  = Q^i             i = 0..L-1: a finisher lane's stride offset
+ *   stride   = Q^L             a finisher lane's Horner step over every L-th unit
+ * Each entry in gp_lane_mac words (GHASH: the element's big-endian halves as 32-bit words, word 4
+ * zero; Poly1305: 26-bit limbs). GCM's are made with the key; Poly1305's r is per message, so the
+ * planner makes them per request (gp_mac_pows_make).
+ */
+#ifndef GP_UNIT_BYTES
+# define GP_UNIT_BYTES 1024u        /* build option unit_bytes; the planner and the kernel must agree */
+#endif
+#define GP_UNIT_LANES (GP_UNIT_BYTES / 64u)
+#define GP_POW_LANE 0u
+#define GP_POW_FIN GP_UNIT_LANES
+#define GP_POW_UNIT (2u * GP_UNIT_LANES)
+#define GP_POW_STRIDE (3u * GP_UNIT_LANES)
+#define GP_POW_COUNT (3u * GP_UNIT_LANES + 1u)
+
+typedef struct gp_mac_pows {
+    uint32_t p[GP_POW_COUNT][5];
+    uint32_t pad_[4u - GP_POW_COUNT * 5u % 4u];   /* whole 16-byte lines */
+} gp_mac_pows;
+
+/*
+ * Made once per key, read-only afterwards. The device reads only the part before aes.rk (the
+ * bitsliced round keys serve the host alone), so a batch copies GP_KEY_SCHED_DEVICE_BYTES.
+ */
 typedef struct gp_key_sched {
     uint32_t alg;                 /* enum gp_alg */
     uint32_t keylen;              /* bytes: 16, 24, 32 */
-    gp_aes_sched aes;             /* AES algorithms */
-    uint64_t gcm_h[2];            /* GCM hash key H = E_K(0^128) as two big-endian words [hi, lo] */
-    uint64_t gcm_hpow[32][2];     /* H^(2^i): any H^n (n < 2^32 blocks, SP 800-38D's limit) in
-                                   * popcount(n) multiplications, for the units' MAC shifts */
     uint32_t chacha_key[8];       /* ChaCha20 key words, little-endian (RFC 8439 §2.3) */
+    uint64_t gcm_h[2];            /* GCM hash key H = E_K(0^128) as two big-endian words [hi, lo] */
+    gp_mac_pows mac_pows;         /* GCM: powers of H; ChaCha20-Poly1305: a batch's copy of the key
+                                   * carries the request's powers of r here (exec_cuda.c) */
+    gp_aes_sched aes;             /* AES algorithms: nr and plain round keys first, then bitsliced */
 } gp_key_sched;
+
+#define GP_KEY_SCHED_DEVICE_BYTES (offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, rk))
 
 /* One message's progress. Updates of any size continue exactly where the last stopped. */
 typedef struct gp_msg_state {
@@ -72,16 +104,15 @@ typedef struct gp_job {
     uint32_t op;                  /* enum gp_op */
     uint32_t nunits;              /* ceil(body_len / GP_UNIT_BYTES) */
     uint8_t body_ctr[16];         /* counter block of the body's first keystream block */
-    uint32_t poly_r[5];           /* ChaCha20-Poly1305: r, for the units' partial MACs */
     uint32_t aad_len;             /* AEAD: AAD absorbed by the lead first (carried with the request,
                                    * so AAD + data, or AAD + tag, is one round trip) */
     uint64_t aad_off;             /* cuda: where that AAD is in the arena */
 } gp_job;
 
 /*
- * A batch as the GPU sees it: one arena (descriptor tables, key schedules, inputs, partial MACs,
- * message states, outputs) addressed by offsets, so it crosses PCIe in one copy each way. One
- * thread per gp_unit_ref; each request (gp_work) has a lead and `job.nunits` body units, and the
+ * A batch as the GPU sees it: one arena (descriptor tables, inputs, key schedules, message states,
+ * outputs, partial MACs) addressed by offsets, so it crosses PCIe in one copy each way. A lane
+ * group per gp_unit_ref; each request (gp_work) has a lead and `job.nunits` body units, and the
  * last of them to finish (counted in `done`) folds the partials.
  */
 typedef struct gp_work {
@@ -95,6 +126,9 @@ typedef struct gp_work {
     gp_job job;
 } gp_work;
 
+/* gp_batch_kernel's flags. */
+#define GP_BATCH_AES 1u               /* the batch holds AES work: fill the shared-memory T-table */
+
 typedef struct gp_unit_ref {
     uint32_t work;                /* index into the gp_work table */
     uint32_t unit;                /* body unit index, or GP_UNIT_LEAD */
@@ -105,8 +139,8 @@ typedef struct gp_unit_ref {
 #else
 # define GP_STATIC_ASSERT _Static_assert
 #endif
-GP_STATIC_ASSERT(sizeof(gp_job) == 80, "gp_job layout is shared by host and device");
-GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_work) == 112, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 
 #endif

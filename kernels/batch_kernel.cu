@@ -11,30 +11,49 @@
 #endif
 
 /*
- * GP_UNIT_LANES threads per gp_unit_ref. A lead runs on its group's lane 0 (the other lanes leave
- * at once); a body unit runs a lane per 64-byte chunk and combines the lanes' MAC values with
- * shuffles inside its lane group (kernels/units.h). Lane groups are aligned inside a warp and two
- * groups of one warp may belong to different algorithms, so every shuffle names only its own
- * group's lanes (mask and width) and no full-warp operation appears in algorithm-specific code.
- * A request's lead and body units run concurrently (the body's counters and MAC partials do not
+ * GP_UNIT_LANES threads (a lane group) per gp_unit_ref. A lead runs on its group's lane 0; a body
+ * unit runs a lane per 64-byte chunk and sums the lanes' MAC values with shuffles inside its lane
+ * group (kernels/units.h). Lane groups are aligned inside a warp and two groups of one warp may
+ * belong to different algorithms, so every shuffle names only its own group's lanes (mask and
+ * width) and no full-warp operation appears in algorithm-specific code.
+ * A request's lead and body units run concurrently (the body's counters and MAC values do not
  * depend on the lead); the last of them to finish, counted with an atomic on the request's `done`,
- * folds the partials and runs the tail. The fences order the units' writes (state, partials) before
- * the count; the finisher loads what other blocks wrote from L2 (GP_LOAD_SHARED), never from a
- * possibly stale L1 line, and works on a local copy of the state. Every block first fills its
- * bank-private AES table (kernels/aes_tt.h). The host glue (batching/exec_cuda.c) launches it by
- * address with cudaLaunchKernel, GP_KERNEL_BLOCK threads per block, so this file holds device code
- * only.
+ * finishes the request as a whole group: its lanes fold the partials by stride (gp_fold_lane), the
+ * shuffles sum their shares, lane 0 runs the serial end. The fences order the units' writes
+ * (state, partials) before the count; the finisher loads what other blocks wrote from L2
+ * (GP_LOAD_SHARED, __ldcg), never from a possibly stale L1 line, and works on a local copy of the
+ * state. A block fills its bank-private AES table (kernels/aes_tt.h) when the batch holds AES
+ * work. The host glue (batching/exec_cuda.c) launches it by address with cudaLaunchKernel,
+ * GP_KERNEL_BLOCK threads per block, so this file holds device code only.
  */
-/* The serial parts (lead, finish) are out of line: their byte-wise state work needs more registers
- * than the lanes, and inlined it would set the register count of the whole kernel. */
+/* The serial parts (lead, finish) and the fold are out of line: their byte-wise state work needs
+ * more registers than the lanes, and inlined it would set the register count of the whole kernel. */
 static __device__ __noinline__ void batch_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
                                                const uint8_t *aad, const uint8_t *in, uint8_t *out)
 {
     gp_unit_lead(st, k, j, aad, in, out);
 }
 
+static __device__ __noinline__ void batch_fold(const gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                               const uint8_t *partials, uint32_t lane, gp_lane_mac *t)
+{
+    gp_lane_mac xlead;
+
+    /* The lead's MAC, from L2 (another block may have written it). */
+    if (k->alg == GP_ALG_AES_GCM) {
+        const uint64_t x[2] = { __ldcg(&st->ghash_x[0]), __ldcg(&st->ghash_x[1]) };
+
+        gp_lane_mac_set_x(&xlead, x);
+    } else {
+        for (int i = 0; i < 5; i++)
+            xlead.w[i] = __ldcg(&st->poly.h[i]);
+    }
+    gp_fold_lane(k->alg, j, &k->mac_pows, &xlead, partials, lane, t);
+}
+
 static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
-                                                 const uint8_t *partials, const uint8_t *in, uint8_t *out)
+                                                 const uint8_t *partials, const gp_lane_mac *t,
+                                                 const uint8_t *in, uint8_t *out)
 {
     /* The state from L2 in 8-byte loads, all issued before the first is used (states are
      * 128-byte aligned; byte-wise dependent loads cost one L2 latency each, ~30 us in all). */
@@ -49,24 +68,45 @@ static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_
 #pragma unroll
     for (int i = 0; i < NW; i++)
         ((uint2 *)&local)[i] = tmp[i];
-    gp_unit_finish(&local, k, j, partials, in + j->head_len + j->body_len, out + j->head_len + j->body_len);
+    gp_unit_finish_serial(&local, k, j, &k->mac_pows, partials, t, in + j->head_len + j->body_len,
+                          out + j->head_len + j->body_len);
     *st = local;
     gp_state_wipe(&local, sizeof(local));
 }
 
+/* m = sum of the lane group's values, in lane 0 (the other lanes end with partial sums). */
+static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m)
+{
+#pragma unroll 1
+    for (unsigned int s = 1; s < GP_UNIT_LANES; s <<= 1) {
+        gp_lane_mac partner;
+
+        for (int i = 0; i < 5; i++)
+            partner.w[i] = __shfl_down_sync(mask, m->w[i], s, GP_UNIT_LANES);
+        gp_mac_add(alg, m, &partner);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
-gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena)
+gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
     const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned int lane = t % GP_UNIT_LANES, r = t / GP_UNIT_LANES;
+    /* This lane group's lanes of the warp. */
+    const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
+                                             << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
     gp_work *w;
     const gp_key_sched *k;
     gp_msg_state *st;
-    const uint8_t *in;
+    const uint8_t *in, *partials;
     uint8_t *out;
+    uint32_t alg;
+    unsigned int done = 0;
 
-    gp_aes_tt_fill();
-    __syncthreads();
+    if (flags & GP_BATCH_AES) {   /* uniform over the launch */
+        gp_aes_tt_fill();
+        __syncthreads();
+    }
     if (r >= nrefs)
         return;   /* whole lane groups: the grid is rounded up by blocks */
     w = &work[refs[r].work];
@@ -74,38 +114,42 @@ gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint
     st = (gp_msg_state *)(arena + w->state_off);
     in = arena + w->in_off;
     out = arena + w->out_off;
+    partials = arena + w->partials_off;
+    alg = k->alg;
     if (refs[r].unit == GP_UNIT_LEAD) {
-        if (lane != 0)
-            return;
-        batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
+        if (lane == 0)
+            batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
+        if (w->job.nunits == 0)
+            return;   /* the lead alone finished the request */
     } else {
-        const uint32_t u = refs[r].unit, alg = k->alg;
+        const uint32_t u = refs[r].unit;
         gp_lane_mac m;
 
-        gp_unit_lane(&w->job, k, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
-        if (gp_alg_is_aead(alg)) {
-            /* This lane group's lanes of the warp; the whole group takes this branch. */
-            const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
-                                                     << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
-            gp_lane_mac pw, partner;
-
-#pragma unroll 1
-            for (uint32_t s = 1, level = 0; s < GP_UNIT_LANES; s <<= 1, level++) {
-                gp_lane_pow(alg, k, &w->job, level, &pw);
-                for (int i = 0; i < 5; i++)
-                    partner.w[i] = __shfl_down_sync(mask, m.w[i], s, GP_UNIT_LANES);
-                gp_lane_combine(alg, &m, &partner, &pw);
-            }
+        gp_unit_lane(&w->job, k, &k->mac_pows, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
+        if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
+            group_sum(alg, mask, &m);
+            if (lane == 0)
+                gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
         }
-        if (lane != 0)
-            return;
-        gp_unit_partial_store(&w->job, k, u, &m, arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES);
     }
-    if (w->job.nunits == 0)
-        return;
-    __threadfence();
-    if (atomicAdd(&w->done, 1u) == w->job.nunits) {
+    if (lane == 0) {
         __threadfence();
-        batch_finish(st, k, &w->job, arena + w->partials_off, in, out);
+        done = atomicAdd(&w->done, 1u);
+    }
+    done = __shfl_sync(mask, done, 0, GP_UNIT_LANES);
+    if (done != w->job.nunits)
+        return;
+    /* The last of the request's units: finish it as a group. */
+    __threadfence();
+    {
+        gp_lane_mac tsum;
+
+        gp_lane_mac_zero(&tsum);
+        if (gp_alg_is_aead(alg)) {
+            batch_fold(st, k, &w->job, partials, lane, &tsum);
+            group_sum(alg, mask, &tsum);
+        }
+        if (lane == 0)
+            batch_finish(st, k, &w->job, partials, &tsum, in, out);
     }
 }

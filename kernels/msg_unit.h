@@ -9,6 +9,7 @@
 #include "ghash.h"
 #include "chacha20.h"
 #include "poly1305.h"
+#include "mac_pows.h"
 
 /*
  * Branches in this file depend only on public values (algorithm, lengths, op); the secret-dependent
@@ -49,19 +50,16 @@ GP_KFN void gp_key_schedule(gp_key_sched *k, uint32_t alg, const uint8_t *key, s
         if (alg == GP_ALG_AES_GCM) {
             /* Hash subkey H = CIPH_K(0^128) (SP 800-38D §7.1 step 1). */
             uint8_t zero[16], hb[16];
+            gp_lane_mac h;
 
             for (int i = 0; i < 16; i++)
                 zero[i] = 0;
             gp_aes_encrypt1(&k->aes, zero, hb);
             k->gcm_h[0] = gp_load_be64(hb);
             k->gcm_h[1] = gp_load_be64(hb + 8);
-            k->gcm_hpow[0][0] = k->gcm_h[0];
-            k->gcm_hpow[0][1] = k->gcm_h[1];
-            for (int i = 1; i < 32; i++) {
-                k->gcm_hpow[i][0] = k->gcm_hpow[i - 1][0];
-                k->gcm_hpow[i][1] = k->gcm_hpow[i - 1][1];
-                gp_ghash_mul(k->gcm_hpow[i], k->gcm_hpow[i - 1]);
-            }
+            gp_lane_mac_set_x(&h, k->gcm_h);
+            gp_mac_pows_make(&k->mac_pows, alg, &h);   /* for the parallel units */
+            gp_state_wipe(&h, sizeof(h));
             gp_state_wipe(hb, sizeof(hb));
         }
     } else {

@@ -9,21 +9,23 @@
  * A data request of a message runs as:
  *   lead    the head, serially, up to the next 64-byte text boundary (also closes the AAD);
  *   body    whole 64-byte chunks in units of GP_UNIT_BYTES, all in parallel: keystream from a
- *           counter computed from the unit's offset, and a partial MAC from zero, shifted by the
- *           unit itself to its place in the message: times H^m (GHASH) or r^m (Poly1305), m the
- *           number of body blocks after it;
- *   finish  (whoever completes last) combines: X = X_lead * H^N ^ (xor of the partials) for GHASH,
- *           h = h_lead * r^N + (sum of the partials) for Poly1305, N the body's blocks; then runs
- *           the tail serially. No multiplication chain runs on one thread.
+ *           counter computed from the unit's offset, and the unit's MAC from zero, U_u, made by
+ *           its lanes with one multiplication per 16-byte block (see "Lanes" below);
+ *   finish  (whoever completes last, a whole lane group) combines the lead's MAC X_lead and the
+ *           units' U_u as the serial MAC would have (GHASH: X = X*H ^ block; Poly1305:
+ *           h = (h + block)*r), then runs the tail serially.
+ * With n units, the last of c chunks, Q = P^(4L) (P = H or r, L = GP_UNIT_LANES):
+ *     X = U_(n-1) + P^(4c) * T,   T = X_lead*Q^(n-1) + sum_(u<n-1) U_u*Q^(n-2-u)
+ * ("+" is XOR for GHASH, addition mod 2^130 - 5 for Poly1305). T is a Horner sum over the
+ * sequence X_lead, U_0, .., U_(n-2), which the finisher's L lanes split by stride: lane i takes
+ * every L-th element counted from the end, steps by Q^L and shifts its sum by Q^i; the lanes' sums
+ * add up to T. No chain of multiplications longer than ceil(n / L) + 2 runs on any thread.
  * 64 bytes is a multiple of every block involved (AES 16, ChaCha20 64, GHASH/Poly1305 16), so at
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
  * Fixed-size units keep the threads of a warp doing the same work whatever the message lengths.
  */
-#ifndef GP_UNIT_BYTES
-# define GP_UNIT_BYTES 1024u        /* build option unit_bytes; the planner and the kernel must agree */
-#endif
 #define GP_UNIT_LEAD 0xffffffffu    /* gp_unit_ref.unit of a request's lead */
-#define GP_PARTIAL_BYTES 32u        /* one unit's partial MAC */
+#define GP_PARTIAL_BYTES 32u        /* one unit's partial MAC: gp_lane_mac words, then zeros */
 
 
 /* Advance a counter block by n keystream blocks, as each algorithm counts (see gp_ctr_*). */
@@ -74,8 +76,6 @@ GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t
      * the body starts at block (p + head) / bs. */
     gp_bytes_copy(j->body_ctr, st->ctr, 16);
     gp_ctr_add(st->alg, j->body_ctr, (p + head) / bs - (p + bs - 1) / bs);
-    for (int i = 0; i < 5; i++)
-        j->poly_r[i] = st->poly.r[i];
 }
 
 /*
@@ -106,71 +106,6 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
     gp_msg_run(st, k, j->op, in, out, (size_t)j->head_len);
     if (j->nunits == 0)
         gp_spec_tag(st, k, j->op);
-}
-
-/* H^n from the key's table of H^(2^i): popcount(n) multiplications. */
-GP_KFN void gp_ghash_pow_tab(uint64_t out[2], const gp_key_sched *k, uint64_t n)
-{
-    out[0] = UINT64_C(1) << 63;   /* 1 */
-    out[1] = 0;
-    for (int i = 0; i < 32 && n != 0; i++, n >>= 1)
-        if (n & 1)
-            gp_ghash_mul(out, k->gcm_hpow[i]);
-}
-
-/* a = a * b mod 2^130 - 5, 26-bit limbs, partially reduced like gp_poly1305_blocks' accumulator. */
-GP_KFN void gp_p1305_mul(uint32_t a[5], const uint32_t b[5])
-{
-    const uint64_t s1 = (uint64_t)b[1] * 5, s2 = (uint64_t)b[2] * 5, s3 = (uint64_t)b[3] * 5,
-                   s4 = (uint64_t)b[4] * 5;
-    uint64_t d0, d1, d2, d3, d4;
-    uint32_t c;
-
-    d0 = (uint64_t)a[0] * b[0] + a[1] * s4 + a[2] * s3 + a[3] * s2 + a[4] * s1;
-    d1 = (uint64_t)a[0] * b[1] + (uint64_t)a[1] * b[0] + a[2] * s4 + a[3] * s3 + a[4] * s2;
-    d2 = (uint64_t)a[0] * b[2] + (uint64_t)a[1] * b[1] + (uint64_t)a[2] * b[0] + a[3] * s4 + a[4] * s3;
-    d3 = (uint64_t)a[0] * b[3] + (uint64_t)a[1] * b[2] + (uint64_t)a[2] * b[1] + (uint64_t)a[3] * b[0] + a[4] * s4;
-    d4 = (uint64_t)a[0] * b[4] + (uint64_t)a[1] * b[3] + (uint64_t)a[2] * b[2] + (uint64_t)a[3] * b[1] + (uint64_t)a[4] * b[0];
-    c = (uint32_t)(d0 >> 26); a[0] = (uint32_t)d0 & GP_POLY_MASK26;
-    d1 += c; c = (uint32_t)(d1 >> 26); a[1] = (uint32_t)d1 & GP_POLY_MASK26;
-    d2 += c; c = (uint32_t)(d2 >> 26); a[2] = (uint32_t)d2 & GP_POLY_MASK26;
-    d3 += c; c = (uint32_t)(d3 >> 26); a[3] = (uint32_t)d3 & GP_POLY_MASK26;
-    d4 += c; c = (uint32_t)(d4 >> 26); a[4] = (uint32_t)d4 & GP_POLY_MASK26;
-    a[0] += c * 5; c = a[0] >> 26; a[0] &= GP_POLY_MASK26;
-    a[1] += c;
-}
-
-/* a = a + b with carries (limbs stay near 26 bits; the top carry wraps around times 5). */
-GP_KFN void gp_p1305_add(uint32_t a[5], const uint32_t b[5])
-{
-    uint32_t c = 0;
-
-    for (int i = 0; i < 5; i++) {
-        a[i] += b[i] + c;
-        c = a[i] >> 26;
-        a[i] &= GP_POLY_MASK26;
-    }
-    a[0] += c * 5;
-    c = a[0] >> 26;
-    a[0] &= GP_POLY_MASK26;
-    a[1] += c;
-}
-
-GP_KFN void gp_p1305_pow(uint32_t out[5], const uint32_t r[5], uint64_t n)
-{
-    uint32_t base[5], sq[5];
-
-    for (int i = 0; i < 5; i++) {
-        base[i] = r[i];
-        out[i] = i == 0;
-    }
-    for (; n != 0; n >>= 1) {
-        if (n & 1)
-            gp_p1305_mul(out, base);
-        for (int i = 0; i < 5; i++)
-            sq[i] = base[i];
-        gp_p1305_mul(base, sq);
-    }
 }
 
 /*
@@ -216,42 +151,50 @@ GP_KFN void gp_chunk_store(uint8_t *p, const uint32_t w[16])
         gp_store_le32(p + 4 * i, w[i]);
 }
 
-/*
- * Lanes. A body unit runs as GP_UNIT_LANES lanes, one per 64-byte chunk: each lane makes its
- * chunk's keystream (4 AES blocks or 1 ChaCha20 block), XORs it in and runs its chunk's 4 MAC
- * blocks from zero (m_l = GHASH or Poly1305 of the chunk alone). The unit's MAC from zero is then
- * sum_l m_l * P^(4 (L-1-l)) (P = H or r, L lanes), which a tree computes in log2(L) steps:
- *     for s = 1, 2, 4, ...: m_l = m_l * P^(4s) + m_(l+s)
- * after which lane 0 holds it. A short (last) unit of c chunks is right-aligned: its chunks sit in
- * lanes L-c..L-1 and the absent leading lanes contribute 0, so the powers stay fixed. Lane 0 then
- * shifts the sum past the body blocks after the unit (as before) and writes the partial.
- * On the GPU the lanes are threads and m_(l+s) comes from __shfl_down_sync (kernels/
- * batch_kernel.cu); on the host gp_unit_body runs the same lane function and the same step over
- * an array, so the host executor proves the math the GPU runs.
- */
-#define GP_UNIT_LANES (GP_UNIT_BYTES / 64u)
+
+/* ---- MAC values and the powers table ---- */
+
 #define GP_KERNEL_BLOCK 256u        /* threads per block of gp_batch_kernel (a multiple of 32) */
 GP_STATIC_ASSERT(GP_UNIT_BYTES % 64u == 0 && GP_UNIT_LANES >= 1 && GP_UNIT_LANES <= 32
                  && (GP_UNIT_LANES & (GP_UNIT_LANES - 1)) == 0,
                  "unit_bytes must be 64 times a power of two, at most 2048 (a lane per chunk)");
 
-/* A lane's MAC value: GHASH's X as words [x0 hi, x0 lo, x1 hi, x1 lo], or Poly1305's 5 limbs. */
-typedef struct gp_lane_mac {
-    uint32_t w[5];
-} gp_lane_mac;
-
-GP_KFN void gp_lane_mac_get_x(uint64_t x[2], const gp_lane_mac *m)
+/* The MAC key of a message as a gp_lane_mac: GCM's H from the key, Poly1305's r from the state. */
+GP_KFN void gp_mac_key(gp_lane_mac *p, const gp_key_sched *k, const gp_msg_state *st)
 {
-    x[0] = (uint64_t)m->w[0] << 32 | m->w[1];
-    x[1] = (uint64_t)m->w[2] << 32 | m->w[3];
+    if (k->alg == GP_ALG_AES_GCM) {
+        gp_lane_mac_set_x(p, k->gcm_h);
+    } else {
+        for (int i = 0; i < 5; i++)
+            p->w[i] = st->poly.r[i];
+    }
 }
 
-GP_KFN void gp_lane_mac_set_x(gp_lane_mac *m, const uint64_t x[2])
+/* The powers a request's units and finisher use: the key's (GCM; unused without a MAC), or made
+ * now from the message's r (ChaCha20-Poly1305), into `buf`. */
+GP_KFN const gp_mac_pows *gp_request_pows(const gp_key_sched *k, const gp_msg_state *st, gp_mac_pows *buf)
 {
-    m->w[0] = (uint32_t)(x[0] >> 32); m->w[1] = (uint32_t)x[0];
-    m->w[2] = (uint32_t)(x[1] >> 32); m->w[3] = (uint32_t)x[1];
-    m->w[4] = 0;
+    gp_lane_mac p;
+
+    if (k->alg != GP_ALG_CHACHA20_POLY1305)
+        return &k->mac_pows;
+    gp_mac_key(&p, k, st);
+    gp_mac_pows_make(buf, k->alg, &p);
+    gp_state_wipe(&p, sizeof(p));
+    return buf;
 }
+
+/*
+ * Lanes. A body unit runs as GP_UNIT_LANES lanes, one per 64-byte chunk: each lane makes its
+ * chunk's keystream (4 AES blocks or 1 ChaCha20 block), XORs it in, and takes its chunk's 4 MAC
+ * blocks B_0..B_3 by Horner with P (3 multiplications) and one more by the table's lane power:
+ *     m_l = (B_0 P^3 + B_1 P^2 + B_2 P + B_3) * P^(4(L-1-l)+1)
+ * so the unit's MAC from zero is the plain sum of its lanes' values, U = sum_l m_l: a reduction by
+ * additions (shuffles on the GPU), no multiplications. A short (last) unit of c chunks is
+ * right-aligned: its chunks sit in lanes L-c..L-1 and the absent leading lanes contribute 0.
+ * On the GPU the lanes are threads (kernels/batch_kernel.cu); on the host gp_unit_body runs the
+ * same lane function over an array, so the host executor proves the math the GPU runs.
+ */
 
 /* Chunks in unit u (1..GP_UNIT_LANES). */
 GP_KFN uint32_t gp_unit_chunks(const gp_job *j, uint32_t u)
@@ -294,28 +237,45 @@ GP_KFN void gp_ctr_words(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, u
     }
 }
 
+/* One 16-byte MAC block (4 little-endian words as loaded) as a MAC value: GHASH's big-endian
+ * halves, or Poly1305's limbs with the 2^128 bit of a full block (RFC 8439 §2.5). */
+GP_KFN void gp_mac_block(uint32_t alg, const uint32_t w[4], gp_lane_mac *b)
+{
+    if (alg == GP_ALG_AES_GCM) {
+        for (int i = 0; i < 4; i++)
+            b->w[i] = gp_bswap32(w[i]);
+        b->w[4] = 0;
+    } else {
+        b->w[0] = w[0] & GP_POLY_MASK26;
+        b->w[1] = ((w[0] >> 26) | (w[1] << 6)) & GP_POLY_MASK26;
+        b->w[2] = ((w[1] >> 20) | (w[2] << 12)) & GP_POLY_MASK26;
+        b->w[3] = ((w[2] >> 14) | (w[3] << 18)) & GP_POLY_MASK26;
+        b->w[4] = (w[3] >> 8) | (1u << 24);
+    }
+}
+
 /*
- * One chunk's 4 MAC blocks into the lane's value (from zero); c is consumed. One block per pass,
+ * One chunk's 4 MAC blocks (c, consumed) into lane l's value m (see "Lanes"). One block per pass,
  * the next block shifted down into c[0..3], and the passes not unrolled on the GPU: c stays
  * indexed by constants (in registers) and one copy of the multiplication is live at a time.
  */
-GP_KFN void gp_lane_mac_chunk(uint32_t alg, const gp_key_sched *k, const gp_job *j, uint32_t c[16],
+GP_KFN void gp_lane_mac_chunk(uint32_t alg, const gp_mac_pows *pw, uint32_t lane, uint32_t c[16],
                               gp_lane_mac *m)
 {
-    uint64_t x[2];
+    gp_lane_mac p, b;
 
-    gp_lane_mac_get_x(x, m);
+    gp_mac_pow_get(&p, pw, GP_POW_LANE + GP_UNIT_LANES - 1);   /* P */
+    gp_mac_block(alg, c, m);
     GP_NO_UNROLL
-    for (int b = 0; b < 4; b++) {
-        if (alg == GP_ALG_AES_GCM)
-            gp_ghash_words(x, k->gcm_h, c, 1);
-        else
-            gp_poly1305_words(m->w, j->poly_r, c, 1);
-        for (int i = 0; i < 12; i++)
-            c[i] = c[i + 4];
+    for (int i = 1; i < 4; i++) {
+        for (int k = 0; k < 12; k++)
+            c[k] = c[k + 4];
+        gp_mac_mul(alg, m, &p);
+        gp_mac_block(alg, c, &b);
+        gp_mac_add(alg, m, &b);
     }
-    if (alg == GP_ALG_AES_GCM)
-        gp_lane_mac_set_x(m, x);
+    gp_mac_pow_get(&p, pw, GP_POW_LANE + lane);
+    gp_mac_mul(alg, m, &p);
 }
 
 /*
@@ -323,16 +283,15 @@ GP_KFN void gp_lane_mac_chunk(uint32_t alg, const gp_key_sched *k, const gp_job 
  * leading lane of a short unit). in/out point at the body start; in may equal out (each lane reads
  * its whole chunk before writing it, and lanes touch disjoint chunks).
  */
-GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, uint32_t u, uint32_t lane,
-                         const uint8_t *in, uint8_t *out, gp_lane_mac *m)
+GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
+                         uint32_t lane, const uint8_t *in, uint8_t *out, gp_lane_mac *m)
 {
     const uint32_t alg = k->alg, nch = gp_unit_chunks(j, u);
     const int aead = gp_alg_is_aead(alg), dec = j->op == GP_OP_DECRYPT;
     uint32_t data[16], ks[16];
     uint64_t chunk;
 
-    for (int i = 0; i < 5; i++)
-        m->w[i] = 0;
+    gp_lane_mac_zero(m);
     if (lane + nch < GP_UNIT_LANES)
         return;
     chunk = (uint64_t)u * GP_UNIT_LANES + (lane + nch - GP_UNIT_LANES);   /* index in the body */
@@ -356,7 +315,7 @@ GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, uint32_t u, uin
     }
     gp_chunk_store(out + 64 * chunk, data);
     if (aead)
-        gp_lane_mac_chunk(alg, k, j, ks, m);
+        gp_lane_mac_chunk(alg, pw, lane, ks, m);
 #if !defined(__CUDA_ARCH__)
     /* On the GPU these live in registers; a volatile wipe would only push them to local memory. */
     gp_state_wipe(ks, sizeof(ks));
@@ -364,156 +323,151 @@ GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, uint32_t u, uin
 #endif
 }
 
-/* P^(4 * 2^level) for tree level `level` (0, 1, ...): H^(4s) from the key's table, r^(4s) by
- * squaring (pw holds the previous level's power for Poly1305). */
-GP_KFN void gp_lane_pow(uint32_t alg, const gp_key_sched *k, const gp_job *j, uint32_t level,
-                        gp_lane_mac *pw)
+/* A unit's MAC from zero as its partial: the value's words, then zeros. */
+GP_KFN void gp_partial_store(uint8_t partial[GP_PARTIAL_BYTES], const gp_lane_mac *m)
 {
-    if (alg == GP_ALG_AES_GCM) {
-        gp_lane_mac_set_x(pw, k->gcm_hpow[2 + level]);
-    } else {
-        uint32_t t[5];
+#if defined(__CUDA_ARCH__)
+    uint4 *v = (uint4 *)partial;   /* partials are 16-byte aligned */
 
-        if (level == 0) {
-            for (int i = 0; i < 5; i++)
-                pw->w[i] = j->poly_r[i];
-            for (int i = 0; i < 5; i++)
-                t[i] = pw->w[i];
-            gp_p1305_mul(pw->w, t);                    /* r^2 */
-        }
-        for (int i = 0; i < 5; i++)
-            t[i] = pw->w[i];
-        gp_p1305_mul(pw->w, t);                        /* r^4, then r^8, ... */
-    }
-}
-
-/* One tree step: acc = acc * pw + partner (XOR for GHASH, mod 2^130 - 5 for Poly1305). */
-GP_KFN void gp_lane_combine(uint32_t alg, gp_lane_mac *acc, const gp_lane_mac *partner,
-                            const gp_lane_mac *pw)
-{
-    if (alg == GP_ALG_AES_GCM) {
-        uint64_t x[2], h[2];
-
-        gp_lane_mac_get_x(x, acc);
-        gp_lane_mac_get_x(h, pw);
-        gp_ghash_mul(x, h);
-        x[0] ^= (uint64_t)partner->w[0] << 32 | partner->w[1];
-        x[1] ^= (uint64_t)partner->w[2] << 32 | partner->w[3];
-        gp_lane_mac_set_x(acc, x);
-    } else {
-        gp_p1305_mul(acc->w, pw->w);
-        gp_p1305_add(acc->w, partner->w);
-    }
-}
-
-/* Lane 0's last step: shift the unit's MAC past the body blocks after it, write the partial. */
-GP_KFN void gp_unit_partial_store(const gp_job *j, const gp_key_sched *k, uint32_t u,
-                                  gp_lane_mac *m, uint8_t partial[GP_PARTIAL_BYTES])
-{
-    const uint32_t alg = k->alg;
-    uint64_t end = (uint64_t)u * GP_UNIT_BYTES + 64u * gp_unit_chunks(j, u);
-
-    for (unsigned b = 0; b < GP_PARTIAL_BYTES; b++)
+    v[0] = make_uint4(m->w[0], m->w[1], m->w[2], m->w[3]);
+    v[1] = make_uint4(m->w[4], 0, 0, 0);
+#else
+    for (int i = 0; i < 5; i++)
+        gp_store_le32(partial + 4 * i, m->w[i]);
+    for (unsigned b = 20; b < GP_PARTIAL_BYTES; b++)
         partial[b] = 0;
-    if (alg == GP_ALG_AES_GCM) {
-        uint64_t x[2], hp[2];
-
-        gp_lane_mac_get_x(x, m);
-        if (end < j->body_len) {
-            gp_ghash_pow_tab(hp, k, (j->body_len - end) / 16);
-            gp_ghash_mul(x, hp);
-        }
-        gp_store_be64(partial, x[0]);
-        gp_store_be64(partial + 8, x[1]);
-    } else if (alg == GP_ALG_CHACHA20_POLY1305) {
-        if (end < j->body_len) {
-            uint32_t rp[5];
-
-            gp_p1305_pow(rp, j->poly_r, (j->body_len - end) / 16);
-            gp_p1305_mul(m->w, rp);
-        }
-        for (int i = 0; i < 5; i++)
-            gp_store_le32(partial + 4 * i, m->w[i]);
-    }
-}
-
-/* The host's body unit: every lane in turn, the same tree over an array, lane 0's partial. */
-GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, uint32_t u, const uint8_t *in,
-                         uint8_t *out, uint8_t partial[GP_PARTIAL_BYTES])
-{
-    const uint32_t alg = k->alg;
-    gp_lane_mac v[GP_UNIT_LANES], pw;
-
-    for (uint32_t l = 0; l < GP_UNIT_LANES; l++)
-        gp_unit_lane(j, k, u, l, in, out, &v[l]);
-    if (gp_alg_is_aead(alg)) {
-        /* Ascending l reads v[l + s] before that lane's own step at this level, as a shuffle does. */
-        for (uint32_t s = 1, level = 0; s < GP_UNIT_LANES; s <<= 1, level++) {
-            gp_lane_pow(alg, k, j, level, &pw);
-            for (uint32_t l = 0; l + s < GP_UNIT_LANES; l += 2 * s)
-                gp_lane_combine(alg, &v[l], &v[l + s], &pw);
-        }
-    }
-    gp_unit_partial_store(j, k, u, &v[0], partial);
-    gp_state_wipe(v, sizeof(v));
-    gp_state_wipe(&pw, sizeof(pw));
+#endif
 }
 
 /*
- * A unit's partial MAC as 8 little-endian words, written by another unit of this launch (see
- * GP_LOAD_SHARED). On the GPU two 16-byte L2 loads (partials are 16-byte aligned): byte-wise L2
- * loads issue one after another, each waiting out the L2 latency.
+ * A unit's partial MAC, written by another unit of this launch (see GP_LOAD_SHARED). On the GPU
+ * two 16-byte L2 loads: byte-wise L2 loads issue one after another, each waiting out the L2
+ * latency.
  */
-GP_KFN void gp_partial_load(const uint8_t *p, uint32_t w[8])
+GP_KFN void gp_partial_load(const uint8_t *p, gp_lane_mac *m)
 {
 #if defined(__CUDA_ARCH__)
     const uint4 a = __ldcg((const uint4 *)p), b = __ldcg((const uint4 *)p + 1);
 
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    m->w[0] = a.x; m->w[1] = a.y; m->w[2] = a.z; m->w[3] = a.w;
+    m->w[4] = b.x;
 #else
-    for (int i = 0; i < 8; i++)
-        w[i] = gp_load_le32(p + 4 * i);
+    for (int i = 0; i < 5; i++)
+        m->w[i] = gp_load_le32(p + 4 * i);
 #endif
 }
 
-/* Fold the body's partials into the state (Horner over units), advance past the body, then run
- * the tail serially. `st` is the state the lead left (the GPU finisher passes a copy it loaded
- * from L2). */
-GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
-                           const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
+/* The host's body unit: every lane in turn, their sum as the partial. */
+GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
+                         const uint8_t *in, uint8_t *out, uint8_t partial[GP_PARTIAL_BYTES])
+{
+    const uint32_t alg = k->alg;
+    gp_lane_mac sum, v;
+
+    gp_lane_mac_zero(&sum);
+    for (uint32_t l = 0; l < GP_UNIT_LANES; l++) {
+        gp_unit_lane(j, k, pw, u, l, in, out, &v);
+        if (gp_alg_is_aead(alg))
+            gp_mac_add(alg, &sum, &v);
+    }
+    gp_partial_store(partial, &sum);
+    gp_state_wipe(&sum, sizeof(sum));
+    gp_state_wipe(&v, sizeof(v));
+}
+
+/* ---- the finish ---- */
+
+/* The MAC the lead left in the state, as a MAC value. */
+GP_KFN void gp_state_mac(const gp_msg_state *st, gp_lane_mac *m)
+{
+    if (st->alg == GP_ALG_AES_GCM) {
+        gp_lane_mac_set_x(m, st->ghash_x);
+    } else {
+        for (int i = 0; i < 5; i++)
+            m->w[i] = st->poly.h[i];
+    }
+}
+
+/*
+ * Finisher lane i's share of T (see the top of this file): over the sequence E_0 = X_lead,
+ * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i.
+ * xlead: X_lead (read only by the lane that takes E_0).
+ */
+GP_KFN void gp_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const gp_lane_mac *xlead,
+                         const uint8_t *partials, uint32_t i, gp_lane_mac *t)
+{
+    const uint32_t n = j->nunits;
+    gp_lane_mac e, s;
+
+    gp_lane_mac_zero(t);
+    if (i >= n)
+        return;
+    gp_mac_pow_get(&s, pw, GP_POW_STRIDE);
+    GP_NO_UNROLL
+    for (uint32_t k = (n - 1 - i) % GP_UNIT_LANES; k <= n - 1 - i; k += GP_UNIT_LANES) {
+        if (k == 0)
+            e = *xlead;
+        else
+            gp_partial_load(partials + (size_t)(k - 1) * GP_PARTIAL_BYTES, &e);
+        gp_mac_mul(alg, t, &s);     /* the first pass multiplies zero */
+        gp_mac_add(alg, t, &e);
+    }
+    gp_mac_pow_get(&s, pw, GP_POW_UNIT + i);
+    gp_mac_mul(alg, t, &s);
+}
+
+/*
+ * The serial end of a request with body units: the MAC X = U_(n-1) + P^(4c) T from the lanes'
+ * T (AEAD), counters and text position past the body, the tail, the speculative tag. `st` is the
+ * state the lead left (the GPU finisher passes a copy it loaded from L2).
+ */
+GP_KFN void gp_unit_finish_serial(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                  const gp_mac_pows *pw, const uint8_t *partials, const gp_lane_mac *t,
+                                  const uint8_t *tail_in, uint8_t *tail_out)
 {
     const uint32_t alg = st->alg;
-    const uint64_t nblocks = j->body_len / 16;   /* MAC blocks in the body */
 
-    if (alg == GP_ALG_AES_GCM) {
-        uint64_t hn[2];
+    if (gp_alg_is_aead(alg)) {
+        gp_lane_mac x = *t, f, last;
 
-        gp_ghash_pow_tab(hn, k, nblocks);
-        gp_ghash_mul(st->ghash_x, hn);
-        for (uint32_t u = 0; u < j->nunits; u++) {
-            uint32_t w[8];
-
-            gp_partial_load(partials + GP_PARTIAL_BYTES * u, w);   /* big-endian words [hi, lo] */
-            st->ghash_x[0] ^= (uint64_t)gp_bswap32(w[0]) << 32 | gp_bswap32(w[1]);
-            st->ghash_x[1] ^= (uint64_t)gp_bswap32(w[2]) << 32 | gp_bswap32(w[3]);
+        gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
+        gp_mac_mul(alg, &x, &f);
+        gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
+        gp_mac_add(alg, &x, &last);
+        if (alg == GP_ALG_AES_GCM) {
+            gp_lane_mac_get_x(st->ghash_x, &x);
+        } else {
+            for (int i = 0; i < 5; i++)
+                st->poly.h[i] = x.w[i];
         }
-    } else if (alg == GP_ALG_CHACHA20_POLY1305) {
-        uint32_t rn[5], p[8];
-
-        gp_p1305_pow(rn, st->poly.r, nblocks);
-        gp_p1305_mul(st->poly.h, rn);
-        for (uint32_t u = 0; u < j->nunits; u++) {
-            gp_partial_load(partials + GP_PARTIAL_BYTES * u, p);   /* 5 limbs, then zeros */
-            gp_p1305_add(st->poly.h, p);
-        }
-        gp_state_wipe(rn, sizeof(rn));
+        gp_state_wipe(&x, sizeof(x));
+        gp_state_wipe(&last, sizeof(last));
     }
     gp_bytes_copy(st->ctr, j->body_ctr, 16);
     gp_ctr_add(alg, st->ctr, j->body_len / (gp_alg_is_aes(alg) ? 16 : 64));
     st->text_len += j->body_len;
     gp_msg_run(st, k, j->op, tail_in, tail_out, (size_t)(j->len - j->head_len - j->body_len));
     gp_spec_tag(st, k, j->op);
+}
+
+/* The host's finish: the L finisher lanes in turn, their sum, then the serial end. */
+GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw,
+                           const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
+{
+    gp_lane_mac t, ti, xlead;
+
+    gp_lane_mac_zero(&t);
+    if (gp_alg_is_aead(st->alg)) {
+        gp_state_mac(st, &xlead);
+        for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
+            gp_fold_lane(st->alg, j, pw, &xlead, partials, i, &ti);
+            gp_mac_add(st->alg, &t, &ti);
+        }
+    }
+    gp_unit_finish_serial(st, k, j, pw, partials, &t, tail_in, tail_out);
+    gp_state_wipe(&t, sizeof(t));
+    gp_state_wipe(&ti, sizeof(ti));
+    gp_state_wipe(&xlead, sizeof(xlead));
 }
 
 #endif

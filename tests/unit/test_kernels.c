@@ -673,19 +673,19 @@ static BIGNUM *p1305_bn(const uint32_t h[5])
 /*
  * A body of 1..3 units whose last unit has every length 0..GP_UNIT_LANES chunks (0: the body ends
  * on a unit boundary), every op: each unit's output must be the serial keystream XOR, and its
- * partial must equal the serial MAC of its ciphertext from zero carried on through the body
- * blocks after it (zero blocks: GHASH X -> X H, Poly1305 with no 2^128 bit: h -> h r).
+ * partial the serial MAC of its own ciphertext from zero (the finisher places it in the message).
  */
 static void lanes_case(uint32_t alg, size_t keylen, uint32_t op, uint32_t full_units, uint32_t last_chunks)
 {
     uint8_t key[32], iv[16];
     gp_key_sched ks;
     gp_msg_state st, ref;
+    gp_mac_pows pbuf;
+    const gp_mac_pows *pw;
     gp_job j;
     size_t len = ((size_t)full_units * GP_UNIT_LANES + last_chunks) * 64;
     uint8_t *in = xmalloc(len + 64), *out = xmalloc(len + 64), *want = xmalloc(len + 64);
     uint8_t *part = xmalloc((size_t)(full_units + 1) * GP_PARTIAL_BYTES);
-    const uint8_t zero[16] = {0};
 
     gptest_rand_bytes(key, sizeof(key));
     gptest_rand_bytes(iv, sizeof(iv));
@@ -701,37 +701,32 @@ static void lanes_case(uint32_t alg, size_t keylen, uint32_t op, uint32_t full_u
     assert_int_equal(j.head_len, 0);
     assert_int_equal(j.body_len, len);
     assert_int_equal(j.nunits, full_units + (last_chunks != 0));
+    pw = gp_request_pows(&ks, &st, &pbuf);
     for (uint32_t u = 0; u < j.nunits; u++)
-        gp_unit_body(&j, &ks, u, in, out, part + (size_t)u * GP_PARTIAL_BYTES);
+        gp_unit_body(&j, &ks, pw, u, in, out, part + (size_t)u * GP_PARTIAL_BYTES);
     assert_memory_equal(out, want, len);
     if (gp_alg_is_aead(alg)) {
         const uint8_t *ct = op == GP_OP_DECRYPT ? in : out;
 
         for (uint32_t u = 0; u < j.nunits; u++) {
             size_t off = (size_t)u * GP_UNIT_BYTES, n = len - off < GP_UNIT_BYTES ? len - off : GP_UNIT_BYTES;
-            size_t after = (len - off - n) / 16;
-            const uint8_t *p = part + (size_t)u * GP_PARTIAL_BYTES;
+            gp_lane_mac got;
 
+            gp_partial_load(part + (size_t)u * GP_PARTIAL_BYTES, &got);
             if (alg == GP_ALG_AES_GCM) {
-                uint64_t x[2] = {0, 0};
+                uint64_t x[2] = {0, 0}, y[2];
 
                 gp_ghash_blocks(x, ks.gcm_h, ct + off, n / 16);
-                for (size_t b = 0; b < after; b++)
-                    gp_ghash_blocks(x, ks.gcm_h, zero, 1);
-                assert_true(gp_load_be64(p) == x[0] && gp_load_be64(p + 8) == x[1]);
+                gp_lane_mac_get_x(y, &got);
+                assert_true(x[0] == y[0] && x[1] == y[1]);
             } else {
                 gp_poly1305_state ps = st.poly;
-                uint32_t got[5];
                 BIGNUM *a, *b;
 
-                for (int i = 0; i < 5; i++) {
+                for (int i = 0; i < 5; i++)
                     ps.h[i] = 0;
-                    got[i] = gp_load_le32(p + 4 * i);
-                }
                 gp_poly1305_blocks(&ps, ct + off, n / 16);
-                for (size_t z = 0; z < after; z++)
-                    gp_poly1305_blocks_hibit(&ps, zero, 1, 0);
-                a = p1305_bn(got);
+                a = p1305_bn(got.w);
                 b = p1305_bn(ps.h);
                 assert_int_equal(BN_cmp(a, b), 0);
                 BN_free(a);
@@ -743,6 +738,57 @@ static void lanes_case(uint32_t alg, size_t keylen, uint32_t op, uint32_t full_u
     free(out);
     free(want);
     free(part);
+}
+
+/* The powers table against plain repeated multiplication: entry e must be P^n(e). */
+static void test_mac_pows(void **state)
+{
+    static const uint32_t algs[] = { GP_ALG_AES_GCM, GP_ALG_CHACHA20_POLY1305 };
+    (void)state;
+    for (size_t a = 0; a < 2; a++) {
+        const uint32_t alg = algs[a], L = GP_UNIT_LANES;
+        uint8_t key[32], iv[16];
+        gp_key_sched ks;
+        gp_msg_state st;
+        gp_mac_pows pbuf;
+        const gp_mac_pows *pw;
+        gp_lane_mac p, acc;
+        uint64_t n = 0;
+
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(iv, sizeof(iv));
+        gp_key_schedule(&ks, alg, key, 32);
+        gp_msg_begin(&st, &ks, iv, 12);
+        pw = gp_request_pows(&ks, &st, &pbuf);
+        gp_mac_key(&p, &ks, &st);
+        gp_lane_mac_zero(&acc);
+        acc.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;
+        /* Walk n = 0, 1, 2, ... up to Q^L = P^(4L*L), checking each entry at its exponent. */
+        for (uint64_t e = 0; e <= 4ull * L * L; e++) {
+            for (uint32_t i = 0; i < GP_POW_COUNT; i++) {
+                uint64_t want = i < GP_POW_FIN ? 4ull * (L - 1 - i) + 1
+                                : i < GP_POW_UNIT ? 4ull * (i - GP_POW_FIN + 1)
+                                : i < GP_POW_STRIDE ? 4ull * L * (i - GP_POW_UNIT) : 4ull * L * L;
+                gp_lane_mac got;
+
+                if (want != e)
+                    continue;
+                gp_mac_pow_get(&got, pw, i);
+                if (alg == GP_ALG_AES_GCM) {
+                    assert_memory_equal(got.w, acc.w, sizeof(got.w));
+                } else {
+                    BIGNUM *x = p1305_bn(got.w), *y = p1305_bn(acc.w);
+
+                    assert_int_equal(BN_cmp(x, y), 0);
+                    BN_free(x);
+                    BN_free(y);
+                }
+                n++;
+            }
+            gp_mac_mul(alg, &acc, &p);
+        }
+        assert_int_equal(n, GP_POW_COUNT);
+    }
 }
 
 static void test_unit_lanes(void **state)
@@ -771,7 +817,11 @@ static void test_units_vs_serial(void **state)
     (void)state;
     for (int iter = 0; iter < 160; iter++) {
         size_t a = (size_t)iter % 4, pre = gptest_rand_range(0, 200), aad = gptest_rand_range(0, 40);
-        size_t len = gptest_rand_range(0, 4) == 0 ? gptest_rand_range(0, 200)
+        /* Short, a few units, and (every 10th) more units than a finisher has lanes, so that
+         * its lanes take several partials each. */
+        size_t len = iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
+                                      + gptest_rand_range(0, 300)
+                     : gptest_rand_range(0, 4) == 0 ? gptest_rand_range(0, 200)
                      : gptest_rand_range(0, 3 * GP_UNIT_BYTES + 300);
         uint32_t op = gptest_rand_range(0, 1) ? GP_OP_ENCRYPT : GP_OP_DECRYPT;
         uint8_t key[32], iv[16], t1[16], t2[16];
@@ -779,6 +829,8 @@ static void test_units_vs_serial(void **state)
         uint8_t *part = xmalloc(((len / GP_UNIT_BYTES) + 2) * GP_PARTIAL_BYTES);
         gp_key_sched ks;
         gp_msg_state s1, s2;
+        gp_mac_pows pbuf;
+        const gp_mac_pows *pw;
         gp_job j;
         const int aead = gp_alg_is_aead(algs[a].alg);
 
@@ -793,11 +845,13 @@ static void test_units_vs_serial(void **state)
         s2 = s1;
         gp_msg_run(&s1, &ks, op, buf + pre, o1 + pre, len);
         gp_job_plan(&j, &s2, op, len, 0);
+        pw = gp_request_pows(&ks, &s2, &pbuf);
         gp_unit_lead(&s2, &ks, &j, NULL, buf + pre, o2 + pre);
         for (uint32_t u = 0; u < j.nunits; u++)
-            gp_unit_body(&j, &ks, u, buf + pre + j.head_len, o2 + pre + j.head_len, part + (size_t)u * GP_PARTIAL_BYTES);
+            gp_unit_body(&j, &ks, pw, u, buf + pre + j.head_len, o2 + pre + j.head_len,
+                         part + (size_t)u * GP_PARTIAL_BYTES);
         if (j.nunits > 0)
-            gp_unit_finish(&s2, &ks, &j, part, buf + pre + j.head_len + j.body_len,
+            gp_unit_finish(&s2, &ks, &j, pw, part, buf + pre + j.head_len + j.body_len,
                            o2 + pre + j.head_len + j.body_len);
         assert_memory_equal(o1 + pre, o2 + pre, len);
         if (aead) {
@@ -833,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_gcm_inc32_wrap),
         cmocka_unit_test(test_chacha20_counter_carry),
         cmocka_unit_test(test_aes_ttable),
+        cmocka_unit_test(test_mac_pows),
         cmocka_unit_test(test_unit_lanes),
         cmocka_unit_test(test_units_vs_serial),
     };
