@@ -83,6 +83,9 @@ struct gp_msg {
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */
+    int pows_ready;              /* host/cuda, ChaCha20-Poly1305: `pows` holds this message's powers
+                                  * of r (made at its first request with body units) */
+    gp_mac_pows pows;
     EVP_CIPHER_CTX *cpu_ctx;     /* cpu, EVP path: a default-provider context */
     void *cpu_algctx;            /* cpu, direct path: the default provider's own context */
     const gp_cpu_direct *cpu_direct;   /* functions for cpu_algctx (in the engine, which outlives
@@ -254,6 +257,9 @@ int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs);
 
 /* Message callbacks shared by the host and cuda executors (exec_host.c). */
 int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
+/* The MAC powers a message's body units use: its key's (GCM), or its own powers of r
+ * (ChaCha20-Poly1305), made once per message. */
+const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks);
 
 /* Hybrid policy (hybrid.c): the executor for a message whose first data request is `len` bytes;
  * `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */

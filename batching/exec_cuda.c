@@ -321,7 +321,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             dk = (gp_key_sched *)(c->host + w->key_off);
             memcpy(dk, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
             if (w->job.nunits > 0 && dk->alg == GP_ALG_CHACHA20_POLY1305)
-                (void)gp_request_pows(dk, &r->msg->st, &dk->mac_pows);
+                memcpy(&dk->mac_pows, gp_kstate_pows(r->msg, dk), sizeof(dk->mac_pows));
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
             if (w->job.len > 0)
                 memcpy(c->host + w->in_off, r->in, w->job.len);

@@ -19,16 +19,13 @@
 static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
 {
     uint8_t small[16 * GP_PARTIAL_BYTES], *partials = small;
-    gp_mac_pows pbuf;
     gp_job j;
 
     gp_job_plan(&j, &m->st, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
     if (j.nunits > 16 && (partials = OPENSSL_malloc((size_t)j.nunits * GP_PARTIAL_BYTES)) == NULL)
         return 0;
     if (j.nunits > 0) {
-        /* The units' powers come from the state the request starts from (r is set at message
-         * start), made before the lead changes it. */
-        const gp_mac_pows *pw = gp_request_pows(ks, &m->st, &pbuf);
+        const gp_mac_pows *pw = gp_kstate_pows(m, ks);
         const uint8_t *body_in = r->in + j.head_len;
         uint8_t *body_out = r->out + j.head_len;
 
@@ -36,7 +33,6 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
         for (uint32_t u = 0; u < j.nunits; u++)
             gp_unit_body(&j, ks, pw, u, body_in, body_out, partials + (size_t)u * GP_PARTIAL_BYTES);
         gp_unit_finish(&m->st, ks, &j, pw, partials, body_in + j.body_len, body_out + j.body_len);
-        OPENSSL_cleanse(&pbuf, sizeof(pbuf));
     } else {
         gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
     }
@@ -118,7 +114,19 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
 {
     (void)e;
     gp_msg_begin(&m->st, gp_key_sched_get(m->key), m->iv, m->ivlen);
+    m->pows_ready = 0;
     return 1;
+}
+
+const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks)
+{
+    if (ks->alg != GP_ALG_CHACHA20_POLY1305)
+        return &ks->mac_pows;
+    if (!m->pows_ready) {
+        (void)gp_request_pows(ks, &m->st, &m->pows);
+        m->pows_ready = 1;
+    }
+    return &m->pows;
 }
 
 /* ---- the worker pool ---- */

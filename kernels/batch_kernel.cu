@@ -74,6 +74,12 @@ static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_
     gp_state_wipe(&local, sizeof(local));
 }
 
+static __device__ __noinline__ void batch_finish_fast(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                                      const uint8_t *partials, const gp_lane_mac *t)
+{
+    gp_unit_finish_fast(st, k, j, &k->mac_pows, partials, t);
+}
+
 /* m = sum of the lane group's values, in lane 0 (the other lanes end with partial sums). */
 static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m)
 {
@@ -149,7 +155,11 @@ gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint
             batch_fold(st, k, &w->job, partials, lane, &tsum);
             group_sum(alg, mask, &tsum);
         }
-        if (lane == 0)
-            batch_finish(st, k, &w->job, partials, &tsum, in, out);
+        if (lane == 0) {
+            if (w->job.len == w->job.head_len + w->job.body_len)
+                batch_finish_fast(st, k, &w->job, partials, &tsum);   /* no tail: words only */
+            else
+                batch_finish(st, k, &w->job, partials, &tsum, in, out);
+        }
     }
 }

@@ -117,11 +117,12 @@ GP_KFN void gp_poly1305_blocks(gp_poly1305_state *st, const uint8_t *p, size_t n
  * short, the 0x01 lands inside the 16 bytes and the implicit 2^128 bit is not added. Then reduce h
  * fully mod 2^130-5 without branches, add s mod 2^128 and write the tag. Wipes the state.
  */
+GP_KFN void gp_poly1305_tag_words(const uint32_t h[5], const uint32_t pad[4], uint32_t tag[4]);
+
 GP_KFN void gp_poly1305_finish(gp_poly1305_state *st, const uint8_t *last, size_t lastlen,
                                uint8_t tag[16])
 {
-    uint32_t h0, h1, h2, h3, h4, g0, g1, g2, g3, g4, c, mask;
-    uint64_t f;
+    uint32_t tag32[4];
 
     if (lastlen > 0) {
         uint8_t blk[16];
@@ -131,7 +132,21 @@ GP_KFN void gp_poly1305_finish(gp_poly1305_state *st, const uint8_t *last, size_
         gp_poly1305_blocks_hibit(st, blk, 1, 0);
         gp_state_wipe(blk, sizeof(blk));
     }
-    h0 = st->h[0]; h1 = st->h[1]; h2 = st->h[2]; h3 = st->h[3]; h4 = st->h[4];
+    gp_poly1305_tag_words(st->h, st->pad, tag32);
+    for (int i = 0; i < 4; i++)
+        gp_store_le32(tag + 4 * i, tag32[i]);
+    gp_state_wipe(tag32, sizeof(tag32));
+    gp_state_wipe(st, sizeof(*st));
+}
+
+/* The tag from an accumulator (partially reduced limbs) and s: reduce h fully mod 2^130-5 without
+ * branches, add s mod 2^128 (§2.5), as 4 little-endian words. */
+GP_KFN void gp_poly1305_tag_words(const uint32_t h[5], const uint32_t pad[4], uint32_t tag[4])
+{
+    uint32_t h0, h1, h2, h3, h4, g0, g1, g2, g3, g4, c, mask;
+    uint64_t f;
+
+    h0 = h[0]; h1 = h[1]; h2 = h[2]; h3 = h[3]; h4 = h[4];
 
     /* Complete carry propagation: h < 2^130 + small. */
     c = h1 >> 26; h1 &= GP_POLY_MASK26;
@@ -163,15 +178,10 @@ GP_KFN void gp_poly1305_finish(gp_poly1305_state *st, const uint8_t *last, size_
     h1 = (h1 >> 6) | (h2 << 20);
     h2 = (h2 >> 12) | (h3 << 14);
     h3 = (h3 >> 18) | (h4 << 8);
-    f = (uint64_t)h0 + st->pad[0];             h0 = (uint32_t)f;
-    f = (uint64_t)h1 + st->pad[1] + (f >> 32); h1 = (uint32_t)f;
-    f = (uint64_t)h2 + st->pad[2] + (f >> 32); h2 = (uint32_t)f;
-    f = (uint64_t)h3 + st->pad[3] + (f >> 32); h3 = (uint32_t)f;
-    gp_store_le32(tag + 0, h0);
-    gp_store_le32(tag + 4, h1);
-    gp_store_le32(tag + 8, h2);
-    gp_store_le32(tag + 12, h3);
-    gp_state_wipe(st, sizeof(*st));
+    f = (uint64_t)h0 + pad[0];             tag[0] = (uint32_t)f;
+    f = (uint64_t)h1 + pad[1] + (f >> 32); tag[1] = (uint32_t)f;
+    f = (uint64_t)h2 + pad[2] + (f >> 32); tag[2] = (uint32_t)f;
+    f = (uint64_t)h3 + pad[3] + (f >> 32); tag[3] = (uint32_t)f;
 }
 
 #endif

@@ -450,6 +450,96 @@ GP_KFN void gp_unit_finish_serial(gp_msg_state *st, const gp_key_sched *k, const
     gp_spec_tag(st, k, j->op);
 }
 
+/* Words of a message state in the batch arena, which another unit of this launch may have written
+ * (see GP_LOAD_SHARED); p is 4- (get32/put32) or 8-byte (get64) aligned. */
+GP_KFN uint32_t gp_st_get32(const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    return __ldcg((const unsigned int *)p);
+#else
+    return gp_load_le32(p);
+#endif
+}
+
+GP_KFN uint64_t gp_st_get64(const uint64_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    return __ldcg((const unsigned long long *)p);
+#else
+    return *p;
+#endif
+}
+
+GP_KFN void gp_st_put32(uint8_t *p, uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint32_t *)p = v;
+#else
+    gp_store_le32(p, v);
+#endif
+}
+
+/*
+ * The serial end of a request that stops on a 64-byte text boundary (no tail: TLS records and bulk
+ * updates of whole blocks): no keystream or MAC block is pending there, so only the fields that
+ * change are written, word by word, straight into the state: MAC, counter, text position and the
+ * speculative tag (SP 800-38D §7.1 steps 5-6; RFC 8439 §2.8). On the GPU the byte-wise general
+ * path costs a chain of local-memory accesses on one thread, tens of microseconds per request.
+ */
+GP_KFN void gp_unit_finish_fast(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
+                                const gp_mac_pows *pw, const uint8_t *partials, const gp_lane_mac *t)
+{
+    const uint32_t alg = k->alg;
+    const uint64_t text_len = gp_st_get64(&st->text_len) + j->body_len;
+    uint32_t c[4];
+
+    gp_ctr_words(alg, j->body_ctr, j->body_len / (gp_alg_is_aes(alg) ? 16 : 64), 1, c);
+    for (int i = 0; i < 4; i++)
+        gp_st_put32(st->ctr + 4 * i, c[i]);
+    st->text_len = text_len;
+    st->spec_valid = 0;
+    if (gp_alg_is_aead(alg)) {
+        const uint64_t aad_bytes = gp_st_get64(&st->aad_len);
+        gp_lane_mac x = *t, f, last;
+        uint32_t tag[4];
+
+        gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
+        gp_mac_mul(alg, &x, &f);
+        gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
+        gp_mac_add(alg, &x, &last);
+        if (alg == GP_ALG_AES_GCM) {
+            uint64_t sx[2];
+
+            /* S = (X ^ [len(A)]64 || [len(C)]64) * H; T = S ^ E_K(J0), as big-endian bytes. */
+            gp_lane_mac_get_x(st->ghash_x, &x);
+            sx[0] = st->ghash_x[0] ^ aad_bytes * 8;
+            sx[1] = st->ghash_x[1] ^ text_len * 8;
+            gp_ghash_mul(sx, k->gcm_h);
+            tag[0] = gp_bswap32((uint32_t)(sx[0] >> 32)) ^ gp_st_get32(st->gcm_ekj0);
+            tag[1] = gp_bswap32((uint32_t)sx[0]) ^ gp_st_get32(st->gcm_ekj0 + 4);
+            tag[2] = gp_bswap32((uint32_t)(sx[1] >> 32)) ^ gp_st_get32(st->gcm_ekj0 + 8);
+            tag[3] = gp_bswap32((uint32_t)sx[1]) ^ gp_st_get32(st->gcm_ekj0 + 12);
+        } else {
+            /* Poly1305 over le64(len(A)) || le64(len(C)) as a full block, then the tag. */
+            uint32_t h[5], r[5], pad[4];
+            const uint32_t lens[4] = { (uint32_t)aad_bytes, (uint32_t)(aad_bytes >> 32),
+                                       (uint32_t)text_len, (uint32_t)(text_len >> 32) };
+
+            for (int i = 0; i < 5; i++) {
+                st->poly.h[i] = h[i] = x.w[i];
+                r[i] = gp_st_get32((const uint8_t *)&st->poly.r[i]);
+            }
+            for (int i = 0; i < 4; i++)
+                pad[i] = gp_st_get32((const uint8_t *)&st->poly.pad[i]);
+            gp_poly1305_words(h, r, lens, 1);
+            gp_poly1305_tag_words(h, pad, tag);
+        }
+        for (int i = 0; i < 4; i++)
+            gp_st_put32(st->spec_tag + 4 * i, tag[i]);
+        st->spec_valid = 1;
+    }
+}
+
 /* The host's finish: the L finisher lanes in turn, their sum, then the serial end. */
 GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw,
                            const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
@@ -464,7 +554,10 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
             gp_mac_add(st->alg, &t, &ti);
         }
     }
-    gp_unit_finish_serial(st, k, j, pw, partials, &t, tail_in, tail_out);
+    if (j->len == j->head_len + j->body_len)
+        gp_unit_finish_fast(st, k, j, pw, partials, &t);
+    else
+        gp_unit_finish_serial(st, k, j, pw, partials, &t, tail_in, tail_out);
     gp_state_wipe(&t, sizeof(t));
     gp_state_wipe(&ti, sizeof(ti));
     gp_state_wipe(&xlead, sizeof(xlead));
