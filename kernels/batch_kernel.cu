@@ -39,15 +39,7 @@ static __device__ __noinline__ void batch_fold(const gp_msg_state *st, const gp_
 {
     gp_lane_mac xlead;
 
-    /* The lead's MAC, from L2 (another block may have written it). */
-    if (k->alg == GP_ALG_AES_GCM) {
-        const uint64_t x[2] = { __ldcg(&st->ghash_x[0]), __ldcg(&st->ghash_x[1]) };
-
-        gp_lane_mac_set_x(&xlead, x);
-    } else {
-        for (int i = 0; i < 5; i++)
-            xlead.w[i] = __ldcg(&st->poly.h[i]);
-    }
+    gp_state_mac(k->alg, st, &xlead);   /* from L2: the lead may run in another block */
     gp_fold_lane(k->alg, j, &k->mac_pows, &xlead, partials, lane, t);
 }
 

@@ -377,15 +377,59 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
 
 /* ---- the finish ---- */
 
-/* The MAC the lead left in the state, as a MAC value. */
-GP_KFN void gp_state_mac(const gp_msg_state *st, gp_lane_mac *m)
+/* Words of a message state in the batch arena, which another unit of this launch may have written
+ * (see GP_LOAD_SHARED); p is 4- (get32/put32) or 8-byte (get64) aligned. */
+GP_KFN uint32_t gp_st_get32(const uint8_t *p)
 {
-    if (st->alg == GP_ALG_AES_GCM) {
-        gp_lane_mac_set_x(m, st->ghash_x);
+#if defined(__CUDA_ARCH__)
+    return __ldcg((const unsigned int *)p);
+#else
+    return gp_load_le32(p);
+#endif
+}
+
+GP_KFN uint64_t gp_st_get64(const uint64_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    return __ldcg((const unsigned long long *)p);
+#else
+    return *p;
+#endif
+}
+
+GP_KFN void gp_st_put32(uint8_t *p, uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint32_t *)p = v;
+#else
+    gp_store_le32(p, v);
+#endif
+}
+
+/* The MAC the lead left in the state, as a MAC value (the lead may run in another block). */
+GP_KFN void gp_state_mac(uint32_t alg, const gp_msg_state *st, gp_lane_mac *m)
+{
+    if (alg == GP_ALG_AES_GCM) {
+        const uint64_t x[2] = { gp_st_get64(&st->ghash_x[0]), gp_st_get64(&st->ghash_x[1]) };
+
+        gp_lane_mac_set_x(m, x);
     } else {
         for (int i = 0; i < 5; i++)
-            m->w[i] = st->poly.h[i];
+            m->w[i] = gp_st_get32((const uint8_t *)&st->poly.h[i]);
     }
+}
+
+/* The message's MAC after the body, from the finisher lanes' sum T: X = T * P^(4c) + U_(n-1). */
+GP_KFN void gp_finish_mac(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
+                          const gp_lane_mac *t, gp_lane_mac *x)
+{
+    gp_lane_mac f, last;
+
+    *x = *t;
+    gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
+    gp_mac_mul(alg, x, &f);
+    gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
+    gp_mac_add(alg, x, &last);
 }
 
 /*
@@ -428,12 +472,9 @@ GP_KFN void gp_unit_finish_serial(gp_msg_state *st, const gp_key_sched *k, const
     const uint32_t alg = st->alg;
 
     if (gp_alg_is_aead(alg)) {
-        gp_lane_mac x = *t, f, last;
+        gp_lane_mac x;
 
-        gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
-        gp_mac_mul(alg, &x, &f);
-        gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
-        gp_mac_add(alg, &x, &last);
+        gp_finish_mac(alg, j, pw, partials, t, &x);
         if (alg == GP_ALG_AES_GCM) {
             gp_lane_mac_get_x(st->ghash_x, &x);
         } else {
@@ -441,42 +482,12 @@ GP_KFN void gp_unit_finish_serial(gp_msg_state *st, const gp_key_sched *k, const
                 st->poly.h[i] = x.w[i];
         }
         gp_state_wipe(&x, sizeof(x));
-        gp_state_wipe(&last, sizeof(last));
     }
     gp_bytes_copy(st->ctr, j->body_ctr, 16);
     gp_ctr_add(alg, st->ctr, j->body_len / (gp_alg_is_aes(alg) ? 16 : 64));
     st->text_len += j->body_len;
     gp_msg_run(st, k, j->op, tail_in, tail_out, (size_t)(j->len - j->head_len - j->body_len));
     gp_spec_tag(st, k, j->op);
-}
-
-/* Words of a message state in the batch arena, which another unit of this launch may have written
- * (see GP_LOAD_SHARED); p is 4- (get32/put32) or 8-byte (get64) aligned. */
-GP_KFN uint32_t gp_st_get32(const uint8_t *p)
-{
-#if defined(__CUDA_ARCH__)
-    return __ldcg((const unsigned int *)p);
-#else
-    return gp_load_le32(p);
-#endif
-}
-
-GP_KFN uint64_t gp_st_get64(const uint64_t *p)
-{
-#if defined(__CUDA_ARCH__)
-    return __ldcg((const unsigned long long *)p);
-#else
-    return *p;
-#endif
-}
-
-GP_KFN void gp_st_put32(uint8_t *p, uint32_t v)
-{
-#if defined(__CUDA_ARCH__)
-    *(uint32_t *)p = v;
-#else
-    gp_store_le32(p, v);
-#endif
 }
 
 /*
@@ -500,13 +511,10 @@ GP_KFN void gp_unit_finish_fast(gp_msg_state *st, const gp_key_sched *k, const g
     st->spec_valid = 0;
     if (gp_alg_is_aead(alg)) {
         const uint64_t aad_bytes = gp_st_get64(&st->aad_len);
-        gp_lane_mac x = *t, f, last;
+        gp_lane_mac x;
         uint32_t tag[4];
 
-        gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
-        gp_mac_mul(alg, &x, &f);
-        gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
-        gp_mac_add(alg, &x, &last);
+        gp_finish_mac(alg, j, pw, partials, t, &x);
         if (alg == GP_ALG_AES_GCM) {
             uint64_t sx[2];
 
@@ -548,7 +556,7 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
 
     gp_lane_mac_zero(&t);
     if (gp_alg_is_aead(st->alg)) {
-        gp_state_mac(st, &xlead);
+        gp_state_mac(st->alg, st, &xlead);
         for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
             gp_fold_lane(st->alg, j, pw, &xlead, partials, i, &ti);
             gp_mac_add(st->alg, &t, &ti);
