@@ -304,8 +304,23 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 static void warmups_wait_at_exit(void)
 {
     atomic_store(&warmups_exit, 1);
-    for (int i = 0; i < 3000 && atomic_load(&warmups_running) > 0; i++)
+    /* Creating a context can take seconds when many processes do it at once (speed -multi 16). */
+    for (int i = 0; i < 15000 && atomic_load(&warmups_running) > 0; i++)
         sleep_1ms();
+}
+
+/*
+ * atexit handlers run last-registered first, and the CUDA runtime registers its teardown during its
+ * first call. cuda_open makes that first call a cheap one (cudaGetDeviceCount) and calls this right
+ * after it, before the slow context creation: registered now, the wait above runs before the
+ * runtime's teardown, so a process that exits while a warm-up is inside cudaSetDevice waits for it
+ * instead of tearing the driver down under it (glibc then aborted in libcuda: the -multi 16 crash
+ * in bench/RESULTS.md).
+ */
+void gp_warm_runtime_loaded(void)
+{
+    if (atomic_load(&warmups_running) > 0)
+        atexit(warmups_wait_at_exit);
 }
 
 static void register_warmups_atexit(void)
@@ -326,9 +341,6 @@ static void *warmup_main(void *v)
     /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
     gp_async_pin_module();
     if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
-        /* The runtime may have registered its exit-time teardown during that first call, after
-         * ours: register again so that ours runs before it (atexit handlers run last-in first). */
-        atexit(warmups_wait_at_exit);
         if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
             gp_hybrid_warm(e, gpu);
     }
@@ -338,18 +350,49 @@ static void *warmup_main(void *v)
 }
 
 /*
- * backend=auto where the cuda executor is built: the GPU opens and the hybrid policy measures in a
- * thread of its own, once per process; until it is done every message goes to the cpu executor,
- * so no caller ever waits for it (openssl speed -multi forks 16 children whose 1-second runs
- * would otherwise be spent opening CUDA). Returns 1 once the warm-up is over.
+ * Does this process show work the GPU could win (hybrid.c's rules)? A message started inside an
+ * async job, or by a second thread. A single-threaded synchronous process (an nginx worker,
+ * `openssl speed` without -async_jobs, each child of `speed -multi`) would route every message of
+ * up to lone_gpu_bytes to the cpu executor anyway, so it never opens CUDA: the 16 children of
+ * `speed -multi 16`, each creating a context and calibrating beside its benchmark, ran at half the
+ * default provider's speed (bench/RESULTS.md). Large messages are the third sign (submit_one).
  */
-static int warmed_up(gp_engine *e)
+static int gpu_demand(gp_engine *e)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), seen;
+    unsigned gen = gp_fork_generation();
+
+    if (ASYNC_get_current_job() != NULL)
+        return 1;
+    if (atomic_load_explicit(&e->caller_gen, memory_order_relaxed) != gen + 1) {
+        /* The first message of this process (a forked child finds its parent's value). */
+        atomic_store_explicit(&e->first_caller, self, memory_order_relaxed);
+        atomic_store_explicit(&e->caller_gen, gen + 1, memory_order_relaxed);
+        return 0;
+    }
+    seen = atomic_load_explicit(&e->first_caller, memory_order_relaxed);
+    return seen != self;
+}
+
+/* A message this large may go to the GPU even from a lone synchronous caller (hybrid.c, rule 2):
+ * the round trip's fixed cost is small beside it. */
+#define GP_DEMAND_BYTES (256u * 1024u)
+
+/*
+ * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens and
+ * the hybrid policy measures in a thread of its own, once per process; until it is done every
+ * message goes to the cpu executor, so no caller ever waits for it. Returns 1 once the warm-up is
+ * over; `start`: start it now if it has not started.
+ */
+static int warmed_up(gp_engine *e, int start)
 {
     unsigned gen = gp_fork_generation();
     int done;
 
     if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
         return 1;
+    if (!start)
+        return 0;
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
     if (!e->warm_started || e->warm_gen != gen) {
@@ -385,7 +428,7 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
  * auto and hybrid: the hybrid policy between the GPU (cuda, or host as a stand-in for tests) and the
  * cpu executor where a GPU works; auto is plain cpu where none does.
  */
-static const gp_executor *preferred_executor(gp_engine *e)
+static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
 {
     const gp_executor *want, *got;
     gp_backend b = e->knobs.backend;
@@ -399,7 +442,8 @@ static const gp_executor *preferred_executor(gp_engine *e)
         want = &gp_exec_host;
         break;
     case GP_BACKEND_AUTO:
-        if (executors[GP_EXEC_CUDA] != NULL && !e->knobs.hybrid_gpu_host && !warmed_up(e))
+        if (executors[GP_EXEC_CUDA] != NULL && !e->knobs.hybrid_gpu_host
+            && !warmed_up(e, new_msg && gpu_demand(e)))
             /* Not remembered: asked again until the warm-up is over. */
             return gp_engine_executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
         /* fall through */
@@ -435,7 +479,7 @@ static const gp_executor *preferred_executor(gp_engine *e)
 
 const char *gp_engine_backend_name(gp_engine *e)
 {
-    const char *name = preferred_executor(e)->name;
+    const char *name = preferred_executor(e, 0)->name;
 
     return atomic_load_explicit(&e->hybrid, memory_order_relaxed) ? "hybrid" : name;
 }
@@ -525,10 +569,13 @@ gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy)
     return d;
 }
 
+static void fold_cpu_calls(gp_msg *m);
+
 void gp_msg_free(gp_msg *m)
 {
     if (m == NULL)
         return;
+    fold_cpu_calls(m);
     for (int i = 0; i < GP_EXEC_COUNT; i++)
         if (executors[i] != NULL && executors[i]->msg_clear != NULL)
             executors[i]->msg_clear(m);
@@ -537,10 +584,11 @@ void gp_msg_free(gp_msg *m)
 
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
-    const gp_executor *x = preferred_executor(m->engine);
+    const gp_executor *x = preferred_executor(m->engine, 1);
 
     if (ivlen > sizeof(m->iv))
         return 0;
+    fold_cpu_calls(m);
     m->key = k;
     m->enc = enc;
     m->ivlen = ivlen;
@@ -585,7 +633,7 @@ static size_t route_len(const gp_request *r)
 static int route_now(gp_msg *m, size_t len)
 {
     gp_engine *e = m->engine;
-    const gp_executor *x = preferred_executor(e);
+    const gp_executor *x = preferred_executor(e, 1);
 
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed))
         x = gp_hybrid_route(e, x, m, len);
@@ -687,8 +735,12 @@ static int submit_one(gp_msg *m, gp_request *r)
             return r->status = GP_REQ_FAILED;
         }
     }
-    if (m->exec == NULL || m->exec == &gp_exec_cpu)
+    if (m->exec == NULL || m->exec == &gp_exec_cpu) {
+        if (r->len >= GP_DEMAND_BYTES && m->engine->knobs.backend == GP_BACKEND_AUTO
+            && executors[GP_EXEC_CUDA] != NULL && !m->engine->knobs.hybrid_gpu_host)
+            (void)warmed_up(m->engine, 1);   /* later messages this large may go to the GPU */
         return submit_routed(m, r);
+    }
     if (hold_aad(m, r))
         return r->status;
     if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
@@ -702,17 +754,53 @@ static int submit_one(gp_msg *m, gp_request *r)
     return status;
 }
 
+/*
+ * AAD and data of a message on the cpu executor: straight to it, without a gp_request (building
+ * one and the queue's bookkeeping doubled the cost of a 16-byte call). Larger calls take
+ * submit_one, which may start the GPU's warm-up for them.
+ */
+static int cpu_call(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+{
+    if (!gp_cpu_update(m, in, out, len)) {
+        count_error(m->engine);
+        return 0;
+    }
+    m->cpu_calls++;
+    m->cpu_bytes += len;
+    return 1;
+}
+
+/* Add the message's cpu_call counts to the engine's stats. */
+static void fold_cpu_calls(gp_msg *m)
+{
+    gp_engine *e = m->engine;
+
+    if (m->cpu_calls != 0 && e->knobs.stats) {
+        gp_stat_add(e, GP_ST_OPS, m->cpu_calls);
+        gp_stat_add(e, GP_ST_BATCHES, m->cpu_calls);
+        gp_stat_add(e, GP_ST_EXEC_OPS + GP_EXEC_CPU, m->cpu_calls);
+        gp_stat_add(e, GP_ST_BYTES, m->cpu_bytes);
+    }
+    m->cpu_calls = m->cpu_bytes = 0;
+}
+
 int gp_msg_aad(gp_msg *m, const uint8_t *aad, size_t len)
 {
-    gp_request r = { .kind = GP_REQ_AAD, .in = aad, .len = len };
+    gp_request r;
 
+    if (m->exec == &gp_exec_cpu && len < GP_DEMAND_BYTES)
+        return cpu_call(m, aad, NULL, len);
+    r = (gp_request){ .kind = GP_REQ_AAD, .in = aad, .len = len };
     return submit_one(m, &r) == GP_REQ_OK;
 }
 
 int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
 {
-    gp_request r = { .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len };
+    gp_request r;
 
+    if (m->exec == &gp_exec_cpu && len < GP_DEMAND_BYTES)
+        return cpu_call(m, in, out, len);
+    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len };
     return submit_one(m, &r) == GP_REQ_OK;
 }
 

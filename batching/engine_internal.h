@@ -92,6 +92,10 @@ struct gp_msg {
                                         * its messages) */
     uint64_t cpu_key_id;         /* key loaded in cpu_ctx / cpu_algctx, 0 if none */
     size_t cpu_ivlen;            /* GCM IV length cpu_ctx / cpu_algctx is set to */
+    /* knob stats: AAD and data calls the cpu executor ran straight from gp_msg_aad/gp_msg_crypt,
+     * counted here by the message's one user and added to the engine's counters when the message
+     * restarts or is freed (engine.c), so a 16-byte call pays no locked instruction. */
+    uint64_t cpu_calls, cpu_bytes;
 };
 
 /* The host executor's worker pool (started on the first batch worth spreading). */
@@ -213,6 +217,8 @@ struct gp_engine {
     _Atomic int hybrid;          /* preferred is shared with the cpu executor by the hybrid policy */
     /* backend=auto: the GPU opens and the policy measures in the background (engine.c). */
     int warm_started;            /* under open_lock */
+    _Atomic uintptr_t first_caller;   /* pthread_self() of the first thread to start a message */
+    _Atomic unsigned caller_gen;      /* ... in this process: its fork generation + 1 (0: none yet) */
     _Atomic unsigned warm_gen;   /* the process it was started in */
     pthread_t warm_thread;
     _Atomic int warm_done;
@@ -271,6 +277,9 @@ int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg);
 void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
 int gp_warm_stopping(gp_engine *e);
+/* The CUDA runtime has just loaded (its first call returned): order the exit-time wait for
+ * warm-ups before the runtime's own teardown (engine.c). */
+void gp_warm_runtime_loaded(void);
 void gp_hybrid_cleanup(gp_hybrid *h);
 /* One line per calibrated algorithm (stats line companion). */
 void gp_hybrid_print(gp_engine *e);
@@ -278,6 +287,8 @@ void gp_hybrid_print(gp_engine *e);
 /* cpu executor: runs one request on the message's default-provider context (it cannot fail as an
  * executor, so the engine's fallback path has nothing to do for it); returns r->status. */
 int gp_cpu_run_one(gp_request *r);
+/* AAD (out NULL) or data of m, on the cpu executor at once; 1 on success. */
+int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
 
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);

@@ -133,6 +133,7 @@ static int cuda_open(gp_engine *e)
                     err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
         return 0;
     }
+    gp_warm_runtime_loaded();   /* before the slow part: creating the contexts */
     if (e->knobs.device >= n) {
         fprintf(stderr, "gpuprov: device %d does not exist (%d GPU%s); the cuda executor is off\n",
                 e->knobs.device, n, n == 1 ? "" : "s");

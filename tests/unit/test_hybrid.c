@@ -303,14 +303,67 @@ static void test_calibration_in_job(void **state)
     teardown(&f);
 }
 
-/* backend=auto: messages started while the GPU opens in the background run on the cpu executor
- * (nothing fails, nothing waits), and after it the engine serves as the warm-up decided. */
+/* One message through f->e, checked against the default provider. */
+static void auto_message(fixture *f)
+{
+    uint8_t iv[12], aad[13], in[2048], out[2048], ref[2048 + 16], tag[16], ref_tag[16];
+    gp_msg *m = gp_msg_new(f->e);
+
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(aad, sizeof(aad));
+    gptest_rand_bytes(in, sizeof(in));
+    reference(f, iv, aad, sizeof(aad), in, sizeof(in), ref, ref_tag);
+    assert_true(gp_msg_start(m, f->key, iv, 12, 1));
+    assert_true(gp_msg_aad(m, aad, sizeof(aad)));
+    assert_true(gp_msg_crypt(m, in, out, sizeof(in)));
+    assert_true(gp_msg_tag(m, tag));
+    assert_memory_equal(out, ref, sizeof(in));
+    assert_memory_equal(tag, ref_tag, 16);
+    gp_msg_free(m);
+}
+
+static int auto_job_main(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+
+    auto_message(f);
+    return 1;
+}
+
+static void *auto_thread_main(void *arg)
+{
+    auto_message(arg);
+    return NULL;
+}
+
+/* Has the auto backend's warm-up (GPU open, calibration) started in this engine? */
+static int warm_started(fixture *f)
+{
+    int started;
+
+    pthread_mutex_lock(&f->e->open_lock);
+    started = f->e->warm_started;
+    pthread_mutex_unlock(&f->e->open_lock);
+    return started;
+}
+
+#ifdef GPUPROV_HAVE_CUDA
+# define CUDA_BUILT 1
+#else
+# define CUDA_BUILT 0
+#endif
+
+/* backend=auto: a single-threaded synchronous caller never opens the GPU (every message it sends
+ * goes to the cpu executor); a message inside an async job, or from a second thread, starts the
+ * warm-up where the cuda executor is built. Messages started while the GPU opens in the background
+ * run on the cpu executor (nothing fails, nothing waits), and after it the engine serves as the
+ * warm-up decided. */
 static void test_auto_warmup(void **state)
 {
     fixture f;
     gp_knobs k;
     gp_stats st;
-    uint8_t iv[12], aad[13], in[2048], out[2048], ref[2048 + 16], tag[16], ref_tag[16];
+    pthread_t t;
 
     (void)state;
     gp_knobs_load(&k, NULL, NULL);
@@ -322,21 +375,27 @@ static void test_auto_warmup(void **state)
     f.e = gp_engine_new(&k, f.lib);
     gptest_rand_bytes(f.raw, sizeof(f.raw));
     f.key = gp_key_new(f.e, GP_ALG_AES_GCM, f.raw, 32);
-    for (int i = 0; i < 300; i++) {
-        gp_msg *m = gp_msg_new(f.e);
+    for (int i = 0; i < 100; i++)
+        auto_message(&f);
+    assert_int_equal(warm_started(&f), 0);
+    gp_engine_stats(f.e, &st);
+    assert_int_equal(st.cpu_ops, 100 * 3);   /* AAD, data, tag: counted once the messages are freed */
+    assert_int_equal(st.bytes, 100 * (13 + 2048));
+    assert_int_equal(run_in_job(&f, auto_job_main), 1);
+    assert_int_equal(warm_started(&f), CUDA_BUILT);
+    teardown(&f);
 
-        gptest_rand_bytes(iv, sizeof(iv));
-        gptest_rand_bytes(aad, sizeof(aad));
-        gptest_rand_bytes(in, sizeof(in));
-        reference(&f, iv, aad, sizeof(aad), in, sizeof(in), ref, ref_tag);
-        assert_true(gp_msg_start(m, f.key, iv, 12, 1));
-        assert_true(gp_msg_aad(m, aad, sizeof(aad)));
-        assert_true(gp_msg_crypt(m, in, out, sizeof(in)));
-        assert_true(gp_msg_tag(m, tag));
-        assert_memory_equal(out, ref, sizeof(in));
-        assert_memory_equal(tag, ref_tag, 16);
-        gp_msg_free(m);
-    }
+    /* A second thread is the other sign of work to batch. */
+    f.lib = OSSL_LIB_CTX_new();
+    f.dflt = OSSL_PROVIDER_load(f.lib, "default");
+    f.e = gp_engine_new(&k, f.lib);
+    f.key = gp_key_new(f.e, GP_ALG_AES_GCM, f.raw, 32);
+    auto_message(&f);
+    assert_int_equal(pthread_create(&t, NULL, auto_thread_main, &f), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(warm_started(&f), CUDA_BUILT);
+    for (int i = 0; i < 300; i++)
+        auto_message(&f);
     gp_engine_stats(f.e, &st);
     assert_int_equal(st.errors, 0);
     teardown(&f);
