@@ -317,14 +317,12 @@ static int direct_run_one(gp_request *r)
 {
     const gp_cpu_direct *d = r->msg->cpu_direct;
     void *ac = r->msg->cpu_algctx;
-    size_t outl = 0;
 
     switch (r->kind) {
     case GP_REQ_CRYPT:
-        return d->update(ac, r->out, &outl, r->len, r->in, r->len) && outl == r->len
-               ? GP_REQ_OK : GP_REQ_FAILED;
+        return gp_cpu_update(r->msg, r->in, r->out, r->len) ? GP_REQ_OK : GP_REQ_FAILED;
     case GP_REQ_AAD:
-        return d->update(ac, NULL, &outl, r->len, r->in, r->len) ? GP_REQ_OK : GP_REQ_FAILED;
+        return gp_cpu_update(r->msg, r->in, NULL, r->len) ? GP_REQ_OK : GP_REQ_FAILED;
     case GP_REQ_TAG:
         return direct_tag(d, ac, r);
     case GP_REQ_VERIFY:

@@ -47,6 +47,51 @@ static uint8_t rand_byte(void)
 }
 
 /* Median kernel time in ms for one cipher over nmsg messages of msg bytes. */
+/* Where run() restores the plans (done counters) and states its launches change. */
+typedef struct restore_plan {
+    uint8_t *dev, *backup;
+    size_t work_off, key_off, states_off, out_off;
+} restore_plan;
+
+/*
+ * Median time (ms) of gp_batch_kernel(args) on `grid` blocks, CUDA events around the launch alone,
+ * after two warm-up launches; `rp`, when given, restores fresh plans and states before each.
+ */
+static float launch_median_ms(void **args, unsigned int grid, int iters, const restore_plan *rp)
+{
+    cudaEvent_t t0, t1;
+    float *ms = calloc((size_t)iters, sizeof(float)), med;
+    dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, blocks = { grid, 1, 1 };
+
+    if (ms == NULL) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        exit(1);
+    }
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    for (int it = -2; it < iters; it++) {
+        if (rp != NULL) {
+            CHECK(cudaMemcpy(rp->dev + rp->work_off, rp->backup + rp->work_off, rp->key_off - rp->work_off,
+                             cudaMemcpyDeviceToDevice));
+            CHECK(cudaMemcpy(rp->dev + rp->states_off, rp->backup + rp->states_off,
+                             rp->out_off - rp->states_off, cudaMemcpyDeviceToDevice));
+        }
+        CHECK(cudaEventRecord(t0, 0));
+        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, blocks, block, args, 0, 0));
+        CHECK(cudaEventRecord(t1, 0));
+        CHECK(cudaEventSynchronize(t1));
+        CHECK(cudaGetLastError());
+        if (it >= 0)
+            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    med = ms[iters / 2];
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    free(ms);
+    return med;
+}
+
 static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t msg, int iters,
                  size_t *units_out)
 {
@@ -58,8 +103,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     gp_work *work;
     gp_job job;
     gp_msg_state st;
-    cudaEvent_t t0, t1;
-    float *ms = calloc((size_t)iters, sizeof(float)), med;
+    float med;
 
     for (int i = 0; i < 32; i++)
         key[i] = rand_byte();
@@ -80,7 +124,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
     total = out_off + nmsg * msg;
     host = malloc(total);
-    if (host == NULL || ms == NULL) {
+    if (host == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
     }
@@ -117,38 +161,22 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     CHECK(cudaMalloc((void **)&backup, total));
     CHECK(cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(backup, dev, total, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    for (int it = -2; it < iters; it++) {   /* two warm-up runs */
+    {
         const gp_unit_ref *drefs = (const gp_unit_ref *)(dev + refs_off);
         gp_work *dwork = (gp_work *)(dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
         unsigned int flags = alg == GP_ALG_AES_CTR || alg == GP_ALG_AES_GCM ? GP_BATCH_AES : 0;
         void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
         size_t nthreads = nrefs * GP_UNIT_LANES;
-        dim3 block = { GP_KERNEL_BLOCK, 1, 1 };
-        dim3 grid = { (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK), 1, 1 };
+        restore_plan rp = { dev, backup, work_off, key_off, states_off, out_off };
 
-        /* Fresh plans (done counters) and states for every run. */
-        CHECK(cudaMemcpy(dev + work_off, backup + work_off, key_off - work_off, cudaMemcpyDeviceToDevice));
-        CHECK(cudaMemcpy(dev + states_off, backup + states_off, out_off - states_off, cudaMemcpyDeviceToDevice));
-        CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, 0, 0));
-        CHECK(cudaEventRecord(t1, 0));
-        CHECK(cudaEventSynchronize(t1));
-        CHECK(cudaGetLastError());
-        if (it >= 0)
-            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+        med = launch_median_ms(args, (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK),
+                               iters, &rp);
     }
-    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
-    med = ms[iters / 2];
     *units_out = nrefs * GP_UNIT_LANES;   /* threads launched */
     cudaFree(dev);
     cudaFree(backup);
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
     free(host);
-    free(ms);
     return med;
 }
 
@@ -184,36 +212,13 @@ static float copy_ms(size_t bytes, int iters)
  * first when `flags` says so): the floor under every lone launch, events around it as in run(). */
 static float empty_launch_ms(unsigned int flags, int iters)
 {
-    cudaEvent_t t0, t1;
-    float *ms = calloc((size_t)iters, sizeof(float)), med;
     unsigned int nr = 0;
     const gp_unit_ref *drefs = NULL;
     gp_work *dwork = NULL;
     uint8_t *dev = NULL;
     void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
-    dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, grid = { 1, 1, 1 };
 
-    if (ms == NULL) {
-        fprintf(stderr, "kernel_bench: out of memory\n");
-        exit(1);
-    }
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    for (int it = -2; it < iters; it++) {
-        CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, 0, 0));
-        CHECK(cudaEventRecord(t1, 0));
-        CHECK(cudaEventSynchronize(t1));
-        CHECK(cudaGetLastError());
-        if (it >= 0)
-            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
-    }
-    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
-    med = ms[iters / 2];
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    free(ms);
-    return med;
+    return launch_median_ms(args, 1, iters, NULL);
 }
 
 int main(int argc, char **argv)
