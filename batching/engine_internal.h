@@ -287,8 +287,19 @@ void gp_hybrid_print(gp_engine *e);
 /* cpu executor: runs one request on the message's default-provider context (it cannot fail as an
  * executor, so the engine's fallback path has nothing to do for it); returns r->status. */
 int gp_cpu_run_one(gp_request *r);
-/* AAD (out NULL) or data of m, on the cpu executor at once; 1 on success. */
-int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+/* gp_cpu_update for a message without the provider's own context (through EVP). */
+int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+/* AAD (out NULL) or data of m, on the cpu executor at once; 1 on success. Inline: a 16-byte update
+ * then costs one indirect call more than the default provider's own. Update's output size is the
+ * input length (what EVP passes for ciphers of block size 1). */
+static inline int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+{
+    size_t outl = 0;
+
+    if (m->cpu_algctx == NULL)
+        return gp_cpu_update_evp(m, in, out, len);
+    return m->cpu_direct->update(m->cpu_algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
+}
 
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);

@@ -368,17 +368,12 @@ static GP_COLD int evp_run_one(gp_request *r)
     }
 }
 
-int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
 {
-    size_t outl = 0;
+    gp_request r = { .msg = m, .kind = out == NULL ? GP_REQ_AAD : GP_REQ_CRYPT,
+                     .in = in, .out = out, .len = len };
 
-    if (m->cpu_algctx == NULL) {
-        gp_request r = { .msg = m, .kind = out == NULL ? GP_REQ_AAD : GP_REQ_CRYPT,
-                         .in = in, .out = out, .len = len };
-
-        return evp_run_one(&r) == GP_REQ_OK;
-    }
-    return m->cpu_direct->update(m->cpu_algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
+    return evp_run_one(&r) == GP_REQ_OK;
 }
 
 int gp_cpu_run_one(gp_request *r)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Nanoseconds per EVP_EncryptUpdate of N bytes on one context: the loop of `openssl speed` 3.0.13. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -7,16 +8,27 @@
 #include <openssl/evp.h>
 
 /*
- * usage: update_bench [cipher] [property query] [bytes]   e.g. update_bench ChaCha20-Poly1305
- * provider=gpuprov 16 (load gpuprov through OPENSSL_CONF=config/gpuprov.cnf). Runs 2 s. The
- * per-call cost of a small update is where a provider's own layers show against the default's.
+ * usage: update_bench [cipher] [property query] [bytes] [buffer offset] [heap pad] [seconds]
+ * e.g. update_bench ChaCha20-Poly1305 provider=gpuprov 16 (load gpuprov through
+ * OPENSSL_CONF=config/gpuprov.cnf). Runs 2 s by default. The per-call cost of a small update is
+ * where a provider's own layers show against the default's.
+ *
+ * The buffer offset (0..4095 bytes past a 4096-aligned buffer) and the heap pad (bytes allocated
+ * before the context, which moves where the providers' contexts land) make the placement a
+ * variable: a sweep over them shows how much of a difference between two builds is where their
+ * data happened to lie (store-forwarding and 4K-aliasing stalls) rather than their code.
  */
 int main(int argc, char **argv)
 {
     const char *alg = argc > 1 ? argv[1] : "AES-256-GCM";
     const char *pq = argc > 2 && argv[2][0] != '\0' ? argv[2] : NULL;
     long len = argc > 3 ? strtol(argv[3], NULL, 10) : 16;
-    static unsigned char key[32], iv[16], buf[16384];
+    long offset = argc > 4 ? strtol(argv[4], NULL, 10) : 0;
+    long pad = argc > 5 ? strtol(argv[5], NULL, 10) : 0;
+    double seconds = argc > 6 ? strtod(argv[6], NULL) : 2.0;
+    static unsigned char key[32], iv[16], area[16384 + 2 * 4096];
+    unsigned char *buf;
+    void *heap_pad = pad > 0 && pad <= (1L << 20) ? malloc((size_t)pad) : NULL;
     EVP_CIPHER *c = EVP_CIPHER_fetch(NULL, alg, pq);
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     struct timespec a, b;
@@ -24,10 +36,12 @@ int main(int argc, char **argv)
     int outl;
     double s;
 
-    if (len < 1 || len > (long)sizeof(buf)) {
-        fprintf(stderr, "update_bench: bytes must be 1..%zu\n", sizeof(buf));
+    if (len < 1 || len > 16384 || offset < 0 || offset > 4095 || pad < 0 || pad > (1L << 20)
+        || !(seconds > 0 && seconds <= 60)) {
+        fprintf(stderr, "update_bench: bytes 1..16384, offset 0..4095, pad 0..1048576, seconds (0, 60]\n");
         return 2;
     }
+    buf = area + (4096 - (uintptr_t)area % 4096) + offset;
     if (c == NULL || ctx == NULL || !EVP_EncryptInit_ex(ctx, c, NULL, key, iv)) {
         fprintf(stderr, "update_bench: cannot set up %s (%s)\n", alg, pq != NULL ? pq : "no query");
         return 1;
@@ -41,10 +55,12 @@ int main(int argc, char **argv)
             }
         calls += 100000;
         clock_gettime(CLOCK_MONOTONIC, &b);
-    } while (b.tv_sec - a.tv_sec < 2);
-    s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
-    printf("%s %s %ld B: %.1f ns per update\n", alg, pq != NULL ? pq : "-", len, s * 1e9 / (double)calls);
+        s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    } while (s < seconds);
+    printf("%s %s %ld B (offset %ld, pad %ld): %.1f ns per update\n", alg, pq != NULL ? pq : "-", len,
+           offset, pad, s * 1e9 / (double)calls);
     EVP_CIPHER_CTX_free(ctx);
     EVP_CIPHER_free(c);
+    free(heap_pad);
     return 0;
 }

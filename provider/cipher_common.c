@@ -157,19 +157,12 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
     return 1;
 }
 
-int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out)
+void gp_cipher_update_refused(size_t outsize, size_t inl)
 {
-    /* EVP's lengths are ints: anything larger is a caller bug (EVP passes a negative inl as a huge
-     * size_t), refused before a byte is touched. */
-    if (inl > INT_MAX) {
+    if (inl > INT_MAX)
         GP_RAISE(GP_R_LENGTH_TOO_LARGE);
-        return 0;
-    }
-    if (out != NULL && outsize < inl) {
+    else if (outsize < inl)
         GP_RAISE(GP_R_OUTPUT_BUFFER_TOO_SMALL);
-        return 0;
-    }
-    return 1;
 }
 
 int gp_param_set_size(OSSL_PARAM *p, size_t v)
