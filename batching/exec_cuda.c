@@ -157,7 +157,8 @@ static int cuda_open(gp_engine *e)
         sl->device = first + i / SLOTS_PER_GPU;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
-            || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming)) != cudaSuccess) {
+            || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
+                   != cudaSuccess) {
             cuda_failed(e, "device setup", err);
             cuda_close(e);
             return 0;
@@ -170,6 +171,28 @@ static int cuda_open(gp_engine *e)
     /* The queue may now flush a batch while others run (queue.c). */
     atomic_store(&e->max_inflight, c->nslots);
     return 1;
+}
+
+/*
+ * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
+ * the dispatcher spins for the whole batch: one core per slot busy through copies and kernel,
+ * counted in the process's CPU seconds per GB. spin: poll the event; block: sleep in the driver
+ * until the GPU signals (the event is made with cudaEventBlockingSync, which costs a wake-up of a
+ * few microseconds); adaptive: poll for spin_us (a lone 16 KiB message's round trip fits), then
+ * sleep.
+ */
+static cudaError_t wait_for_gpu(gp_engine *e, cudaEvent_t done)
+{
+    uint64_t until;
+    cudaError_t err;
+
+    if (e->knobs.wait == GP_WAIT_BLOCK)
+        return cudaEventSynchronize(done);
+    until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
+    while ((err = cudaEventQuery(done)) == cudaErrorNotReady)
+        if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_now_ns() >= until)
+            return cudaEventSynchronize(done);
+    return err;
 }
 
 static void cuda_close(gp_engine *e)
@@ -377,7 +400,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "device cleanse", err);
             goto out;
         }
-        if ((err = cudaEventSynchronize(c->copied)) != cudaSuccess) {
+        if ((err = wait_for_gpu(e, c->copied)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }
