@@ -169,9 +169,16 @@ static void free_all(gp_engine *e)
     }
 }
 
+int gp_cpu_has_avx;
+
 static int cpu_open(gp_engine *e)
 {
     int ok;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    gp_cpu_has_avx = __builtin_cpu_supports("avx");   /* libgcc checks XCR0 (OS support) too */
+#endif
 
     if (e->libctx == NULL)
         return 0;
@@ -372,13 +379,17 @@ int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
 {
     gp_request r = { .msg = m, .kind = out == NULL ? GP_REQ_AAD : GP_REQ_CRYPT,
                      .in = in, .out = out, .len = len };
+    int ok = evp_run_one(&r) == GP_REQ_OK;
 
-    return evp_run_one(&r) == GP_REQ_OK;
+    gp_cpu_clean_upper_state();
+    return ok;
 }
 
 int gp_cpu_run_one(gp_request *r)
 {
-    return r->status = r->msg->cpu_algctx != NULL ? direct_run_one(r) : evp_run_one(r);
+    r->status = r->msg->cpu_algctx != NULL ? direct_run_one(r) : evp_run_one(r);
+    gp_cpu_clean_upper_state();
+    return r->status;
 }
 
 static int cpu_run(gp_engine *e, gp_request *reqs, size_t n)
