@@ -1,12 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine: executor choice, keys, messages, request submission and the stats line. */
 #include <limits.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,16 +31,11 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* Warm-up threads running in this process (backend=auto), and "the process is exiting". */
 static atomic_int warmups_running, warmups_exit;
-/* Kernel thread ids of the running warm-ups (0: free slot), for the exit path to raise. */
-#define GP_MAX_WARMUPS 8
-static _Atomic pid_t warmup_tids[GP_MAX_WARMUPS];
 
 static void on_fork_child(void)
 {
     atomic_fetch_add(&fork_generation, 1);
     atomic_store(&warmups_running, 0);   /* the parent's threads are not ours */
-    for (int i = 0; i < GP_MAX_WARMUPS; i++)
-        atomic_store(&warmup_tids[i], 0);
 }
 
 /* glibc unregisters the handler if the module is unloaded (it is tied to this DSO). */
@@ -310,18 +303,7 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
  */
 static void warmups_wait_at_exit(void)
 {
-    const struct sched_param none = { 0 };
-
     atomic_store(&warmups_exit, 1);
-    /* A warm-up runs at idle priority (warmup_main): where the process may (root, CAP_SYS_NICE or
-     * RLIMIT_NICE, sched(7)), put it back among the others so the wait is short on a busy host;
-     * elsewhere it gets the cores the exiting process no longer uses, within the bound below. */
-    for (int i = 0; i < GP_MAX_WARMUPS; i++) {
-        pid_t tid = atomic_load(&warmup_tids[i]);
-
-        if (tid != 0)
-            (void)sched_setscheduler(tid, SCHED_OTHER, &none);
-    }
     /* Creating a context can take seconds when many processes do it at once (speed -multi 16). */
     for (int i = 0; i < 15000 && atomic_load(&warmups_running) > 0; i++)
         sleep_1ms();
@@ -355,34 +337,16 @@ static void *warmup_main(void *v)
 {
     gp_engine *e = v;
     const gp_executor *gpu = executors[GP_EXEC_CUDA];
-    const struct sched_param none = { 0 };
-    pid_t tid = (pid_t)syscall(SYS_gettid);
-    int slot = -1;
 
     /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
     gp_async_pin_module();
-    /*
-     * Opening the GPU (a context and pinned pools: 100+ ms of CPU, seconds when 16 processes do it
-     * at once) and calibrating take spare CPU only: SCHED_IDLE runs this thread on a core that
-     * nothing else wants. Where every core is busy (16 `speed -multi` children, a loaded server)
-     * the GPU stays closed and the process keeps its cores; at normal priority these openings cost
-     * the 16 children 5-17% of a 1-second run (bench/RESULTS.md). An unprivileged thread cannot
-     * leave SCHED_IDLE again, so the whole warm-up runs there; its timings are best-of-N runs.
-     */
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
-    atomic_store(&e->warm_policy, sched_getscheduler(0));
-    for (int i = 0; i < GP_MAX_WARMUPS && slot < 0; i++) {
-        pid_t free_slot = 0;
-
-        if (atomic_compare_exchange_strong(&warmup_tids[i], &free_slot, tid))
-            slot = i;
-    }
+    /* At normal priority. SCHED_IDLE (141bf6e, reverted) left the 16 children of `speed -multi 16
+     * -async_jobs 8` waiting out the 15 s exit bound and then crashing (SIGABRT/SIGSEGV) in the CUDA
+     * runtime's teardown on the H200 host: the openings no longer finished (bench/RESULTS.md). */
     if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
         if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
             gp_hybrid_warm(e, gpu);
     }
-    if (slot >= 0)
-        atomic_store(&warmup_tids[slot], 0);
     atomic_store_explicit(&e->warm_done, 1, memory_order_release);
     atomic_fetch_sub(&warmups_running, 1);
     return NULL;

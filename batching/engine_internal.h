@@ -223,7 +223,6 @@ struct gp_engine {
     pthread_t warm_thread;
     _Atomic int warm_done;
     _Atomic int warm_stop;       /* gp_engine_free: stop at the next step */
-    _Atomic int warm_policy;     /* the scheduling policy the warm-up ran under (tests) */
     gp_hybrid hy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
