@@ -297,7 +297,7 @@ int gp_cpu_run_one(gp_request *r);
  * that leaves AVX; it costs about a cycle. Right after a call every vector register is clobbered
  * anyway, so the clobber list costs nothing.
  */
-extern int gp_cpu_has_avx;   /* set by the cpu executor's open: the CPU and the OS enable AVX */
+extern int gp_cpu_has_avx;   /* exec_cpu.c, at load: the CPU and the OS enable AVX */
 static inline void gp_cpu_clean_upper_state(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

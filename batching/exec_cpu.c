@@ -171,14 +171,18 @@ static void free_all(gp_engine *e)
 
 int gp_cpu_has_avx;
 
-static int cpu_open(gp_engine *e)
+/* Once, when the module is loaded, before any thread can read it. */
+static void __attribute__((constructor)) detect_avx(void)
 {
-    int ok;
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     gp_cpu_has_avx = __builtin_cpu_supports("avx");   /* libgcc checks XCR0 (OS support) too */
 #endif
+}
+
+static int cpu_open(gp_engine *e)
+{
+    int ok;
 
     if (e->libctx == NULL)
         return 0;
