@@ -9,11 +9,7 @@
 #include <openssl/crypto.h>
 
 #include "engine_internal.h"
-#include "kernels/units.h"
-
-/* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
-void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena,
-                     unsigned int flags);
+#include "kernels/launch.h"
 
 #define ARENA_MIN (1u << 20)
 #define ALIGN16(x) (((x) + 15) & ~(size_t)15)
@@ -37,6 +33,7 @@ static void gp_wipe(void *p, size_t n)
 typedef struct gp_cuda_slot {
     pthread_mutex_t lock;        /* held by the leader running a batch in this slot */
     int device;
+    unsigned int max_grid;       /* blocks the device holds at once (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
     uint8_t *host;               /* pinned, `cap` bytes */
@@ -156,6 +153,7 @@ static int cuda_open(gp_engine *e)
         c->nslots = i + 1;
         sl->device = first + i / SLOTS_PER_GPU;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
+            || (err = gp_kernel_prepare(&sl->max_grid)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
                    != cudaSuccess) {
@@ -297,7 +295,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
     }
-    work_off = ALIGN16(refs_off + nrefs * sizeof(gp_unit_ref));
+    work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
     in_off = ALIGN16(work_off + m * sizeof(gp_work));
     off = in_off;
     for (size_t i = 0; i < m; i++)
@@ -359,19 +357,21 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 refs[ref++].unit = u;
             }
         }
+        refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
+        refs[ref].unit = 0;
     }
 
     /* Every call checked: a failure leaves the callers' buffers and message states untouched. */
     {
-        const gp_unit_ref *drefs = (const gp_unit_ref *)(c->dev + refs_off);
+        gp_unit_ref *drefs = (gp_unit_ref *)(c->dev + refs_off);
         gp_work *dwork = (gp_work *)(c->dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
-        /* GP_UNIT_LANES threads per ref (kernels/units.h), whole lane groups per block. */
-        size_t nthreads = nrefs * GP_UNIT_LANES;
-        dim3 block = { GP_KERNEL_BLOCK, 1, 1 };
-        dim3 grid = { (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK), 1, 1 };
+        dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, grid;
+        size_t smem;
+
+        gp_kernel_geometry(nrefs, flags, c->max_grid, &grid, &smem);
 
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
@@ -385,7 +385,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
-        if ((err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, 0, c->stream)) != cudaSuccess) {
+        if ((err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess) {
             cuda_failed(e, "kernel launch", err);
             goto out;
         }

@@ -6,19 +6,16 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/units.h"
+#include "kernels/launch.h"
 
 /*
- * usage: kernel_bench [total MiB] [message KiB] [iterations]     (defaults 256 16 20)
+ * usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]   (defaults 256 16 20 0)
  * One arena holds `total / message` messages of one cipher and key (one key schedule, as the
  * engine's per-key reuse intends); the plan, states and inputs are copied once, then each timed
  * launch (CUDA events around the kernel alone) encrypts every message from a restored state. The
  * ceiling is a device-to-device copy of the same bytes (read + write each byte once): the floor
  * for any kernel that reads the input and writes the output once.
  */
-
-void gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena,
-                     unsigned int flags);
 
 #define CHECK(call)                                                                                 \
     do {                                                                                            \
@@ -46,23 +43,29 @@ static uint8_t rand_byte(void)
     return (uint8_t)rng;
 }
 
-/* Median kernel time in ms for one cipher over nmsg messages of msg bytes. */
-/* Where run() restores the plans (done counters) and states its launches change. */
+/* Where run() restores what its launches change: the refs' claim counter and the plans' done
+ * counters (plan_off up to key_off), and the states. */
 typedef struct restore_plan {
     uint8_t *dev, *backup;
-    size_t work_off, key_off, states_off, out_off;
+    size_t plan_off, key_off, states_off, out_off;
 } restore_plan;
 
+/* Blocks the GPU holds at once (gp_kernel_prepare): the grid cap, as the cuda executor uses it. */
+static unsigned int max_grid;
+
 /*
- * Median time (ms) of gp_batch_kernel(args) on `grid` blocks, CUDA events around the launch alone,
- * after two warm-up launches; `rp`, when given, restores fresh plans and states before each.
+ * Median time (ms) of gp_batch_kernel(args) over `nrefs` refs (grid and shared memory as the cuda
+ * executor launches it, kernels/launch.h), CUDA events around the launch alone, after two warm-up
+ * launches; `rp`, when given, restores fresh plans and states before each.
  */
-static float launch_median_ms(void **args, unsigned int grid, int iters, const restore_plan *rp)
+static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int iters, const restore_plan *rp)
 {
     cudaEvent_t t0, t1;
     float *ms = calloc((size_t)iters, sizeof(float)), med;
-    dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, blocks = { grid, 1, 1 };
+    dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, blocks;
+    size_t smem;
 
+    gp_kernel_geometry(nrefs, flags, max_grid, &blocks, &smem);
     if (ms == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
@@ -71,13 +74,13 @@ static float launch_median_ms(void **args, unsigned int grid, int iters, const r
     CHECK(cudaEventCreate(&t1));
     for (int it = -2; it < iters; it++) {
         if (rp != NULL) {
-            CHECK(cudaMemcpy(rp->dev + rp->work_off, rp->backup + rp->work_off, rp->key_off - rp->work_off,
+            CHECK(cudaMemcpy(rp->dev + rp->plan_off, rp->backup + rp->plan_off, rp->key_off - rp->plan_off,
                              cudaMemcpyDeviceToDevice));
             CHECK(cudaMemcpy(rp->dev + rp->states_off, rp->backup + rp->states_off,
                              rp->out_off - rp->states_off, cudaMemcpyDeviceToDevice));
         }
         CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, blocks, block, args, 0, 0));
+        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, blocks, block, args, smem, 0));
         CHECK(cudaEventRecord(t1, 0));
         CHECK(cudaEventSynchronize(t1));
         CHECK(cudaGetLastError());
@@ -115,7 +118,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     /* One key schedule per message: ChaCha20-Poly1305's carries its message's powers of r, as
      * the engine's batches do (batching/exec_cuda.c); the others are copies of one. */
     key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
-    work_off = (refs_off + nrefs * sizeof(gp_unit_ref) + 127) & ~(size_t)127;
+    work_off = (refs_off + (nrefs + 1) * sizeof(gp_unit_ref) + 127) & ~(size_t)127;   /* + claim counter */
     key_off = work_off + nmsg * sizeof(gp_work);
     key_off = (key_off + 127) & ~(size_t)127;
     in_off = key_off + nmsg * key_stride;
@@ -154,6 +157,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
             refs[r++].unit = u;
         }
     }
+    refs[nrefs].work = 0;   /* the claim counter (kernels/batch_abi.h) */
+    refs[nrefs].unit = 0;
     for (size_t i = 0; i < nmsg * msg; i++)
         host[in_off + i] = rand_byte();
 
@@ -162,16 +167,14 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     CHECK(cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(backup, dev, total, cudaMemcpyDeviceToDevice));
     {
-        const gp_unit_ref *drefs = (const gp_unit_ref *)(dev + refs_off);
+        gp_unit_ref *drefs = (gp_unit_ref *)(dev + refs_off);
         gp_work *dwork = (gp_work *)(dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
         unsigned int flags = alg == GP_ALG_AES_CTR || alg == GP_ALG_AES_GCM ? GP_BATCH_AES : 0;
         void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
-        size_t nthreads = nrefs * GP_UNIT_LANES;
-        restore_plan rp = { dev, backup, work_off, key_off, states_off, out_off };
+        restore_plan rp = { dev, backup, refs_off, key_off, states_off, out_off };
 
-        med = launch_median_ms(args, (unsigned int)((nthreads + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK),
-                               iters, &rp);
+        med = launch_median_ms(args, nrefs, flags, iters, &rp);
     }
     *units_out = nrefs * GP_UNIT_LANES;   /* threads launched */
     cudaFree(dev);
@@ -213,12 +216,12 @@ static float copy_ms(size_t bytes, int iters)
 static float empty_launch_ms(unsigned int flags, int iters)
 {
     unsigned int nr = 0;
-    const gp_unit_ref *drefs = NULL;
+    gp_unit_ref *drefs = NULL;
     gp_work *dwork = NULL;
     uint8_t *dev = NULL;
     void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
 
-    return launch_median_ms(args, 1, iters, NULL);
+    return launch_median_ms(args, 0, flags, iters, NULL);
 }
 
 int main(int argc, char **argv)
@@ -231,18 +234,24 @@ int main(int argc, char **argv)
     size_t total_mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
     size_t msg = (argc > 2 ? strtoul(argv[2], NULL, 10) : 16) * 1024;
     int iters = argc > 3 ? atoi(argv[3]) : 20;
+    /* grid cap: 0 = what the GPU holds at once, as the cuda executor launches; N = at most N blocks
+     * (a large N gives every lane group one ref of its own, for comparison) */
+    unsigned long cap = argc > 4 ? strtoul(argv[4], NULL, 10) : 0;
     size_t total = total_mib << 20, nmsg = total / msg;
     struct cudaDeviceProp prop;
     float cms;
 
     if (msg == 0 || nmsg == 0 || iters <= 0) {
-        fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations]\n");
+        fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]\n");
         return 2;
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
+    CHECK(gp_kernel_prepare(&max_grid));
+    if (cap > 0)
+        max_grid = cap > 0x7fffffffUL ? 0x7fffffffu : (unsigned int)cap;
     cms = copy_ms(total, iters);
-    printf("kernel_bench: %s, %zu MiB as %zu messages of %zu KiB, median of %d launches\n",
-           prop.name, total_mib, nmsg, msg / 1024, iters);
+    printf("kernel_bench: %s (grid capped at %u blocks), %zu MiB as %zu messages of %zu KiB, median of %d launches\n",
+           prop.name, max_grid, total_mib, nmsg, msg / 1024, iters);
     printf("copy ceiling: device-to-device %zu MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
            total_mib, cms, (double)total / cms / 1e6);
     printf("%-18s %10s %10s %12s %10s\n", "cipher", "threads", "ms", "GB/s", "of ceiling");

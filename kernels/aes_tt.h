@@ -8,24 +8,35 @@
 #include "aes.h"
 
 /*
- * The GPU path (Tezcan 2021, "GPU-based AES encryption with per-lane bank-private tables"): the
- * 256-entry table T0 is stored 32 times, entry i for lane l at word 32*i + l of shared memory, so
- * lane l only ever touches bank l. Whatever the (secret) indices, a warp's lookups never conflict
- * and take the same time; no lane's access pattern shows in another lane's timing. T1..T3 are byte
- * rotations of T0; the last round takes S-box bytes out of T0 entries. Nothing secret indexes
- * global memory: the table is filled from a public constant with public indices.
+ * The GPU path (Tezcan 2021, "GPU-based AES encryption with per-lane bank-private tables"): every
+ * table entry is stored 32 times, lane l's copy in bank l, so whatever the (secret) indices a
+ * warp's lookups never conflict and take the same time; no lane's access pattern shows in another
+ * lane's timing. Nothing secret indexes global memory: the table is filled from a public constant
+ * with public indices.
+ *
+ * Layout (64 KiB of shared memory per block): row x is 256 bytes, words 0..31 hold T0[x] (lane l at
+ * word l) and words 32..63 hold T2[x] = T0[x] rotated left by 16 (lane l at word 32 + l). The byte
+ * offset of lane l's entry is x << 8 | 4l (T0) or x << 8 | (128 + 4l) (T2): one byte permute
+ * (PRMT) builds it from the state word and the lane's offset, and the shared-memory load takes it
+ * as its address. A 128-byte row would need shift, mask, OR and scale per lookup (four
+ * instructions instead of one); the rotations T2 saves pay for the other half of the row.
  *
  * Words are little-endian (byte 4c of the block is the low byte of column word c), so the state
  * moves to and from memory without byte swaps. For input byte a = S-box output s in row 0 of a
  * column, MixColumns gives (2s, s, s, 3s) down the column: T0[x] = 2s | s<<8 | s<<16 | 3s<<24,
- * row r's contribution is T0 rotated left by 8r. ShiftRows (FIPS-197 §5.1.2): output column c,
- * row r comes from input column c + r.
+ * row r's contribution is T0 rotated left by 8r: rows 0 and 2 are T0 and T2 as stored, rows 1 and
+ * 3 share one rotation by 8. ShiftRows (FIPS-197 §5.1.2): output column c, row r comes from input
+ * column c + r. The last round (no MixColumns) takes S(x) from byte 0 of T2, byte 1 and 2 of T0,
+ * byte 3 of T2.
  *
  * The host executor keeps the bitsliced AES (a T-table on a CPU is a cache-timing leak); these
  * functions still compile for the host so the unit tests prove the table and the round function.
  */
 #define GP_AES_TT_LANES 32u
-#define GP_AES_TT_WORDS (256u * GP_AES_TT_LANES)
+#define GP_AES_TT_ROW_BYTES 256u
+#define GP_AES_TT_WORDS (256u * GP_AES_TT_ROW_BYTES / 4u)
+#define GP_AES_TT_BYTES (256u * GP_AES_TT_ROW_BYTES)   /* 64 KiB: dynamic shared memory */
+#define GP_AES_TT_T2 128u                              /* byte offset of T2 in a row */
 
 GP_KCONST uint32_t gp_aes_te0[256] = {
     0xa56363c6u, 0x847c7cf8u, 0x997777eeu, 0x8d7b7bf6u, 0x0df2f2ffu, 0xbd6b6bd6u,
@@ -82,61 +93,93 @@ GP_KFN uint32_t gp_rotl8(uint32_t v, unsigned n)
 #endif
 }
 
-/* te points at the table plus the lane's own word: entry i is te[32 * i]. */
-#define GP_TT(te, i) ((te)[(uint32_t)(i) * GP_AES_TT_LANES])
-
-/*
- * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys.
- * The four blocks go through each round together, so their independent lookups overlap.
- */
-GP_KFN void gp_aes_tt_encrypt4(const uint32_t *te, const uint32_t *ek, uint32_t nr, uint32_t w[16])
+/* PTX prmt / __byte_perm: byte i of the result is byte (sel >> 4i) & 7 of y:x (x = bytes 0-3). */
+GP_KFN uint32_t gp_prmt(uint32_t x, uint32_t y, uint32_t sel)
 {
-    uint32_t t[16];
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, sel);
+#else
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
 
-    for (int i = 0; i < 16; i++)
-        w[i] ^= ek[i % 4];
-    for (uint32_t r = 1; r < nr; r++) {
-        const uint32_t *rk = ek + 4 * r;
+    for (int i = 0; i < 4; i++)
+        r |= (uint32_t)(v >> (8 * ((sel >> (4 * i)) & 7)) & 0xff) << (8 * i);
+    return r;
+#endif
+}
 
-        for (int b = 0; b < 4; b++) {
-            const uint32_t *s = w + 4 * b;
+/* The table word at row = byte k of s, column offset `off` (4l for T0, 128 + 4l for T2; < 256, so
+ * byte 1 of it is zero and fills bytes 2-3 of the offset): tb[(byte k of s) << 8 | off]. */
+#define GP_TT(tb, s, k, off) \
+    (*(const uint32_t *)((tb) + gp_prmt((s), (off), 0x5504u | ((uint32_t)(k) << 4))))
 
-            for (int c = 0; c < 4; c++)
-                t[4 * b + c] = GP_TT(te, s[c] & 0xff)
-                               ^ gp_rotl8(GP_TT(te, (s[(c + 1) % 4] >> 8) & 0xff), 8)
-                               ^ gp_rotl8(GP_TT(te, (s[(c + 2) % 4] >> 16) & 0xff), 16)
-                               ^ gp_rotl8(GP_TT(te, s[(c + 3) % 4] >> 24), 24)
-                               ^ rk[c];
-        }
-        for (int i = 0; i < 16; i++)
-            w[i] = t[i];
-    }
-    /* Last round (no MixColumns): S-box byte = byte 1 of the T0 entry. */
+/* One full round on 4 blocks: w (16 words, block b = w[4b..4b+3]) to t, round key rk. */
+GP_KFN void gp_aes_tt_round(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
+                            const uint32_t w[16], uint32_t t[16])
+{
     for (int b = 0; b < 4; b++) {
         const uint32_t *s = w + 4 * b;
 
         for (int c = 0; c < 4; c++)
-            t[4 * b + c] = ((GP_TT(te, s[c] & 0xff) >> 8) & 0xffu)
-                           | (GP_TT(te, (s[(c + 1) % 4] >> 8) & 0xff) & 0xff00u)
-                           | ((GP_TT(te, (s[(c + 2) % 4] >> 16) & 0xff) << 8) & 0xff0000u)
-                           | ((GP_TT(te, s[(c + 3) % 4] >> 24) << 16) & 0xff000000u);
+            t[4 * b + c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ rk[c]
+                           ^ gp_rotl8(GP_TT(tb, s[(c + 1) % 4], 1, o0) ^ GP_TT(tb, s[(c + 3) % 4], 3, o2), 8);
     }
+}
+
+/*
+ * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys;
+ * tb: the table (bytes); lane: whose copy (0..31). The four blocks go through each round together,
+ * so their independent lookups overlap. The round loop stays rolled, two rounds a pass: unrolled,
+ * 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200 warps then stalled on
+ * instruction fetch (ncu: a third of all stall cycles, bench/RESULTS.md).
+ */
+GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t *ek, uint32_t nr, uint32_t w[16])
+{
+    const uint32_t o0 = 4 * lane, o2 = GP_AES_TT_T2 + 4 * lane;
+    uint32_t t[16];
+
     for (int i = 0; i < 16; i++)
-        w[i] = t[i] ^ ek[4 * nr + i % 4];
+        w[i] ^= ek[i % 4];
+    GP_NO_UNROLL
+    for (uint32_t r = 1; r + 1 < nr; r += 2) {   /* rounds 1 .. nr-2, w -> t -> w */
+        gp_aes_tt_round(tb, o0, o2, ek + 4 * r, w, t);
+        gp_aes_tt_round(tb, o0, o2, ek + 4 * r + 4, t, w);
+    }
+    gp_aes_tt_round(tb, o0, o2, ek + 4 * (nr - 1), w, t);   /* round nr - 1 */
+    /* Last round (no MixColumns): S-box bytes from T2 byte 0, T0 bytes 1 and 2, T2 byte 3. */
+    for (int b = 0; b < 4; b++) {
+        const uint32_t *s = t + 4 * b;
+
+        for (int c = 0; c < 4; c++) {
+            const uint32_t lo = gp_prmt(GP_TT(tb, s[c], 0, o2), GP_TT(tb, s[(c + 1) % 4], 1, o0), 0x3250u);
+            const uint32_t hi = gp_prmt(GP_TT(tb, s[(c + 2) % 4], 2, o0), GP_TT(tb, s[(c + 3) % 4], 3, o2), 0x7210u);
+
+            w[4 * b + c] = gp_prmt(lo, hi, 0x7610u) ^ ek[4 * nr + c];
+        }
+    }
+}
+
+/* Lane `lane`'s two words of a row, from the row's T0 entry (the fill's and the host tests'
+ * layout). */
+GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane)
+{
+    row[lane] = te0;
+    row[GP_AES_TT_T2 / 4 + lane] = gp_rotl8(te0, 16);
 }
 
 #if defined(__CUDACC__)
-/* The CTA's bank-private copy of T0, filled by gp_aes_tt_fill at kernel start (32 KiB). */
-__shared__ uint32_t gp_aes_tt_smem[GP_AES_TT_WORDS];
+/* The block's bank-private table, in dynamic shared memory (GP_AES_TT_BYTES at launch), filled by
+ * gp_aes_tt_fill at kernel start. */
+extern __shared__ uint32_t gp_aes_tt_smem[];
 
-/* Every thread of the block calls this, then __syncthreads(). Warp v writes entries v, v + nwarps,
- * ...: all its lanes read the same constant (a broadcast) and write 32 consecutive banks. */
+/* Every thread of the block calls this, then __syncthreads(). Warp v writes rows v, v + nwarps,
+ * ...: all its lanes read the same constant (a broadcast) and write 32 consecutive banks twice. */
 static __device__ void gp_aes_tt_fill(void)
 {
     const uint32_t lane = threadIdx.x & 31, nwarps = (blockDim.x + 31) / 32;
 
-    for (uint32_t i = threadIdx.x / 32; i < 256; i += nwarps)
-        gp_aes_tt_smem[i * GP_AES_TT_LANES + lane] = gp_aes_te0[i];
+    for (uint32_t x = threadIdx.x / 32; x < 256; x += nwarps)
+        gp_aes_tt_row(gp_aes_tt_smem + x * (GP_AES_TT_ROW_BYTES / 4), gp_aes_te0[x], lane);
 }
 #endif
 
@@ -147,7 +190,7 @@ static __device__ void gp_aes_tt_fill(void)
 GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t w[16])
 {
 #if defined(__CUDA_ARCH__)
-    gp_aes_tt_encrypt4(gp_aes_tt_smem + (threadIdx.x & 31), s->ek, s->nr, w);
+    gp_aes_tt_encrypt4((const uint8_t *)gp_aes_tt_smem, threadIdx.x & 31, s->ek, s->nr, w);
 #else
     uint8_t b[64];
 

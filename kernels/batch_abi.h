@@ -129,6 +129,8 @@ typedef struct gp_work {
 /* gp_batch_kernel's flags. */
 #define GP_BATCH_AES 1u               /* the batch holds AES work: fill the shared-memory T-table */
 
+/* A batch's refs: `nrefs` of them, then one more whose `work` counts the refs lane groups have
+ * claimed past the first pass (zero at launch; the kernel hands out work by atomics on it). */
 typedef struct gp_unit_ref {
     uint32_t work;                /* index into the gp_work table */
     uint32_t unit;                /* body unit index, or GP_UNIT_LEAD */

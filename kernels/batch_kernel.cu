@@ -22,9 +22,10 @@
  * shuffles sum their shares, lane 0 runs the serial end. The fences order the units' writes
  * (state, partials) before the count; the finisher loads what other blocks wrote from L2
  * (GP_LOAD_SHARED, __ldcg), never from a possibly stale L1 line, and works on a local copy of the
- * state. A block fills its bank-private AES table (kernels/aes_tt.h) when the batch holds AES
- * work. The host glue (batching/exec_cuda.c) launches it by address with cudaLaunchKernel,
- * GP_KERNEL_BLOCK threads per block, so this file holds device code only.
+ * state. A block fills its bank-private AES table (kernels/aes_tt.h, dynamic shared memory) when
+ * the batch holds AES work. The host glue (batching/exec_cuda.c, with the geometry of
+ * kernels/launch.h) launches it by address with cudaLaunchKernel, GP_KERNEL_BLOCK threads per
+ * block, so this file holds device code only.
  */
 /* The serial parts (lead, finish) and the fold are out of line: their byte-wise state work needs
  * more registers than the lanes, and inlined it would set the register count of the whole kernel. */
@@ -85,42 +86,25 @@ static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m
     }
 }
 
-extern "C" __global__ void __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
-gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+/* One ref (a lead or a body unit) on its lane group; `return` ends only this ref. */
+static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigned int lane, unsigned int mask,
+                                                 gp_work *work, uint8_t *arena)
 {
-    const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned int lane = t % GP_UNIT_LANES, r = t / GP_UNIT_LANES;
-    /* This lane group's lanes of the warp. */
-    const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
-                                             << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
-    gp_work *w;
-    const gp_key_sched *k;
-    gp_msg_state *st;
-    const uint8_t *in, *partials;
-    uint8_t *out;
-    uint32_t alg;
+    gp_work *w = &work[ref->work];
+    const gp_key_sched *k = (const gp_key_sched *)(arena + w->key_off);
+    gp_msg_state *st = (gp_msg_state *)(arena + w->state_off);
+    const uint8_t *in = arena + w->in_off, *partials = arena + w->partials_off;
+    uint8_t *out = arena + w->out_off;
+    const uint32_t alg = k->alg;
     unsigned int done = 0;
 
-    if (flags & GP_BATCH_AES) {   /* uniform over the launch */
-        gp_aes_tt_fill();
-        __syncthreads();
-    }
-    if (r >= nrefs)
-        return;   /* whole lane groups: the grid is rounded up by blocks */
-    w = &work[refs[r].work];
-    k = (const gp_key_sched *)(arena + w->key_off);
-    st = (gp_msg_state *)(arena + w->state_off);
-    in = arena + w->in_off;
-    out = arena + w->out_off;
-    partials = arena + w->partials_off;
-    alg = k->alg;
-    if (refs[r].unit == GP_UNIT_LEAD) {
+    if (ref->unit == GP_UNIT_LEAD) {
         if (lane == 0)
             batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
         if (w->job.nunits == 0)
             return;   /* the lead alone finished the request */
     } else {
-        const uint32_t u = refs[r].unit;
+        const uint32_t u = ref->unit;
         gp_lane_mac m;
 
         gp_unit_lane(&w->job, k, &k->mac_pows, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
@@ -153,5 +137,39 @@ gp_batch_kernel(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint
             else
                 batch_finish(st, k, &w->job, partials, &tsum, in, out);
         }
+    }
+}
+
+/*
+ * The grid may be smaller than the refs (kernels/launch.h caps it at what the GPU holds at once),
+ * so a block fills its AES table once for many refs. Lane group g takes ref g first, then claims
+ * the next free ref from the counter after the refs (kernels/batch_abi.h): refs cost very
+ * different times (a finisher folds a whole message), and claiming keeps every group busy to the
+ * end where a fixed stride left groups idle behind the slowest. The claim is made before the
+ * current ref runs, so its L2 round trip hides behind the work. A lane group's lanes take the same
+ * refs, so the group-wide shuffles stay converged.
+ */
+extern "C" __global__ void __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
+gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+{
+    const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
+    const unsigned int groups = gridDim.x * (GP_KERNEL_BLOCK / GP_UNIT_LANES);
+    /* This lane group's lanes of the warp. */
+    const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
+                                             << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
+    unsigned int r = (blockIdx.x * GP_KERNEL_BLOCK + threadIdx.x) / GP_UNIT_LANES;
+
+    if (flags & GP_BATCH_AES) {   /* uniform over the launch */
+        gp_aes_tt_fill();
+        __syncthreads();
+    }
+    GP_NO_UNROLL
+    while (r < nrefs) {
+        unsigned int next = 0;
+
+        if (lane == 0)
+            next = groups + atomicAdd(&refs[nrefs].work, 1u);
+        batch_ref(&refs[r], lane, mask, work, arena);
+        r = __shfl_sync(mask, next, 0, GP_UNIT_LANES);
     }
 }

@@ -14,11 +14,14 @@
 # define GP_KCONST static const
 #endif
 
-/* Keep the next loop rolled on the GPU (register pressure); no effect on the host build. */
+/* Keep the next loop rolled on the GPU (register pressure), or unroll it fully (straight-line
+ * code, constant indices); no effect on the host build. */
 #if defined(__CUDACC__)
 # define GP_NO_UNROLL _Pragma("unroll 1")
+# define GP_UNROLL _Pragma("unroll")
 #else
 # define GP_NO_UNROLL
+# define GP_UNROLL
 #endif
 
 /*
