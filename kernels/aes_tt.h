@@ -129,9 +129,11 @@ GP_KFN void gp_aes_tt_round(const uint8_t *tb, uint32_t o0, uint32_t o2, const u
 /*
  * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys;
  * tb: the table (bytes); lane: whose copy (0..31). The four blocks go through each round together,
- * so their independent lookups overlap. The round loop stays rolled, two rounds a pass: unrolled,
+ * so their independent lookups overlap. The round loop stays rolled, one round a pass: unrolled,
  * 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200 warps then stalled on
- * instruction fetch (ncu: a third of all stall cycles, bench/RESULTS.md).
+ * instruction fetch (ncu: a third of all stall cycles). One round a pass costs 16 register moves
+ * but keeps the smallest code beside GCM's GHASH: AES-256-GCM +17% against two rounds a pass,
+ * AES-128-CTR -2% (bench/RESULTS.md).
  */
 GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t *ek, uint32_t nr, uint32_t w[16])
 {
@@ -141,11 +143,13 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t 
     for (int i = 0; i < 16; i++)
         w[i] ^= ek[i % 4];
     GP_NO_UNROLL
-    for (uint32_t r = 1; r + 1 < nr; r += 2) {   /* rounds 1 .. nr-2, w -> t -> w */
+    for (uint32_t r = 1; r < nr; r++) {
         gp_aes_tt_round(tb, o0, o2, ek + 4 * r, w, t);
-        gp_aes_tt_round(tb, o0, o2, ek + 4 * r + 4, t, w);
+        for (int i = 0; i < 16; i++)
+            w[i] = t[i];
     }
-    gp_aes_tt_round(tb, o0, o2, ek + 4 * (nr - 1), w, t);   /* round nr - 1 */
+    for (int i = 0; i < 16; i++)
+        t[i] = w[i];
     /* Last round (no MixColumns): S-box bytes from T2 byte 0, T0 bytes 1 and 2, T2 byte 3. */
     for (int b = 0; b < 4; b++) {
         const uint32_t *s = t + 4 * b;
