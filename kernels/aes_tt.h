@@ -38,7 +38,7 @@
 #define GP_AES_TT_BYTES (256u * GP_AES_TT_ROW_BYTES)   /* 64 KiB: dynamic shared memory */
 #define GP_AES_TT_T2 128u                              /* byte offset of T2 in a row */
 
-GP_KCONST uint32_t gp_aes_te0[256] = {
+GP_KTABLE uint32_t gp_aes_te0[256] = {
     0xa56363c6u, 0x847c7cf8u, 0x997777eeu, 0x8d7b7bf6u, 0x0df2f2ffu, 0xbd6b6bd6u,
     0xb16f6fdeu, 0x54c5c591u, 0x50303060u, 0x03010102u, 0xa96767ceu, 0x7d2b2b56u,
     0x19fefee7u, 0x62d7d7b5u, 0xe6abab4du, 0x9a7676ecu, 0x45caca8fu, 0x9d82821fu,
@@ -176,14 +176,25 @@ GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane)
  * gp_aes_tt_fill at kernel start. */
 extern __shared__ uint32_t gp_aes_tt_smem[];
 
-/* Every thread of the block calls this, then __syncthreads(). Warp v writes rows v, v + nwarps,
- * ...: all its lanes read the same constant (a broadcast) and write 32 consecutive banks twice. */
+/*
+ * Every thread of the block calls this, then __syncthreads(). Warp v fills rows v, v + nwarps, ...:
+ * its lanes fetch 32 of those rows' T0 entries in one coalesced load (public indices), and a
+ * shuffle hands each row's entry to every lane, which writes its two words (32 consecutive banks
+ * per store). Read one row at a time from constant memory, the fill was a chain of dependent
+ * loads, 2.3 us of every lone launch with AES work (bench/RESULTS.md).
+ */
 static __device__ void gp_aes_tt_fill(void)
 {
-    const uint32_t lane = threadIdx.x & 31, nwarps = (blockDim.x + 31) / 32;
+    const uint32_t lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
 
-    for (uint32_t x = threadIdx.x / 32; x < 256; x += nwarps)
-        gp_aes_tt_row(gp_aes_tt_smem + x * (GP_AES_TT_ROW_BYTES / 4), gp_aes_te0[x], lane);
+    for (uint32_t base = threadIdx.x / 32; base < 256; base += 32 * nwarps) {
+        const uint32_t mine = base + nwarps * lane;
+        const uint32_t v = mine < 256 ? __ldg(&gp_aes_te0[mine]) : 0;
+
+        for (uint32_t i = 0; i < 32 && base + nwarps * i < 256; i++)
+            gp_aes_tt_row(gp_aes_tt_smem + (base + nwarps * i) * (GP_AES_TT_ROW_BYTES / 4),
+                          __shfl_sync(0xffffffffu, v, (int)i), lane);
+    }
 }
 #endif
 

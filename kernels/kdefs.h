@@ -9,9 +9,11 @@
 #if defined(__CUDACC__)
 # define GP_KFN static inline __host__ __device__
 # define GP_KCONST __device__ __constant__
+# define GP_KTABLE __device__ const   /* global memory: loaded by lanes, not broadcast */
 #else
 # define GP_KFN static inline
 # define GP_KCONST static const
+# define GP_KTABLE static const
 #endif
 
 /* Keep the next loop rolled on the GPU (register pressure), or unroll it fully (straight-line
