@@ -372,7 +372,6 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         size_t smem;
 
         gp_kernel_geometry(nrefs, flags, c->max_grid, &grid, &smem);
-
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         if (e->knobs.stats)

@@ -270,7 +270,7 @@ GP_KFN void gp_lane_mac_chunk(uint32_t alg, const gp_mac_pows *pw, uint32_t lane
      * in the hot loop cost instruction-cache misses on the GPU. */
     GP_NO_UNROLL
     for (int i = 1; i <= 4; i++) {
-        gp_mac_pow_get(&p, pw, i < 4 ? GP_POW_LANE + GP_UNIT_LANES - 1 : GP_POW_LANE + lane);   /* P */
+        gp_mac_pow_get(&p, pw, i < 4 ? GP_POW_LANE + GP_UNIT_LANES - 1 : GP_POW_LANE + lane);   /* P, lane power */
         gp_mac_mul(alg, m, &p);
         if (i < 4) {
             for (int k = 0; k < 12; k++)
