@@ -350,12 +350,15 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             in_pos += ALIGN16(pad + w->job.len);
             part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
             out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(pad + w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
-            refs[ref].work = (uint32_t)i;
-            refs[ref++].unit = GP_UNIT_LEAD;
+            /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
+             * lane of serial work) beside a unit in the same warp waited out the unit's whole
+             * lane work before running; the lone request's finish then waited for the lead. */
             for (uint32_t u = 0; u < w->job.nunits; u++) {
                 refs[ref].work = (uint32_t)i;
                 refs[ref++].unit = u;
             }
+            refs[ref].work = (uint32_t)i;
+            refs[ref++].unit = GP_UNIT_LEAD;
         }
         refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
         refs[ref].unit = 0;

@@ -150,12 +150,12 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].out_off = out_off + i * msg;
         work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
         memcpy(host + work[i].state_off, &st, sizeof(st));
-        refs[r].work = (uint32_t)i;
-        refs[r++].unit = GP_UNIT_LEAD;
-        for (uint32_t u = 0; u < job.nunits; u++) {
+        for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */
             refs[r].work = (uint32_t)i;
             refs[r++].unit = u;
         }
+        refs[r].work = (uint32_t)i;
+        refs[r++].unit = GP_UNIT_LEAD;
     }
     refs[nrefs].work = 0;   /* the claim counter (kernels/batch_abi.h) */
     refs[nrefs].unit = 0;

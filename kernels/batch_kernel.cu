@@ -142,7 +142,8 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
 
 /*
  * The grid may be smaller than the refs (kernels/launch.h caps it at what the GPU holds at once),
- * so a block fills its AES table once for many refs. Lane group g takes ref g first, then claims
+ * so a block fills its AES table once for many refs. Lane group g of block b takes ref
+ * g * gridDim + b first (dealt across blocks, so a small batch spreads over the SMs), then claims
  * the next free ref from the counter after the refs (kernels/batch_abi.h): refs cost very
  * different times (a finisher folds a whole message), and claiming keeps every group busy to the
  * end where a fixed stride left groups idle behind the slowest. The claim is made before the
@@ -157,7 +158,7 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
     /* This lane group's lanes of the warp. */
     const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
                                              << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
-    unsigned int r = (blockIdx.x * GP_KERNEL_BLOCK + threadIdx.x) / GP_UNIT_LANES;
+    unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x;
 
     if (flags & GP_BATCH_AES) {   /* uniform over the launch */
         gp_aes_tt_fill();

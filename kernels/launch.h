@@ -35,14 +35,17 @@ static inline cudaError_t gp_kernel_prepare(unsigned int *max_grid)
     return cudaSuccess;
 }
 
-/* Blocks and dynamic shared memory of a launch over `nrefs` refs (GP_UNIT_LANES threads each; at
- * least one block, which only fills the table and returns when there are none). */
+/*
+ * Blocks and dynamic shared memory of a launch over `nrefs` refs: a block per ref up to what the
+ * GPU holds (at least one block, which only fills the table and returns when there are none). The
+ * kernel deals the first refs out across blocks (batch_kernel.cu), so a small batch's units run on
+ * as many SMs as there are units: packed 16 to a block, a lone 16 KiB message's units shared one
+ * SM and its lane work took twice as long.
+ */
 static inline void gp_kernel_geometry(size_t nrefs, unsigned int flags, unsigned int max_grid, dim3 *grid,
                                       size_t *smem)
 {
-    const size_t need = (nrefs * GP_UNIT_LANES + GP_KERNEL_BLOCK - 1) / GP_KERNEL_BLOCK;
-
-    grid->x = (unsigned int)(need == 0 ? 1 : need < max_grid ? need : max_grid);
+    grid->x = (unsigned int)(nrefs == 0 ? 1 : nrefs < max_grid ? nrefs : max_grid);
     grid->y = 1;
     grid->z = 1;
     *smem = (flags & GP_BATCH_AES) ? GP_AES_TT_BYTES : 0;
