@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine: executor choice, keys, messages, request submission and the stats line. */
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,11 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu,
                 (unsigned long long)s.spec_tags);
         gp_hybrid_print(e);
+        if (e->warm_started && atomic_load_explicit(&e->warm_done, memory_order_acquire)
+            && e->warm_gen == gp_fork_generation() && e->warm_open_ns != 0)
+            gp_log_line("gpuprov warm-up: open %.1f ms (thread cpu %.1f ms), measure %.1f ms (thread cpu"
+                        " %.1f ms)\n", e->warm_open_ns / 1e6, e->warm_open_cpu_ns / 1e6,
+                        e->warm_calib_ns / 1e6, e->warm_calib_cpu_ns / 1e6);
     }
     pthread_mutex_lock(&e->open_lock);
     if (e->warm_started && e->warm_gen == gp_fork_generation()) {
@@ -333,6 +339,70 @@ int gp_warm_stopping(gp_engine *e)
     return atomic_load(&e->warm_stop) || atomic_load(&warmups_exit);
 }
 
+/*
+ * Is every CPU this process may run on busy right now? /proc/loadavg's fourth field counts the
+ * threads runnable at this instant (the caller among them). Opening the GPU costs ~0.4 s of CPU in
+ * its own thread and more in the driver (sys time), and a byte through the cuda executor costs the
+ * host more CPU than the default provider's own crypto (bench/RESULTS.md: ~0.8 against 0.1-0.3 CPU
+ * seconds per GB): with no core free the GPU cannot add throughput, only take it. The 16 children
+ * of `speed -multi 16 -async_jobs 8` each opened CUDA at once and ran at 0.79x of the default
+ * provider, with 10 s of sys time on 16 cores. Anything unreadable counts as not busy.
+ */
+_Atomic int gp_test_cpus_saturated = -1;
+
+static int cpus_saturated(void)
+{
+    const int t = atomic_load(&gp_test_cpus_saturated);
+    unsigned run = 0, all = 0;
+    double l1, l5, l15;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    FILE *f;
+    int n;
+
+    if (t >= 0)
+        return t;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        cpus = CPU_COUNT(&set);
+    if (cpus <= 1 || (f = fopen("/proc/loadavg", "r")) == NULL)
+        return 0;
+    n = fscanf(f, "%lf %lf %lf %u/%u", &l1, &l5, &l15, &run, &all);
+    fclose(f);
+    return n == 5 && run >= (unsigned)cpus;
+}
+
+/*
+ * The warm-up looks at the CPUs this long after the demand that started it, and again as long as
+ * every one is busy: `speed -multi` forks all its children at once, and the first to show demand
+ * looked before its siblings ran. A warm-up waiting here opens nothing, and at exit or engine free
+ * it stops within a millisecond.
+ */
+#define GP_WARM_LOOK_MS 200
+
+/* 1 once some CPU is free; 0 if the warm-up is to stop first. */
+static int wait_for_free_cpu(gp_engine *e)
+{
+    for (;;) {
+        for (int i = 0; i < GP_WARM_LOOK_MS; i++) {
+            if (gp_warm_stopping(e))
+                return 0;
+            sleep_1ms();
+        }
+        if (!cpus_saturated())
+            return 1;
+    }
+}
+
+/* This thread's CPU time (the warm-up's share of the process's CPU seconds per GB). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *warmup_main(void *v)
 {
     gp_engine *e = v;
@@ -343,9 +413,24 @@ static void *warmup_main(void *v)
     /* At normal priority. SCHED_IDLE (141bf6e, reverted) left the 16 children of `speed -multi 16
      * -async_jobs 8` waiting out the 15 s exit bound and then crashing (SIGABRT/SIGSEGV) in the CUDA
      * runtime's teardown on the H200 host: the openings no longer finished (bench/RESULTS.md). */
+    uint64_t t0, c0, t1, c1;
+
+    if (!wait_for_free_cpu(e)) {
+        atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+        atomic_fetch_sub(&warmups_running, 1);
+        return NULL;
+    }
+    t0 = gp_now_ns();
+    c0 = thread_cpu_ns();
     if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
+        t1 = gp_now_ns();
+        c1 = thread_cpu_ns();
+        e->warm_open_ns = t1 - t0;
+        e->warm_open_cpu_ns = c1 - c0;
         if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
             gp_hybrid_warm(e, gpu);
+        e->warm_calib_ns = gp_now_ns() - t1;
+        e->warm_calib_cpu_ns = thread_cpu_ns() - c1;
     }
     atomic_store_explicit(&e->warm_done, 1, memory_order_release);
     atomic_fetch_sub(&warmups_running, 1);
@@ -381,11 +466,12 @@ static int gpu_demand(gp_engine *e)
  * the round trip's fixed cost is small beside it. */
 #define GP_DEMAND_BYTES (256u * 1024u)
 
+
 /*
- * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens and
- * the hybrid policy measures in a thread of its own, once per process; until it is done every
- * message goes to the cpu executor, so no caller ever waits for it. Returns 1 once the warm-up is
- * over; `start`: start it now if it has not started.
+ * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens
+ * (when some CPU is free to drive it, warmup_main) and the hybrid policy measures in a thread of its
+ * own, once per process; until it is done every message goes to the cpu executor, so no caller ever waits
+ * for it. Returns 1 once the warm-up is over; `start`: start it now if it has not started.
  */
 static int warmed_up(gp_engine *e, int start)
 {

@@ -223,6 +223,10 @@ struct gp_engine {
     pthread_t warm_thread;
     _Atomic int warm_done;
     _Atomic int warm_stop;       /* gp_engine_free: stop at the next step */
+    /* Knob stats: the warm-up's steps, wall and thread CPU nanoseconds: opening the GPU (context,
+     * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
+     * before warm_done. */
+    uint64_t warm_open_ns, warm_open_cpu_ns, warm_calib_ns, warm_calib_cpu_ns;
     gp_hybrid hy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
@@ -277,6 +281,9 @@ int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg);
 void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
 int gp_warm_stopping(gp_engine *e);
+/* Tests: 0 or 1 fixes whether the auto backend's warm-up finds every CPU busy; -1 (the default)
+ * reads /proc/loadavg. */
+extern _Atomic int gp_test_cpus_saturated;
 /* The CUDA runtime has just loaded (its first call returned): order the exit-time wait for
  * warm-ups before the runtime's own teardown (engine.c). */
 void gp_warm_runtime_loaded(void);

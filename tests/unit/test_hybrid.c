@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <openssl/async.h>
@@ -353,11 +354,22 @@ static int warm_started(fixture *f)
 # define CUDA_BUILT 0
 #endif
 
+/* Wait (at most 5 s) for the engine's warm-up to end; 1 if it did. */
+static int warm_finished(fixture *f)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (atomic_load(&f->e->warm_done))
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
 /* backend=auto: a single-threaded synchronous caller never opens the GPU (every message it sends
  * goes to the cpu executor); a message inside an async job, or from a second thread, starts the
- * warm-up where the cuda executor is built. Messages started while the GPU opens in the background
- * run on the cpu executor (nothing fails, nothing waits), and after it the engine serves as the
- * warm-up decided. */
+ * warm-up where the cuda executor is built, which opens the GPU once some CPU is free. Messages
+ * started while the GPU opens in the background run on the cpu executor (nothing fails, nothing
+ * waits), and after it the engine serves as the warm-up decided. */
 static void test_auto_warmup(void **state)
 {
     fixture f;
@@ -366,6 +378,7 @@ static void test_auto_warmup(void **state)
     pthread_t t;
 
     (void)state;
+    atomic_store(&gp_test_cpus_saturated, 0);   /* this machine's load must not decide the test */
     gp_knobs_load(&k, NULL, NULL);
     k.backend = GP_BACKEND_AUTO;
     k.hybrid_gpu_host = 0;
@@ -381,8 +394,23 @@ static void test_auto_warmup(void **state)
     gp_engine_stats(f.e, &st);
     assert_int_equal(st.cpu_ops, 100 * 3);   /* AAD, data, tag: counted once the messages are freed */
     assert_int_equal(st.bytes, 100 * (13 + 2048));
+    /* Every CPU busy: the warm-up starts but opens nothing; messages keep to the cpu executor. */
+    atomic_store(&gp_test_cpus_saturated, 1);
     assert_int_equal(run_in_job(&f, auto_job_main), 1);
     assert_int_equal(warm_started(&f), CUDA_BUILT);
+    usleep(500 * 1000);                          /* two looks at the CPUs */
+    assert_int_equal(atomic_load(&f.e->warm_done), 0);
+    pthread_mutex_lock(&f.e->open_lock);
+    assert_int_equal(f.e->opened[GP_EXEC_CUDA], 0);
+    pthread_mutex_unlock(&f.e->open_lock);
+    assert_int_equal(run_in_job(&f, auto_job_main), 1);
+    gp_engine_stats(f.e, &st);
+    assert_int_equal(st.cpu_ops, 102 * 3);
+    assert_int_equal(st.errors, 0);
+    /* A CPU free again: the warm-up goes on (and ends, GPU or not). */
+    atomic_store(&gp_test_cpus_saturated, 0);
+    if (CUDA_BUILT)
+        assert_int_equal(warm_finished(&f), 1);
     teardown(&f);
 
     /* A second thread is the other sign of work to batch. */
@@ -399,6 +427,7 @@ static void test_auto_warmup(void **state)
     gp_engine_stats(f.e, &st);
     assert_int_equal(st.errors, 0);
     teardown(&f);
+    atomic_store(&gp_test_cpus_saturated, -1);
 }
 
 int main(void)
