@@ -203,8 +203,12 @@ GP_KFN void gp_msg_begin(gp_msg_state *st, const gp_key_sched *k, const uint8_t 
             gp_store_be64(j0, x[0]);
             gp_store_be64(j0 + 8, x[1]);
         }
-        /* E_K(J0) masks the tag (step 6); data starts at inc32(J0) (step 3). */
-        gp_aes_encrypt1(&k->aes, j0, st->gcm_ekj0);
+        /* E_K(J0) masks the tag (step 6); data starts at inc32(J0) (step 3). The encryption waits
+         * for the message's first request (gp_msg_run): a message starts on the caller's thread,
+         * where the host's constant-time AES costs ~10k instructions a block, and its first
+         * request runs on the executor (a GPU lead's T-table block, or a host worker). */
+        gp_bytes_copy(st->gcm_ekj0, j0, 16);
+        st->gcm_ekj0_pending = 1;
         gp_bytes_copy(st->ctr, j0, 16);
         gp_ctr_inc32(st->ctr);
         gp_state_wipe(j0, sizeof(j0));
@@ -271,6 +275,10 @@ GP_KFN void gp_msg_run(gp_msg_state *st, const gp_key_sched *k, uint32_t op, con
 {
     const int aead = gp_alg_is_aead(st->alg);
 
+    if (st->gcm_ekj0_pending) {   /* deferred by gp_msg_begin */
+        gp_aes_encrypt1(&k->aes, st->gcm_ekj0, st->gcm_ekj0);
+        st->gcm_ekj0_pending = 0;
+    }
     switch (op) {
     case GP_OP_AAD:
         gp_mac_absorb(st, k, in, len);
