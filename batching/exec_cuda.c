@@ -27,8 +27,9 @@ static void gp_wipe(void *p, size_t n)
 
 /*
  * One slot per batch in flight: its own stream, pinned and device arenas and layout scratch, on one
- * GPU. Two slots per GPU let a batch copy in while the one before computes and copies out (the
- * queue flushes a second batch while the first runs); knob device=all puts slots on every GPU.
+ * GPU. Several slots per GPU (knob streams) let a batch copy in while the one before computes and
+ * copies out (the queue flushes a second batch while the first runs); knob device=all puts slots on
+ * every GPU.
  */
 typedef struct gp_cuda_slot {
     pthread_mutex_t lock;        /* held by the leader running a batch in this slot */
@@ -43,8 +44,6 @@ typedef struct gp_cuda_slot {
     size_t *order, *rank, *wave, order_cap;
     gp_job *jobs;
 } gp_cuda_slot;
-
-#define SLOTS_PER_GPU 2
 
 typedef struct gp_cuda {
     gp_cuda_slot *slots;
@@ -120,7 +119,7 @@ static void cuda_close(gp_engine *e);
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
-    int n = 0, first, ngpus;
+    int n = 0, first, ngpus, per_gpu;
     cudaError_t err = cudaGetDeviceCount(&n);
 
     if (err != cudaSuccess || n == 0) {
@@ -138,20 +137,21 @@ static int cuda_open(gp_engine *e)
     }
     first = e->knobs.device == GP_DEVICE_ALL ? 0 : e->knobs.device;
     ngpus = e->knobs.device == GP_DEVICE_ALL ? n : 1;
+    per_gpu = e->knobs.streams > 0 ? e->knobs.streams : 2;
     if ((c = OPENSSL_zalloc(sizeof(*c))) == NULL
-        || (c->slots = OPENSSL_zalloc((size_t)ngpus * SLOTS_PER_GPU * sizeof(*c->slots))) == NULL) {
+        || (c->slots = OPENSSL_zalloc((size_t)ngpus * (size_t)per_gpu * sizeof(*c->slots))) == NULL) {
         OPENSSL_free(c);
         return 0;
     }
     atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     e->cuda = c;
-    for (int i = 0; i < ngpus * SLOTS_PER_GPU; i++) {
+    for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
 
         pthread_mutex_init(&sl->lock, NULL);
         c->nslots = i + 1;
-        sl->device = first + i / SLOTS_PER_GPU;
+        sl->device = first + i / per_gpu;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
             || (err = gp_kernel_prepare(&sl->max_grid)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess

@@ -122,7 +122,7 @@ static gp_wait_mode parse_wait(const char *v)
 void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params)
 {
     /* Keys of the provider's config section are readable by name through the core. */
-    char *backend = NULL, *stats = NULL, *host_threads = NULL, *device = NULL;
+    char *backend = NULL, *stats = NULL, *host_threads = NULL, *device = NULL, *streams = NULL;
     char *max_ops = NULL, *max_bytes = NULL, *flush_us = NULL, *wait = NULL, *spin_us = NULL;
     char *min_gpu = NULL, *lone_gpu = NULL, *share = NULL, *hybrid_gpu = NULL;
     OSSL_PARAM params[] = {
@@ -139,6 +139,7 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
         OSSL_PARAM_utf8_ptr("stats", &stats, 0),
         OSSL_PARAM_utf8_ptr("host_threads", &host_threads, 0),
         OSSL_PARAM_utf8_ptr("device", &device, 0),
+        OSSL_PARAM_utf8_ptr("streams", &streams, 0),
         OSSL_PARAM_END
     };
     char env[64];
@@ -154,6 +155,9 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
 
         k->device = v != NULL && strcasecmp(v, "all") == 0 ? GP_DEVICE_ALL : parse_count("device", v, 0, 1023);
     }
+    k->streams = parse_count("streams", knob_value("streams", streams, env, sizeof(env)), 2, 8);
+    if (k->streams == 0)
+        k->streams = 1;
     k->max_batch_ops = parse_count("max_batch_ops", knob_value("max_batch_ops", max_ops, env, sizeof(env)),
                                    4096, 1 << 20);
     if (k->max_batch_ops == 0)
