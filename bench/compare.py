@@ -54,7 +54,7 @@ PRETTY = {"aes-256-gcm": "AES-256-GCM", "aes-128-ctr": "AES-128-CTR",
           "chacha20-poly1305": "ChaCha20-Poly1305"}
 
 FIELDS = ["date", "host_cpu", "cores", "gpu", "openssl", "gpuprov_commit", "cipher", "size",
-          "async_jobs", "multi", "config", "seconds", "status", "bytes_per_s", "ops", "bytes",
+          "async_jobs", "multi", "config", "rep", "seconds", "status", "bytes_per_s", "ops", "bytes",
           "wall_s", "cpu_s", "cpu_s_per_gb", "cores_busy", "ratio_vs_default",
           "gp_ops", "gp_batches", "gp_mean_batch", "gp_cuda_ops", "gp_host_ops", "gp_cpu_ops",
           "gp_fallbacks", "gp_errors", "gp_split", "gp_other", "note"]
@@ -228,6 +228,9 @@ def stats_fields(st):
 # Plan and run the matrix
 
 def plan(args, configs):
+    """Runs in order: a cell's repeats follow each other, the configurations interleaved within
+    each repeat (default, gpuprov, ..., default, gpuprov, ...), so that each gpuprov run has a
+    default run of the same cell next to it in time."""
     forced_async = max(args.asyncs)
     forced_multi = 1 if 1 in args.multi else min(args.multi)
     runs = []
@@ -235,11 +238,12 @@ def plan(args, configs):
         for multi in args.multi:
             for async_jobs in args.asyncs:
                 for size in args.sizes:
-                    for config in configs:
-                        if (config in FORCED and not args.forced_everywhere
-                                and (async_jobs != forced_async or multi != forced_multi)):
-                            continue
-                        runs.append((cipher, size, async_jobs, multi, config))
+                    for rep in range(1, args.repeat + 1):
+                        for config in configs:
+                            if (config in FORCED and not args.forced_everywhere
+                                    and (async_jobs != forced_async or multi != forced_multi)):
+                                continue
+                            runs.append((cipher, size, async_jobs, multi, config, rep))
     return runs
 
 
@@ -265,7 +269,7 @@ def measure(args, host, configs, csv_path):
     with open(csv_path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
-        for k, (cipher, size, async_jobs, multi, config) in enumerate(runs, 1):
+        for k, (cipher, size, async_jobs, multi, config, rep) in enumerate(runs, 1):
             res = run_speed(cipher, size, async_jobs, multi, config, args.seconds, args.build,
                             args.stats)
             problem = check_gpuprov(config, res, args.stats)
@@ -280,14 +284,14 @@ def measure(args, host, configs, csv_path):
                         "OPENSSL_MODULES=%s; nothing it measures would be gpuprov"
                         % (ROOT / "config/gpuprov.cnf", args.build / "provider"))
                     sys.exit(2)
-            key = (cipher, size, async_jobs, multi)
+            key = (cipher, size, async_jobs, multi, rep)
             if config == "default":
                 default_rate[key] = res["bytes_per_s"]
             ref = default_rate.get(key)
             ratio = res["bytes_per_s"] / ref if ref else None
             gb = res["bytes"] / 1e9
             row = dict(host, date=today, cipher=cipher, size=size, async_jobs=async_jobs,
-                       multi=multi, config=config, seconds=args.seconds,
+                       multi=multi, config=config, rep=rep, seconds=args.seconds,
                        status=("gpuprov-unused" if problem else res["status"]),
                        bytes_per_s="%.0f" % res["bytes_per_s"], ops=res["ops"],
                        bytes=res["bytes"], wall_s="%.3f" % res["wall_s"],
@@ -306,8 +310,9 @@ def measure(args, host, configs, csv_path):
             rtxt = (", %.2f\u00d7 default" % ratio) if ratio is not None and config != "default" else ""
             split = (" [%s, batch %s]" % (row.get("gp_split", ""), row.get("gp_mean_batch", ""))
                      if row.get("gp_split") else "")
-            say("[%d/%d] %s %d B async=%d multi=%d %s: %s,%s%s%s  ETA %s" % (
+            say("[%d/%d] %s %d B async=%d multi=%d %s%s: %s,%s%s%s  ETA %s" % (
                 k, len(runs), cipher, size, async_jobs, multi, config,
+                " #%d" % rep if args.repeat > 1 else "",
                 fmt_gbs(res["bytes_per_s"]), cpu_gb, rtxt, split, fmt_dur(eta)))
     say("compare: %d runs in %s; CSV: %s" % (len(runs), fmt_dur(time.monotonic() - t_start),
                                               csv_path))
@@ -332,13 +337,51 @@ def verify_loading(args, configs):
 # ---------------------------------------------------------------------------------------------
 # Targets, tables, RESULTS.md
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def aggregate(rows):
+    """One row per (cipher, size, async, multi, config) over its repeats (CSV column rep; older
+    CSVs have one run per cell): GB/s, CPU s/GB and cores busy are medians, the ratio is the
+    median of the per-repeat ratios (each against the default run of the same repeat), with their
+    range in ratio_min/ratio_max. On this class of host single 1-s runs of the same cell differ
+    by up to ±25%, so one run cannot decide a 0.95x target."""
+    groups = {}
+    for r in rows:
+        if r["status"] == "ok":
+            k = (r["cipher"], int(r["size"]), int(r["async_jobs"]), int(r["multi"]), r["config"])
+            groups.setdefault(k, []).append(r)
+    out = {}
+    for k, rs in groups.items():
+        a = dict(rs[0])
+        a["reps"] = len(rs)
+        for f, fmt in (("bytes_per_s", "%.0f"), ("cpu_s_per_gb", "%.4f"), ("cores_busy", "%.2f")):
+            v = [float(r[f]) for r in rs if r.get(f)]
+            a[f] = fmt % median(v) if v else ""
+        ratios = [float(r["ratio_vs_default"]) for r in rs if r.get("ratio_vs_default")]
+        a["ratio_vs_default"] = "%.3f" % median(ratios) if ratios else ""
+        a["ratio_min"] = min(ratios) if ratios else None
+        a["ratio_max"] = max(ratios) if ratios else None
+        out[k] = a
+    return out
+
+
 def index(rows):
-    return {(r["cipher"], int(r["size"]), int(r["async_jobs"]), int(r["multi"]), r["config"]): r
-            for r in rows if r["status"] == "ok"}
+    return aggregate(rows)
 
 
 def ratio_of(r):
     return float(r["ratio_vs_default"]) if r and r.get("ratio_vs_default") else None
+
+
+def spread(r):
+    """' (repeats 0.81-1.02)' for an aggregated row of several repeats, else ''."""
+    if not r or r.get("reps", 1) < 2 or r.get("ratio_min") is None:
+        return ""
+    return " (repeats %.2f\u2013%.2f)" % (r["ratio_min"], r["ratio_max"])
 
 
 def targets(rows, has_gpu):
@@ -359,7 +402,7 @@ def targets(rows, has_gpu):
         r = ix.get((cipher, 16384, 64, 1, "gpuprov"))
         x = ratio_of(r)
         c = ratio_of(ix.get((cipher, 16384, 64, 1, "gpuprov-cuda")))
-        meas = ("%.2f\u00d7" % x if x is not None else "-") + (
+        meas = ("%.2f\u00d7%s" % (x, spread(r)) if x is not None else "-") + (
             " (forced cuda %.2f\u00d7)" % c if c is not None else "")
         out.append(("16 KiB, 1 process, async 64, hybrid", PRETTY[cipher], meas,
                     "\u2265 %.1f\u00d7" % need, verdict(x, need)))
@@ -372,17 +415,18 @@ def targets(rows, has_gpu):
             continue
         worst, k = min(hy)
         below = sum(1 for x, _ in hy if x < 0.95)
-        meas = "min %.2f\u00d7 at %d B async %d multi %d; %d of %d cells below" % (
-            worst, k[1], k[2], k[3], below, len(hy))
+        meas = "min %.2f\u00d7 at %d B async %d multi %d%s; %d of %d cells below" % (
+            worst, k[1], k[2], k[3], spread(ix[k]), below, len(hy))
         out.append(("every size/async/multi, hybrid", PRETTY[cipher], meas, "\u2265 0.95\u00d7",
                     "PASS" if worst >= 0.95 else "FAIL"))
     for cipher in CIPHERS:
         for a in asyncs:
-            x = ratio_of(ix.get((cipher, 16384, a, 16, "gpuprov")))
+            r = ix.get((cipher, 16384, a, 16, "gpuprov"))
+            x = ratio_of(r)
             if x is None:
                 continue
             out.append(("-multi 16, 16 KiB, hybrid", "%s, async %d" % (PRETTY[cipher], a),
-                        "%.2f\u00d7" % x, "\u2265 1.15\u00d7", verdict(x, 1.15)))
+                        "%.2f\u00d7%s" % (x, spread(r)), "\u2265 1.15\u00d7", verdict(x, 1.15)))
     if not any(t[0].startswith("-multi 16") for t in out):
         out.append(("-multi 16, 16 KiB, hybrid", "all", "-", "\u2265 1.15\u00d7", "not measured"))
     x = ratio_of(ix.get(("chacha20-poly1305", 1024, 64, 1, "gpuprov-cuda")))
@@ -479,11 +523,16 @@ def results_section(rows, meta, plots, plot_note, results_path):
               "default provider's code behind gpuprov's queue), `gpuprov-cuda` is dropped, and the "
               "GPU targets read n/a. These figures say what loading gpuprov costs on a GPU-less "
               "machine; the GPU figures come from the same command on a GPU host.", ""]
-    s += ["Each cell is one `openssl speed -mr -elapsed -seconds %s -bytes N [-async_jobs A] "
+    reps = max((int(r["rep"]) for r in rows if r.get("rep")), default=1)
+    s += [("Each cell ran %d times, the configurations interleaved within each repeat; figures "
+           "are medians, a ratio is the median of the per-repeat ratios (each against the default "
+           "run of the same repeat), with the range of the repeats where a target names it. "
+           % reps if reps > 1 else "") +
+          "A run is one `openssl speed -mr -elapsed -seconds %s -bytes N [-async_jobs A] "
           "[-multi M] -evp CIPHER` process; GB/s = 10^9 bytes/s as speed reports it (with "
           "-multi, the sum over processes); CPU s/GB = user+sys seconds of the whole process tree "
           "(getrusage, start-up included) per 10^9 bytes encrypted; cores busy = CPU s / wall s. "
-          "Ratios are against the default provider in the same cell of the same run. "
+          "Ratios are against the default provider in the same cell of the same compare run. "
           "Configurations: %s." % (rows[0]["seconds"] if rows else "?", ", ".join(configs)), "",
           "### Targets (issue 4)", "",
           "| target | cell | measured | needed | verdict |", "|---|---|---|---|---|"]
@@ -556,7 +605,7 @@ def draw_plots(rows, meta, outdir):
               "gpuprov-host": "tab:orange", "gpuprov-cpu": "tab:purple"}
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D"]
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = list(aggregate(rows).values())   # one point per cell: the median of its repeats
     asyncs = sorted({int(r["async_jobs"]) for r in ok})
     multis = sorted({int(r["multi"]) for r in ok})
     sizes = sorted({int(r["size"]) for r in ok})
@@ -638,6 +687,8 @@ def main():
                     "(default: bench/RESULTS.md; with --quick: none)")
     ap.add_argument("--no-results", action="store_true", help="leave RESULTS.md alone")
     ap.add_argument("--seconds", type=int, default=1, help="seconds per run (default 1)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per cell and configuration, "
+                    "interleaved; tables take medians (default 1)")
     ap.add_argument("--ciphers", type=csv_list(str), default=CIPHERS)
     ap.add_argument("--sizes", type=csv_list(int), default=SIZES)
     ap.add_argument("--async", dest="asyncs", type=csv_list(int), default=ASYNC,
