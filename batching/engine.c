@@ -611,6 +611,7 @@ gp_key *gp_key_dup(const gp_key *k)
         return NULL;
     memcpy(d, k, sizeof(*d));
     d->id = atomic_fetch_add(&next_key_id, 1);
+    d->ecb = NULL;   /* the copy makes its own on first use */
     return d;
 }
 
@@ -621,8 +622,10 @@ int gp_key_matches(const gp_key *k, const uint8_t *key, size_t keylen)
 
 void gp_key_free(gp_key *k)
 {
-    if (k != NULL)
-        OPENSSL_secure_clear_free(k, sizeof(*k));   /* round keys, H and the raw key are secret */
+    if (k == NULL)
+        return;
+    EVP_CIPHER_CTX_free(k->ecb);                    /* cleanses its key schedule */
+    OPENSSL_secure_clear_free(k, sizeof(*k));       /* round keys, H and the raw key are secret */
 }
 
 /* ---- messages ---- */

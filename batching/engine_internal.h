@@ -65,6 +65,8 @@ struct gp_key {
     uint8_t raw[32];
     int sched_ready;             /* `sched` is made the first time a host/cuda message needs it */
     gp_key_sched sched;
+    EVP_CIPHER_CTX *ecb;         /* GCM, host/cuda: the default provider's AES-ECB under this key,
+                                  * for E_K(J0) at each message start (made on first use) */
 };
 
 /* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */
@@ -330,6 +332,10 @@ static inline int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size
     gp_cpu_clean_upper_state();
     return ok;
 }
+
+/* E_K(in) for one block with the default provider's AES (AES-NI where the CPU has it) under key k;
+ * 1 on success, else 0 and out untouched (exec_cpu.c). */
+int gp_cpu_aes_block(gp_engine *e, gp_key *k, const uint8_t in[16], uint8_t out[16]);
 
 /* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
 void gp_host_run_one(gp_request *r);

@@ -90,7 +90,7 @@ typedef struct gp_msg_state {
      * any one-shot message) costs no second round trip. Valid until the next request. */
     uint8_t spec_tag[16];
     uint32_t spec_valid;
-    uint32_t gcm_ekj0_pending;    /* 1: gcm_ekj0 still holds J0 (gp_msg_ekj0 encrypts it) */
+    uint32_t reserved;
 } gp_msg_state;
 
 /*

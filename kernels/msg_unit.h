@@ -169,19 +169,13 @@ GP_KFN void gp_mac_pad(gp_msg_state *st, const gp_key_sched *k)
     st->mac_pend_len = 0;
 }
 
-/* GCM's E_K(J0), deferred by gp_msg_begin to the message's first request. On the GPU it is made
- * only by the lead (gp_unit_lead): one copy of the AES code, rather than one in each of the places
- * gp_msg_run is inlined (that cost the kernel 108 KB of code and AES-256-GCM a fifth of its
- * throughput). */
-GP_KFN void gp_msg_ekj0(gp_msg_state *st, const gp_key_sched *k)
-{
-    if (st->gcm_ekj0_pending) {
-        gp_aes_encrypt1(&k->aes, st->gcm_ekj0, st->gcm_ekj0);
-        st->gcm_ekj0_pending = 0;
-    }
-}
-
-GP_KFN void gp_msg_begin(gp_msg_state *st, const gp_key_sched *k, const uint8_t *iv, size_t ivlen)
+/*
+ * A message's starting state, except that for GCM `gcm_ekj0` holds J0 itself: the caller encrypts
+ * it in place before the state is used (gp_msg_begin with the kernel AES; the engine with the
+ * default provider's AES-NI, batching/exec_host.c: on the host the constant-time bitsliced AES
+ * takes ~10k instructions a block, on the caller's thread for every GCM record).
+ */
+GP_KFN void gp_msg_begin_j0(gp_msg_state *st, const gp_key_sched *k, const uint8_t *iv, size_t ivlen)
 {
     gp_state_wipe(st, sizeof(*st));
     st->alg = k->alg;
@@ -215,12 +209,8 @@ GP_KFN void gp_msg_begin(gp_msg_state *st, const gp_key_sched *k, const uint8_t 
             gp_store_be64(j0, x[0]);
             gp_store_be64(j0 + 8, x[1]);
         }
-        /* E_K(J0) masks the tag (step 6); data starts at inc32(J0) (step 3). The encryption waits
-         * for the message's first request (gp_msg_ekj0): a message starts on the caller's thread,
-         * where the host's constant-time AES costs ~10k instructions a block, and its first
-         * request runs on the executor (a GPU lead's T-table block, or a host worker). */
+        /* E_K(J0) masks the tag (step 6), made by the caller; data starts at inc32(J0) (step 3). */
         gp_bytes_copy(st->gcm_ekj0, j0, 16);
-        st->gcm_ekj0_pending = 1;
         gp_bytes_copy(st->ctr, j0, 16);
         gp_ctr_inc32(st->ctr);
         gp_state_wipe(j0, sizeof(j0));
@@ -241,6 +231,14 @@ GP_KFN void gp_msg_begin(gp_msg_state *st, const gp_key_sched *k, const uint8_t 
     default:
         break;
     }
+}
+
+/* A message's starting state, E_K(J0) included (SP 800-38D §7.1). */
+GP_KFN void gp_msg_begin(gp_msg_state *st, const gp_key_sched *k, const uint8_t *iv, size_t ivlen)
+{
+    gp_msg_begin_j0(st, k, iv, ivlen);
+    if (k->alg == GP_ALG_AES_GCM)
+        gp_aes_encrypt1(&k->aes, st->gcm_ekj0, st->gcm_ekj0);
 }
 
 /* out = in ^ keystream over len bytes, continuing a partial block where the last call stopped. */
@@ -287,9 +285,6 @@ GP_KFN void gp_msg_run(gp_msg_state *st, const gp_key_sched *k, uint32_t op, con
 {
     const int aead = gp_alg_is_aead(st->alg);
 
-#if !defined(__CUDA_ARCH__)
-    gp_msg_ekj0(st, k);   /* on the GPU the lead does it, before a request's first gp_msg_run */
-#endif
     switch (op) {
     case GP_OP_AAD:
         gp_mac_absorb(st, k, in, len);

@@ -101,7 +101,6 @@ GP_KFN void gp_spec_tag(gp_msg_state *st, const gp_key_sched *k, uint32_t op)
 GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const uint8_t *aad,
                          const uint8_t *in, uint8_t *out)
 {
-    gp_msg_ekj0(st, k);
     if (j->aad_len > 0)
         gp_msg_run(st, k, GP_OP_AAD, aad, NULL, j->aad_len);
     gp_msg_run(st, k, j->op, in, out, (size_t)j->head_len);
