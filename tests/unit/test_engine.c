@@ -17,6 +17,7 @@
 #include "gptest.h"
 #include "batching/engine.h"
 #include "batching/engine_internal.h"
+#include "kernels/msg_unit.h"
 #include "provider/cipher_ctx.h"
 
 #define NMSG 48
@@ -645,8 +646,62 @@ static void test_cpu_unusable_falls_back_to_host(void **state)
     }
     gp_msg_free(m);
     gp_key_free(k);
+    /* GCM without the default provider: E_K(J0) comes from the kernel AES instead of AES-NI.
+     * McGrew-Viega test case 2 (zero key, zero 96-bit IV, one zero block). */
+    {
+        static const uint8_t ct[16] = { 0x03, 0x88, 0xda, 0xce, 0x60, 0xb6, 0xa3, 0x92,
+                                        0xf3, 0x28, 0xc2, 0xb9, 0x71, 0xb2, 0xfe, 0x78 };
+        static const uint8_t tag[16] = { 0xab, 0x6e, 0x47, 0xd4, 0x2c, 0xec, 0x13, 0xbd,
+                                         0xf5, 0x3a, 0x67, 0xb2, 0x12, 0x57, 0xbd, 0xdf };
+        uint8_t t[16];
+
+        k = gp_key_new(e, GP_ALG_AES_GCM, key, 16);
+        m = gp_msg_new(e);
+        assert_true(gp_msg_start(m, k, iv, 12, 1));
+        assert_true(gp_msg_crypt(m, in, out, 16));
+        assert_true(gp_msg_tag(m, t));
+        assert_memory_equal(out, ct, 16);
+        assert_memory_equal(t, tag, 16);
+        assert_null(k->ecb);   /* no AES-ECB to fetch here */
+        gp_msg_free(m);
+        gp_key_free(k);
+    }
     gp_engine_free(e);
     OSSL_PROVIDER_unload(null);
+    OSSL_LIB_CTX_free(lib);
+}
+
+/* GCM's E_K(J0) at message start: the default provider's AES (the path taken) and the kernel AES
+ * (the fallback, and what the GPU would compute) agree for every key size. */
+static void test_ekj0_aesni_matches_kernel(void **state)
+{
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    gp_knobs knobs = { .backend = GP_BACKEND_HOST };
+    gp_engine *e = gp_engine_new(&knobs, lib);
+
+    (void)state;
+    gptest_rand_seed();
+    for (size_t keylen = 16; keylen <= 32; keylen += 8) {
+        for (int i = 0; i < 20; i++) {
+            uint8_t key[32], in[16], a[16], b[16];
+            gp_key *k;
+
+            gptest_rand_bytes(key, sizeof(key));
+            gptest_rand_bytes(in, sizeof(in));
+            k = gp_key_new(e, GP_ALG_AES_GCM, key, keylen);
+            assert_true(gp_cpu_aes_block(e, k, in, a));
+            assert_non_null(k->ecb);
+            gp_aes_encrypt1(&gp_key_sched_get(k)->aes, in, b);
+            assert_memory_equal(a, b, 16);
+            assert_true(gp_cpu_aes_block(e, k, a, a));   /* in place, with the context reused */
+            gp_aes_encrypt1(&gp_key_sched_get(k)->aes, b, b);
+            assert_memory_equal(a, b, 16);
+            gp_key_free(k);
+        }
+    }
+    gp_engine_free(e);
+    OSSL_PROVIDER_unload(dflt);
     OSSL_LIB_CTX_free(lib);
 }
 
@@ -755,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_verify_statuses),
         cmocka_unit_test(test_cpu_direct_matches_evp),
         cmocka_unit_test(test_cpu_unusable_falls_back_to_host),
+        cmocka_unit_test(test_ekj0_aesni_matches_kernel),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_knobs_from_env),
     };
