@@ -232,7 +232,9 @@ def plan(args, configs):
     each repeat (default, gpuprov, ..., default, gpuprov, ...), so that each gpuprov run has a
     default run of the same cell next to it in time."""
     forced_async = max(args.asyncs)
-    forced_multi = 1 if 1 in args.multi else min(args.multi)
+    # Forced executors at -multi 1 only (unless --forced-everywhere): with -multi 16 a forced-cuda
+    # run of a few seconds measures 16 processes creating CUDA contexts at once (2 s and more each).
+    forced_multi = 1 if 1 in args.multi else None
     runs = []
     for cipher in args.ciphers:
         for multi in args.multi:
