@@ -115,9 +115,9 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
     const gp_key_sched *ks = gp_key_sched_get(m->key);
 
     gp_msg_begin_j0(&m->st, ks, m->iv, m->ivlen);
-    /* GCM's E_K(J0), on the caller's thread: AES-NI through the default provider (~0.2 us), else
-     * the kernel code's bitsliced AES (~10k instructions; the GPU's lead costs its batch more:
-     * AES-256-GCM fell from 191 to 150 GB/s in kernel_bench when the lead made it). */
+    /* GCM's E_K(J0), on the caller's thread: AES-NI through the default provider (hundreds of
+     * instructions), else the kernel code's bitsliced AES (~10k instructions). Made by the GPU's
+     * lead instead, it cost AES-256-GCM 191 -> 150 GB/s in kernel_bench (bench/RESULTS.md). */
     if (ks->alg == GP_ALG_AES_GCM && !gp_cpu_aes_block(e, m->key, m->st.gcm_ekj0, m->st.gcm_ekj0))
         gp_aes_encrypt1(&ks->aes, m->st.gcm_ekj0, m->st.gcm_ekj0);
     m->pows_ready = 0;
