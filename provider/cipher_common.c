@@ -37,6 +37,8 @@ void gp_cipher_freectx(void *vctx)
 
     if (ctx == NULL)
         return;
+    if (ctx->msg != NULL)
+        gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
     gp_msg_free(ctx->msg);
     gp_key_free(ctx->key);
     /* IVs, tags and the TLS AAD are not keys, but nothing of a message should outlive it. */
@@ -55,6 +57,7 @@ void *gp_cipher_dupctx(void *vctx)
     memcpy(d, src, sizeof(*d));
     d->key = NULL;
     d->msg = NULL;
+    memset(&d->fast, 0, sizeof(d->fast));   /* the copy's message has its own default context */
     if (src->key != NULL && (d->key = gp_key_dup(src->key)) == NULL)
         goto err;
     if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL)
@@ -138,6 +141,7 @@ int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyle
         GP_RAISE(GP_R_OUT_OF_MEMORY);
         return 0;
     }
+    gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
     gp_key_free(ctx->key);
     ctx->key = k;
     return 1;
@@ -145,6 +149,7 @@ int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyle
 
 int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
 {
+    gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
     if (!gp_msg_start(ctx->msg, ctx->key, iv, ivlen, ctx->enc)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;

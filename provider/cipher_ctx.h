@@ -9,6 +9,10 @@
 
 #include "prov.h"
 
+/* Kept out of line: the general path of an update, so that the fast lane before it needs no stack
+ * frame and ends in a tail call (provider/stream_common.c). */
+#define GP_NOINLINE __attribute__((noinline))
+
 /* Static description of one algorithm, as the default provider reports it. */
 typedef struct gp_cipher_info {
     uint32_t alg;               /* enum gp_alg */
@@ -31,6 +35,8 @@ typedef struct gp_cipher_ctx {
     int enc;
     gp_key *key;                /* NULL until a key is set */
     gp_msg *msg;
+    gp_cpu_fast fast;           /* while msg runs on the cpu executor: its data updates' shortcut
+                                 * to the default provider (batching/engine.h) */
     gp_iv_state iv_state;
     uint8_t iv[128];            /* the IV the next/current message starts from */
     size_t ivlen;
