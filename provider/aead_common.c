@@ -218,43 +218,28 @@ done:
 }
 
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
-                       const unsigned char *in, size_t inl);
+                                   const unsigned char *in, size_t inl);
 
 /* Data of a message on the cpu executor: straight to the default provider, for GCM by a tail call
- * (as gp_stream_update; AAD, TLS records and the first data update take aead_update). */
+ * (cipher_ctx.h; AAD, TLS records and the first data update take aead_update). */
 int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
-    const uint64_t gcm_max = (UINT64_C(1) << 36) - 32;   /* gp_aead_text_fits for GCM */
+    const uint64_t gcm_max = (UINT64_C(1) << 36) - 32;   /* gp_aead_text_fits for GCM, inline */
 
-    if (ctx->fast.tail && out != NULL && in != NULL && inl - 1 < ctx->fast.max_len && outsize >= inl
-        && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0 && ctx->text_bytes <= gcm_max
-        && inl <= gcm_max - ctx->text_bytes) {
-        ctx->text_bytes += inl;
-        ctx->fast.calls++;
-        ctx->fast.bytes += inl;
-        return ctx->fast.update(ctx->fast.algctx, out, outl, outsize, in, inl);
-    }
+    if (ctx->fast.tail && gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
+        && ctx->text_bytes <= gcm_max && inl <= gcm_max - ctx->text_bytes)
+        return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }
 
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
-                       const unsigned char *in, size_t inl)
+                                   const unsigned char *in, size_t inl)
 {
-    if (ctx->fast.update != NULL && out != NULL && in != NULL && inl - 1 < ctx->fast.max_len
-        && outsize >= inl && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0
-        && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl)) {
-        *outl = 0;
-        if (!gp_cpu_fast_update(&ctx->fast, in, out, inl)) {
-            gp_msg_cpu_fast_failed(ctx->msg);
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
-            return 0;
-        }
-        ctx->text_bytes += inl;
-        *outl = inl;
-        return 1;
-    }
+    if (ctx->fast.update != NULL && gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
+        && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl))
+        return gp_cipher_fast_call(ctx, out, outl, in, inl);
     *outl = 0;
     if (inl == 0)
         return 1;

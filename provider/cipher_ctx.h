@@ -86,6 +86,45 @@ static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsig
     return 1;
 }
 
+/*
+ * The cpu executor's fast lane (batching/engine.h, gp_cpu_fast), shared by the stream and AEAD
+ * updates. It opens only after a good data update of a started message and closes when the
+ * message restarts, so every check of the general path holds when gp_cipher_fast_fits does.
+ */
+static inline int gp_cipher_fast_fits(const gp_cipher_ctx *ctx, const unsigned char *out,
+                                      size_t outsize, const unsigned char *in, size_t inl)
+{
+    return inl - 1 < ctx->fast.max_len && outsize >= inl && in != NULL && out != NULL
+           && ctx->iv_state == GP_IV_STARTED;
+}
+
+/* AES: a tail call with the caller's own arguments (the default provider's update takes the same
+ * ones and sets *outl), counted before the call, so a failed update (the default raises its own
+ * error) still counts its bytes. */
+static inline int gp_cipher_fast_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
+                                      size_t outsize, const unsigned char *in, size_t inl)
+{
+    ctx->text_bytes += inl;
+    ctx->fast.calls++;
+    ctx->fast.bytes += inl;
+    return ctx->fast.update(ctx->fast.algctx, out, outl, outsize, in, inl);
+}
+
+/* ChaCha20's: a call, then the vector state cleaned (gp_cpu_fast_update). */
+static inline int gp_cipher_fast_call(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
+                                      const unsigned char *in, size_t inl)
+{
+    *outl = 0;
+    if (!gp_cpu_fast_update(&ctx->fast, in, out, inl)) {
+        gp_msg_cpu_fast_failed(ctx->msg);
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    ctx->text_bytes += inl;
+    *outl = inl;
+    return 1;
+}
+
 /* Set a size_t param, raising INVALID_PARAMETER when it does not fit. */
 int gp_param_set_size(OSSL_PARAM *p, size_t v);
 /* KEYLEN is settable to each algorithm's own value only. */

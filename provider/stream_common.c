@@ -86,45 +86,25 @@ int gp_stream_dinit(void *vctx, const unsigned char *key, size_t keylen, const u
 }
 
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
-                         const unsigned char *in, size_t inl);
+                                     const unsigned char *in, size_t inl);
 
-/*
- * A message on the cpu executor goes straight to the default provider's update (every check of
- * stream_update holds: the lane opens only after a good update of a started message and closes
- * when it restarts). For AES that is a tail call with our arguments (the default's update takes
- * the same ones and sets *outl), ~20 instructions of ours; counted before the call, so a failed
- * update (the default raises its own error) still counts its bytes.
- */
+/* A message on the cpu executor goes straight to the default provider's update (cipher_ctx.h):
+ * for AES by a tail call, ~20 instructions of ours. */
 int gp_stream_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                      const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (ctx->fast.tail && inl - 1 < ctx->fast.max_len && outsize >= inl && in != NULL && out != NULL
-        && ctx->iv_state == GP_IV_STARTED) {
-        ctx->text_bytes += inl;
-        ctx->fast.calls++;
-        ctx->fast.bytes += inl;
-        return ctx->fast.update(ctx->fast.algctx, out, outl, outsize, in, inl);
-    }
+    if (ctx->fast.tail && gp_cipher_fast_fits(ctx, out, outsize, in, inl))
+        return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
     return stream_update(ctx, out, outl, outsize, in, inl);
 }
 
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
-                         const unsigned char *in, size_t inl)
+                                     const unsigned char *in, size_t inl)
 {
-    if (ctx->fast.update != NULL && inl - 1 < ctx->fast.max_len && outsize >= inl && in != NULL
-        && out != NULL && ctx->iv_state == GP_IV_STARTED) {
-        *outl = 0;
-        if (!gp_cpu_fast_update(&ctx->fast, in, out, inl)) {
-            gp_msg_cpu_fast_failed(ctx->msg);
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
-            return 0;
-        }
-        ctx->text_bytes += inl;
-        *outl = inl;
-        return 1;
-    }
+    if (ctx->fast.update != NULL && gp_cipher_fast_fits(ctx, out, outsize, in, inl))
+        return gp_cipher_fast_call(ctx, out, outl, in, inl);
     *outl = 0;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
