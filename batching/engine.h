@@ -166,16 +166,24 @@ void gp_msg_cpu_fast_end(gp_msg *m, gp_cpu_fast *f);
 /* An update through f failed: count it as gp_msg_crypt would. */
 void gp_msg_cpu_fast_failed(gp_msg *m);
 
+/* One call of the default provider's update on its context: AAD (out NULL) or data, whose output
+ * size is the input length (ciphers of block size 1); the vector state cleaned after it. */
+static inline int gp_cpu_direct_update(OSSL_FUNC_cipher_update_fn *update, void *algctx,
+                                       const uint8_t *in, uint8_t *out, size_t len)
+{
+    size_t outl = 0;
+    int ok = update(algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
+
+    gp_cpu_clean_upper_state();
+    return ok;
+}
+
 /* out[0..len) = the message's cipher of in[0..len), len in 1..f->max_len; 1 on success. */
 static inline int gp_cpu_fast_update(gp_cpu_fast *f, const uint8_t *in, uint8_t *out, size_t len)
 {
-    size_t outl = 0;
-    int ok = f->update(f->algctx, out, &outl, len, in, len) && outl == len;
-
-    gp_cpu_clean_upper_state();
     f->calls++;
     f->bytes += len;
-    return ok;
+    return gp_cpu_direct_update(f->update, f->algctx, in, out, len);
 }
 
 /* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line.

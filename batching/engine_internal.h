@@ -299,18 +299,12 @@ int gp_cpu_run_one(gp_request *r);
 /* gp_cpu_update for a message without the provider's own context (through EVP). */
 int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
 /* AAD (out NULL) or data of m, on the cpu executor at once; 1 on success. Inline: a 16-byte update
- * then costs one indirect call more than the default provider's own. Update's output size is the
- * input length (what EVP passes for ciphers of block size 1). */
+ * then costs one indirect call more than the default provider's own. */
 static inline int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
 {
-    size_t outl = 0;
-    int ok;
-
     if (m->cpu_algctx == NULL)
         return gp_cpu_update_evp(m, in, out, len);
-    ok = m->cpu_direct->update(m->cpu_algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
-    gp_cpu_clean_upper_state();
-    return ok;
+    return gp_cpu_direct_update(m->cpu_direct->update, m->cpu_algctx, in, out, len);
 }
 
 /* E_K(in) for one block with the default provider's AES (AES-NI where the CPU has it) under key k;

@@ -21,15 +21,6 @@ static int is_gcm(const gp_cipher_ctx *ctx)
     return ctx->info->alg == GP_ALG_AES_GCM;
 }
 
-int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add)
-{
-    /* SP 800-38D §5.2.1.1: at most 2^39 - 256 bits of plaintext per IV. RFC 8439 §2.8: the 32-bit
-     * block counter starts at 1, so at most (2^32 - 1) 64-byte blocks per nonce. */
-    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 36) - 32 : ((UINT64_C(1) << 32) - 1) * 64;
-
-    return done <= max && add <= max - done;
-}
-
 int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add)
 {
     /* SP 800-38D §5.2.1.1: AAD below 2^64 bits; RFC 8439 §2.8: a 64-bit byte count. */
@@ -226,10 +217,9 @@ int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
-    const uint64_t gcm_max = (UINT64_C(1) << 36) - 32;   /* gp_aead_text_fits for GCM, inline */
 
     if (ctx->fast.tail && gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
-        && ctx->text_bytes <= gcm_max && inl <= gcm_max - ctx->text_bytes)
+        && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl))
         return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }

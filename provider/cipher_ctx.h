@@ -143,7 +143,15 @@ OSSL_FUNC_cipher_settable_ctx_params_fn gp_ctr_settable_ctx_params, gp_chacha20_
 
 /* AEAD modes (AES-GCM, ChaCha20-Poly1305): provider/aead_common.c */
 /* Per-IV limits: may `add` more bytes follow `done`? (SP 800-38D §5.2.1.1, RFC 8439 §2.8) */
-int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add);
+static inline int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add)
+{
+    /* SP 800-38D §5.2.1.1: at most 2^39 - 256 bits of plaintext per IV. RFC 8439 §2.8: the 32-bit
+     * block counter starts at 1, so at most (2^32 - 1) 64-byte blocks per nonce. */
+    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 36) - 32 : ((UINT64_C(1) << 32) - 1) * 64;
+
+    return done <= max && add <= max - done;
+}
+
 int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add);
 OSSL_FUNC_cipher_encrypt_init_fn gp_aead_einit;
 OSSL_FUNC_cipher_decrypt_init_fn gp_aead_dinit;
