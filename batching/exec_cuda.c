@@ -34,7 +34,7 @@ static void gp_wipe(void *p, size_t n)
 typedef struct gp_cuda_slot {
     pthread_mutex_t lock;        /* held by the leader running a batch in this slot */
     int device;
-    unsigned int max_grid;       /* blocks the device holds at once (kernels/launch.h) */
+    gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
     uint8_t *host;               /* pinned, `cap` bytes */
@@ -153,11 +153,14 @@ static int cuda_open(gp_engine *e)
         c->nslots = i + 1;
         sl->device = first + i / per_gpu;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
-            || (err = gp_kernel_prepare(&sl->max_grid)) != cudaSuccess
+            || (err = gp_kernel_prepare(&sl->shape)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
                    != cudaSuccess) {
-            cuda_failed(e, "device setup", err);
+            cuda_failed(e, err == cudaErrorNotSupported
+                               ? "device setup (the kernel built for this GPU wants a 128 KiB AES table per block, "
+                                 "which it cannot hold: build with -Dgpu_sm=<its SM>)"
+                               : "device setup", err);
             cuda_close(e);
             return 0;
         }
@@ -371,10 +374,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
-        dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, grid;
+        dim3 block, grid;
         size_t smem;
 
-        gp_kernel_geometry(nrefs, flags, c->max_grid, &grid, &smem);
+        gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         if (e->knobs.stats)

@@ -50,8 +50,8 @@ typedef struct restore_plan {
     size_t plan_off, key_off, states_off, out_off;
 } restore_plan;
 
-/* Blocks the GPU holds at once (gp_kernel_prepare): the grid cap, as the cuda executor uses it. */
-static unsigned int max_grid;
+/* Block, AES table layout and grid cap (gp_kernel_prepare), as the cuda executor launches. */
+static gp_kernel_shape shape;
 
 /*
  * Median time (ms) of gp_batch_kernel(args) over `nrefs` refs (grid and shared memory as the cuda
@@ -62,10 +62,10 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
 {
     cudaEvent_t t0, t1;
     float *ms = calloc((size_t)iters, sizeof(float)), med;
-    dim3 block = { GP_KERNEL_BLOCK, 1, 1 }, blocks;
+    dim3 block, blocks;
     size_t smem;
 
-    gp_kernel_geometry(nrefs, flags, max_grid, &blocks, &smem);
+    gp_kernel_geometry(nrefs, flags, &shape, &blocks, &block, &smem);
     if (ms == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
@@ -93,6 +93,48 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
     cudaEventDestroy(t1);
     free(ms);
     return med;
+}
+
+/*
+ * The last launch's output of the first, a middle and the last message, and its tag for an AEAD,
+ * against the host executor's run of the same message (the bitsliced AES and the serial MAC):
+ * a timing of a kernel that computes the wrong bytes is no figure. Exits on a mismatch.
+ */
+static void check_outputs(uint32_t alg, const gp_key_sched *ks, size_t ivlen, const uint8_t *host,
+                          const uint8_t *dev, const gp_work *work, size_t nmsg, size_t msg)
+{
+    const size_t pick[3] = { 0, nmsg / 2, nmsg - 1 };
+    uint8_t *want = malloc(msg), *got = malloc(msg), iv[16] = { 0 }, tag[16];
+    gp_msg_state st, dst;
+
+    if (want == NULL || got == NULL) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        exit(1);
+    }
+    for (int p = 0; p < 3; p++) {
+        const size_t i = pick[p];
+
+        iv[0] = (uint8_t)i;   /* as run() made message i's IV */
+        iv[1] = (uint8_t)(i >> 8);
+        iv[2] = (uint8_t)(i >> 16);
+        gp_msg_begin(&st, ks, iv, ivlen);
+        gp_msg_run(&st, ks, GP_OP_ENCRYPT, host + work[i].in_off, want, msg);
+        CHECK(cudaMemcpy(got, dev + work[i].out_off, msg, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&dst, dev + work[i].state_off, sizeof(dst), cudaMemcpyDeviceToHost));
+        if (memcmp(want, got, msg) != 0) {
+            fprintf(stderr, "kernel_bench: alg %u message %zu: the GPU's output differs from the host's\n", alg, i);
+            exit(1);
+        }
+        if (gp_alg_is_aead(alg)) {
+            gp_msg_run(&st, ks, GP_OP_TAG, NULL, tag, 0);
+            if (!dst.spec_valid || memcmp(tag, dst.spec_tag, sizeof(tag)) != 0) {
+                fprintf(stderr, "kernel_bench: alg %u message %zu: the GPU's tag differs from the host's\n", alg, i);
+                exit(1);
+            }
+        }
+    }
+    free(want);
+    free(got);
 }
 
 static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t msg, int iters,
@@ -176,6 +218,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
 
         med = launch_median_ms(args, nrefs, flags, iters, &rp);
     }
+    check_outputs(alg, &ks, ivlen, host, dev, work, nmsg, msg);
     *units_out = nrefs * GP_UNIT_LANES;   /* threads launched */
     cudaFree(dev);
     cudaFree(backup);
@@ -246,12 +289,13 @@ int main(int argc, char **argv)
         return 2;
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    CHECK(gp_kernel_prepare(&max_grid));
+    CHECK(gp_kernel_prepare(&shape));
     if (cap > 0)
-        max_grid = cap > 0x7fffffffUL ? 0x7fffffffu : (unsigned int)cap;
+        shape.max_grid = shape.max_grid_plain = cap > 0x7fffffffUL ? 0x7fffffffu : (unsigned int)cap;
     cms = copy_ms(total, iters);
-    printf("kernel_bench: %s (grid capped at %u blocks), %zu MiB as %zu messages of %zu KiB, median of %d launches\n",
-           prop.name, max_grid, total_mib, nmsg, msg / 1024, iters);
+    printf("kernel_bench: %s (grid capped at %u blocks of %u threads, %s AES table), %zu MiB as %zu messages of %zu KiB, "
+           "median of %d launches\n", prop.name, shape.max_grid, shape.block,
+           shape.aes_smem == GP_AES_TT_WIDE_BYTES ? "wide 128 KiB" : "narrow 64 KiB", total_mib, nmsg, msg / 1024, iters);
     printf("copy ceiling: device-to-device %zu MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
            total_mib, cms, (double)total / cms / 1e6);
     printf("%-18s %10s %10s %12s %10s\n", "cipher", "threads", "ms", "GB/s", "of ceiling");

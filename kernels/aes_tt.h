@@ -14,29 +14,39 @@
  * lane's timing. Nothing secret indexes global memory: the table is filled from a public constant
  * with public indices.
  *
- * Layout (64 KiB of shared memory per block): row x is 256 bytes, words 0..31 hold T0[x] (lane l at
- * word l) and words 32..63 hold T2[x] = T0[x] rotated left by 16 (lane l at word 32 + l). The byte
- * offset of lane l's entry is x << 8 | 4l (T0) or x << 8 | (128 + 4l) (T2): one byte permute
- * (PRMT) builds it from the state word and the lane's offset, and the shared-memory load takes it
- * as its address. A 128-byte row would need shift, mask, OR and scale per lookup (four
- * instructions instead of one); the rotations T2 saves pay for the other half of the row.
+ * Layout: a half is 64 KiB of 256-byte rows; row x holds, for lane l, one entry at word l and one
+ * at word 32 + l. The first half holds T0[x] and T2[x] = T0[x] rotated left by 16. The byte offset
+ * of lane l's entry is x << 8 | 4l (words 0-31) or x << 8 | (128 + 4l) (words 32-63): one byte
+ * permute (PRMT) builds it from the state word and the lane's offset, and the shared-memory load
+ * takes it as its address. A 128-byte row would need shift, mask, OR and scale per lookup (four
+ * instructions instead of one).
+ *
+ * Two layouts, chosen per SM when the kernel is compiled (GP_AES_TT_DEVICE_WIDE below):
+ *   narrow  (64 KiB)  the first half only. Rows 1 and 3 of a column share one rotation by 8 of
+ *                     T0 ^ T2: per column 4 PRMT + 4 LDS + 1 SHF + 3 LOP3.
+ *   wide   (128 KiB)  a second half with T1 = T0 rotated by 8 and T3 = T0 rotated by 24, read
+ *                     at a constant offset the load instruction carries: per column 4 PRMT +
+ *                     4 LDS + 2 LOP3, a quarter fewer ALU instructions in the rounds, which set
+ *                     the pace (bench/RESULTS.md: AES-128-CTR and AES-256-GCM +5% on an H200).
+ *                     It needs a GPU whose block may hold 128 KiB (sm_80, sm_90); a block then
+ *                     has 256 * gpu_min_blocks threads (768) and the SM one block, as many warps
+ *                     as three blocks of 256 with 64 KiB each.
  *
  * Words are little-endian (byte 4c of the block is the low byte of column word c), so the state
  * moves to and from memory without byte swaps. For input byte a = S-box output s in row 0 of a
  * column, MixColumns gives (2s, s, s, 3s) down the column: T0[x] = 2s | s<<8 | s<<16 | 3s<<24,
- * row r's contribution is T0 rotated left by 8r: rows 0 and 2 are T0 and T2 as stored, rows 1 and
- * 3 share one rotation by 8. ShiftRows (FIPS-197 §5.1.2): output column c, row r comes from input
- * column c + r. The last round (no MixColumns) takes S(x) from byte 0 of T2, byte 1 and 2 of T0,
- * byte 3 of T2.
+ * row r's contribution is T0 rotated left by 8r = Tr. ShiftRows (FIPS-197 §5.1.2): output column
+ * c, row r comes from input column c + r. The last round (no MixColumns) takes S(x) from byte 0
+ * of T2, byte 1 and 2 of T0, byte 3 of T2 (first half, both layouts).
  *
  * The host executor keeps the bitsliced AES (a T-table on a CPU is a cache-timing leak); these
- * functions still compile for the host so the unit tests prove the table and the round function.
+ * functions still compile for the host so the unit tests prove both layouts and the rounds.
  */
 #define GP_AES_TT_LANES 32u
 #define GP_AES_TT_ROW_BYTES 256u
-#define GP_AES_TT_WORDS (256u * GP_AES_TT_ROW_BYTES / 4u)
-#define GP_AES_TT_BYTES (256u * GP_AES_TT_ROW_BYTES)   /* 64 KiB: dynamic shared memory */
-#define GP_AES_TT_T2 128u                              /* byte offset of T2 in a row */
+#define GP_AES_TT_T2 128u                                  /* byte offset of T2 (T3) in a row */
+#define GP_AES_TT_BYTES (256u * GP_AES_TT_ROW_BYTES)       /* 64 KiB: the narrow layout */
+#define GP_AES_TT_WIDE_BYTES (2u * GP_AES_TT_BYTES)        /* 128 KiB: the wide layout */
 
 GP_KTABLE uint32_t gp_aes_te0[256] = {
     0xa56363c6u, 0x847c7cf8u, 0x997777eeu, 0x8d7b7bf6u, 0x0df2f2ffu, 0xbd6b6bd6u,
@@ -113,7 +123,8 @@ GP_KFN uint32_t gp_prmt(uint32_t x, uint32_t y, uint32_t sel)
 #define GP_TT(tb, s, k, off) \
     (*(const uint32_t *)((tb) + gp_prmt((s), (off), 0x5504u | ((uint32_t)(k) << 4))))
 
-/* One full round on 4 blocks: w (16 words, block b = w[4b..4b+3]) to t, round key rk. */
+/* One full round on 4 blocks: w (16 words, block b = w[4b..4b+3]) to t, round key rk; narrow
+ * layout (rows 1 and 3 by one rotation of T0 ^ T2). */
 GP_KFN void gp_aes_tt_round(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
                             const uint32_t w[16], uint32_t t[16])
 {
@@ -126,16 +137,33 @@ GP_KFN void gp_aes_tt_round(const uint8_t *tb, uint32_t o0, uint32_t o2, const u
     }
 }
 
+/* The same round in the wide layout: T1 and T3 from the second half, no rotation. */
+GP_KFN void gp_aes_tt_round_wide(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
+                                 const uint32_t w[16], uint32_t t[16])
+{
+    const uint8_t *tb13 = tb + GP_AES_TT_BYTES;
+
+    for (int b = 0; b < 4; b++) {
+        const uint32_t *s = w + 4 * b;
+
+        for (int c = 0; c < 4; c++)
+            t[4 * b + c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb13, s[(c + 1) % 4], 1, o0)
+                           ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ GP_TT(tb13, s[(c + 3) % 4], 3, o2) ^ rk[c];
+    }
+}
+
 /*
  * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys;
- * tb: the table (bytes); lane: whose copy (0..31). The four blocks go through each round together,
- * so their independent lookups overlap. The round loop stays rolled, one round a pass: unrolled,
- * 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200 warps then stalled on
- * instruction fetch (ncu: a third of all stall cycles). One round a pass costs 16 register moves
- * but keeps the smallest code beside GCM's GHASH: AES-256-GCM +17% against two rounds a pass,
- * AES-128-CTR -2% (bench/RESULTS.md).
+ * tb: the table (bytes), `wide` its layout; lane: whose copy (0..31). The four blocks go through
+ * each round together, so their independent lookups overlap. The round loop stays rolled, one
+ * round a pass: unrolled, 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200
+ * warps then stalled on instruction fetch (ncu: a third of all stall cycles). One round a pass
+ * costs 16 register moves but keeps the smallest code beside GCM's GHASH: AES-256-GCM +17% against
+ * two rounds a pass, AES-128-CTR -2% (bench/RESULTS.md). Loading the next round's key a round
+ * ahead measured no faster (the loads hit L1 and other warps cover them).
  */
-GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t *ek, uint32_t nr, uint32_t w[16])
+GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, const uint32_t *ek, uint32_t nr,
+                               uint32_t w[16])
 {
     const uint32_t o0 = 4 * lane, o2 = GP_AES_TT_T2 + 4 * lane;
     uint32_t t[16];
@@ -144,7 +172,10 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t 
         w[i] ^= ek[i % 4];
     GP_NO_UNROLL
     for (uint32_t r = 1; r < nr; r++) {
-        gp_aes_tt_round(tb, o0, o2, ek + 4 * r, w, t);
+        if (wide)   /* a constant on the GPU (GP_AES_TT_DEVICE_WIDE): one loop body */
+            gp_aes_tt_round_wide(tb, o0, o2, ek + 4 * r, w, t);
+        else
+            gp_aes_tt_round(tb, o0, o2, ek + 4 * r, w, t);
         for (int i = 0; i < 16; i++)
             w[i] = t[i];
     }
@@ -163,25 +194,46 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t lane, const uint32_t 
     }
 }
 
-/* Lane `lane`'s two words of a row, from the row's T0 entry (the fill's and the host tests'
- * layout). */
-GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane)
+/* Lane `lane`'s words of a row, from the row's T0 entry (the fill's and the host tests' layout):
+ * T0 and T2 in the first half, and with `wide` T1 and T3 in the second. */
+GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane, uint32_t wide)
 {
     row[lane] = te0;
     row[GP_AES_TT_T2 / 4 + lane] = gp_rotl8(te0, 16);
+    if (wide) {
+        row[GP_AES_TT_BYTES / 4 + lane] = gp_rotl8(te0, 8);
+        row[(GP_AES_TT_BYTES + GP_AES_TT_T2) / 4 + lane] = gp_rotl8(te0, 24);
+    }
 }
 
 #if defined(__CUDACC__)
-/* The block's bank-private table, in dynamic shared memory (GP_AES_TT_BYTES at launch), filled by
- * gp_aes_tt_fill at kernel start. */
+/*
+ * The layout a GPU's code reads, fixed when it is compiled (kernels/launch.h reads it back from the
+ * kernel's launch bounds): with both round loops in the code and a launch-time switch, GCM's lane
+ * code grew by 3 KB and AES-256-GCM fell from 199 to 188 GB/s on an H200 (the instruction cache
+ * again), and the second loop out of line cost every cipher its call's register spills. Wide
+ * except on SMs none of whose GPUs holds 128 KiB in a block (sm_86, sm_89, sm_120 and its
+ * consumer kin) and with gpu_min_blocks 1 (one block of 256 threads per SM is too few warps).
+ * GP_AES_TT_NARROW_ONLY forces the narrow layout (bench/kernel_variant.sh, to compare the two on
+ * one GPU).
+ */
+#if defined(__CUDA_ARCH__) && !defined(GP_AES_TT_NARROW_ONLY) && GP_KERNEL_MIN_BLOCKS >= 2 \
+    && __CUDA_ARCH__ != 860 && __CUDA_ARCH__ != 890 && __CUDA_ARCH__ < 1200
+# define GP_AES_TT_DEVICE_WIDE 1u
+#else
+# define GP_AES_TT_DEVICE_WIDE 0u
+#endif
+
+/* The block's bank-private table, in dynamic shared memory (GP_AES_TT_WIDE_BYTES or
+ * GP_AES_TT_BYTES at launch), filled by gp_aes_tt_fill at kernel start. */
 extern __shared__ uint32_t gp_aes_tt_smem[];
 
 /*
  * Every thread of the block calls this, then __syncthreads(). Warp v fills rows v, v + nwarps, ...:
  * its lanes fetch 32 of those rows' T0 entries in one coalesced load (public indices), and a
- * shuffle hands each row's entry to every lane, which writes its two words (32 consecutive banks
- * per store). Read one row at a time from constant memory, the fill was a chain of dependent
- * loads, 2.3 us of every lone launch with AES work (bench/RESULTS.md).
+ * shuffle hands each row's entry to every lane, which writes its words (32 consecutive banks per
+ * store). Read one row at a time from constant memory, the fill was a chain of dependent loads,
+ * 2.3 us of every lone launch with AES work (bench/RESULTS.md).
  */
 static __device__ void gp_aes_tt_fill(void)
 {
@@ -193,7 +245,7 @@ static __device__ void gp_aes_tt_fill(void)
 
         for (uint32_t i = 0; i < 32 && base + nwarps * i < 256; i++)
             gp_aes_tt_row(gp_aes_tt_smem + (base + nwarps * i) * (GP_AES_TT_ROW_BYTES / 4),
-                          __shfl_sync(0xffffffffu, v, (int)i), lane);
+                          __shfl_sync(0xffffffffu, v, (int)i), lane, GP_AES_TT_DEVICE_WIDE);
     }
 }
 #endif
@@ -205,7 +257,7 @@ static __device__ void gp_aes_tt_fill(void)
 GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t w[16])
 {
 #if defined(__CUDA_ARCH__)
-    gp_aes_tt_encrypt4((const uint8_t *)gp_aes_tt_smem, threadIdx.x & 31, s->ek, s->nr, w);
+    gp_aes_tt_encrypt4((const uint8_t *)gp_aes_tt_smem, GP_AES_TT_DEVICE_WIDE, threadIdx.x & 31, s->ek, s->nr, w);
 #else
     uint8_t b[64];
 

@@ -2,12 +2,14 @@
 /* The batch kernel: every unit of a batch arena (leads, body units, finishes) on the GPU. */
 #include "units.h"
 
-/* Blocks per SM the register budget must allow (build option gpu_min_blocks): 2 caps a thread at
- * 128 registers (the lanes need no more, ptxas -v), 3 at 80 (48 bytes of spills in the lanes, but
- * 24 warps per SM instead of 16: measured faster for AES-CTR and ChaCha20-Poly1305 on an H200,
- * bench/RESULTS.md). */
-#ifndef GP_KERNEL_MIN_BLOCKS
-# define GP_KERNEL_MIN_BLOCKS 3
+/* The register budget (GP_KERNEL_MIN_BLOCKS, kernels/kdefs.h) as launch bounds: with the wide AES
+ * table one block of GP_KERNEL_BLOCK * GP_KERNEL_MIN_BLOCKS threads per SM, with the narrow one
+ * GP_KERNEL_MIN_BLOCKS blocks of GP_KERNEL_BLOCK (the same registers a thread either way).
+ * kernels/launch.h reads the block size back to learn the layout. */
+#if GP_AES_TT_DEVICE_WIDE
+# define GP_KERNEL_BOUNDS __launch_bounds__(GP_KERNEL_BLOCK * GP_KERNEL_MIN_BLOCKS, 1)
+#else
+# define GP_KERNEL_BOUNDS __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
 #endif
 
 /*
@@ -24,8 +26,8 @@
  * (GP_LOAD_SHARED, __ldcg), never from a possibly stale L1 line, and works on a local copy of the
  * state. A block fills its bank-private AES table (kernels/aes_tt.h, dynamic shared memory) when
  * the batch holds AES work. The host glue (batching/exec_cuda.c, with the geometry of
- * kernels/launch.h) launches it by address with cudaLaunchKernel, GP_KERNEL_BLOCK threads per
- * block, so this file holds device code only.
+ * kernels/launch.h) launches it by address with cudaLaunchKernel, in blocks of
+ * gp_kernel_shape.block threads, so this file holds device code only.
  */
 /* The serial parts (lead, finish) and the fold are out of line: their byte-wise state work needs
  * more registers than the lanes, and inlined it would set the register count of the whole kernel. */
@@ -150,11 +152,11 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
  * current ref runs, so its L2 round trip hides behind the work. A lane group's lanes take the same
  * refs, so the group-wide shuffles stay converged.
  */
-extern "C" __global__ void __launch_bounds__(GP_KERNEL_BLOCK, GP_KERNEL_MIN_BLOCKS)
+extern "C" __global__ void GP_KERNEL_BOUNDS
 gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
     const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
-    const unsigned int groups = gridDim.x * (GP_KERNEL_BLOCK / GP_UNIT_LANES);
+    const unsigned int groups = gridDim.x * (blockDim.x / GP_UNIT_LANES);
     /* This lane group's lanes of the warp. */
     const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
                                              << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));

@@ -6,6 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Blocks of 256 threads per SM the kernel's register budget must allow (build option
+ * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more, ptxas -v), 3 at 80
+ * (48 bytes of spills in the lanes, but 24 warps per SM instead of 16: measured faster for AES-CTR
+ * and ChaCha20-Poly1305 on an H200, bench/RESULTS.md). */
+#ifndef GP_KERNEL_MIN_BLOCKS
+# define GP_KERNEL_MIN_BLOCKS 3
+#endif
+
 #if defined(__CUDACC__)
 # define GP_KFN static inline __host__ __device__
 # define GP_KCONST __device__ __constant__

@@ -12,43 +12,84 @@
 /* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
 void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags);
 
+/* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
+ * the grid cap. */
+typedef struct gp_kernel_shape {
+    /* A launch with AES work: */
+    unsigned int block;          /* threads per block */
+    unsigned int aes_smem;       /* dynamic shared memory: the table layout (kernels/aes_tt.h),
+                                  * GP_AES_TT_BYTES or GP_AES_TT_WIDE_BYTES */
+    unsigned int max_grid;       /* blocks the whole GPU holds at once */
+    /* A launch without (no table): blocks of GP_KERNEL_BLOCK, as many as the GPU holds. */
+    unsigned int max_grid_plain;
+} gp_kernel_shape;
+
 /*
- * Once per device, with that device current: allow the AES table's dynamic shared memory (64 KiB,
- * over the 48 KiB a launch gets without asking) and find how many blocks the whole GPU holds at
- * once, `max_grid`. The kernel strides over its refs, so a larger batch reuses resident blocks
- * (and their table) instead of launching more.
+ * Once per device, with that device current. The kernel's code for this GPU reads one AES table
+ * layout, fixed when it was compiled (kernels/aes_tt.h, GP_AES_TT_DEVICE_WIDE), and says which by
+ * its launch bounds: blocks of more than GP_KERNEL_BLOCK threads for the wide table (128 KiB, one
+ * block per SM), GP_KERNEL_BLOCK for the narrow one (64 KiB). A GPU that cannot give a block the
+ * wide table while its code wants it (PTX compiled for another SM; build with -Dgpu_sm=<its SM>)
+ * is refused with cudaErrorNotSupported, and the caller serves without it. Shared memory over the
+ * 48 KiB a launch gets without asking is allowed here, and the grid cap is what the GPU holds at
+ * once: the kernel strides over its refs, so a larger batch reuses resident blocks (and their
+ * table) instead of launching more.
  */
-static inline cudaError_t gp_kernel_prepare(unsigned int *max_grid)
+static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
 {
-    int dev, sms, per_sm;
+    struct cudaFuncAttributes fa;
+    int dev, sms, per_sm, optin;
     cudaError_t err;
 
-    if ((err = cudaFuncSetAttribute((const void *)gp_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)GP_AES_TT_BYTES)) != cudaSuccess
-        || (err = cudaGetDevice(&dev)) != cudaSuccess
+    if ((err = cudaGetDevice(&dev)) != cudaSuccess
         || (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess
-        || (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)gp_batch_kernel,
-                                                                (int)GP_KERNEL_BLOCK, GP_AES_TT_BYTES))
-               != cudaSuccess)
+        || (err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess
+        || (err = cudaFuncGetAttributes(&fa, (const void *)gp_batch_kernel)) != cudaSuccess)
         return err;
-    *max_grid = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)(per_sm > 0 ? per_sm : 1);
+    if (fa.maxThreadsPerBlock > (int)GP_KERNEL_BLOCK) {
+        if ((size_t)optin < GP_AES_TT_WIDE_BYTES + fa.sharedSizeBytes)
+            return cudaErrorNotSupported;
+        ks->block = (unsigned int)fa.maxThreadsPerBlock & ~31u;
+        ks->aes_smem = GP_AES_TT_WIDE_BYTES;
+    } else {
+        ks->block = GP_KERNEL_BLOCK;
+        ks->aes_smem = GP_AES_TT_BYTES;
+    }
+    if ((err = cudaFuncSetAttribute((const void *)gp_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)ks->aes_smem)) != cudaSuccess
+        || (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)gp_batch_kernel,
+                                                                (int)ks->block, ks->aes_smem)) != cudaSuccess)
+        return err;
+    ks->max_grid = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)(per_sm > 0 ? per_sm : 1);
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)gp_batch_kernel,
+                                                             (int)GP_KERNEL_BLOCK, 0)) != cudaSuccess)
+        return err;
+    ks->max_grid_plain = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)(per_sm > 0 ? per_sm : 1);
     return cudaSuccess;
 }
 
 /*
- * Blocks and dynamic shared memory of a launch over `nrefs` refs: a block per ref up to what the
- * GPU holds (at least one block, which only fills the table and returns when there are none). The
- * kernel deals the first refs out across blocks (batch_kernel.cu), so a small batch's units run on
- * as many SMs as there are units: packed 16 to a block, a lone 16 KiB message's units shared one
- * SM and its lane work took twice as long.
+ * Blocks, threads and dynamic shared memory of a launch over `nrefs` refs: the AES shape with AES
+ * work, blocks of GP_KERNEL_BLOCK without (ChaCha20-Poly1305 at 1 MiB lost 3% in the wide shape's
+ * blocks of 768 on an H200). A block per ref up to what the GPU holds (at least one block, which
+ * only fills the table and returns when there are none). The kernel deals the first refs out
+ * across blocks (batch_kernel.cu), so a small batch's units run on as many SMs as there are units:
+ * packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane work took twice
+ * as long.
  */
-static inline void gp_kernel_geometry(size_t nrefs, unsigned int flags, unsigned int max_grid, dim3 *grid,
-                                      size_t *smem)
+static inline void gp_kernel_geometry(size_t nrefs, unsigned int flags, const gp_kernel_shape *ks, dim3 *grid,
+                                      dim3 *block, size_t *smem)
 {
-    grid->x = (unsigned int)(nrefs == 0 ? 1 : nrefs < max_grid ? nrefs : max_grid);
+    const int aes = (flags & GP_BATCH_AES) != 0;
+    const unsigned int cap = aes ? ks->max_grid : ks->max_grid_plain;
+
+    grid->x = (unsigned int)(nrefs == 0 ? 1 : nrefs < cap ? nrefs : cap);
     grid->y = 1;
     grid->z = 1;
-    *smem = (flags & GP_BATCH_AES) ? GP_AES_TT_BYTES : 0;
+    block->x = aes ? ks->block : GP_KERNEL_BLOCK;
+    block->y = 1;
+    block->z = 1;
+    *smem = aes ? ks->aes_smem : 0;
 }
 
 #endif

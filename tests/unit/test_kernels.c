@@ -604,7 +604,7 @@ static void test_chacha20_counter_carry(void **state)
 
 static void test_aes_ttable(void **state)
 {
-    uint32_t *tab = malloc(GP_AES_TT_BYTES);
+    uint32_t *tab = malloc(GP_AES_TT_WIDE_BYTES);
 
     (void)state;
     assert_non_null(tab);
@@ -616,20 +616,9 @@ static void test_aes_ttable(void **state)
 
         assert_int_equal(gp_aes_te0[x], want);
     }
-    /* Filled as gp_aes_tt_fill lays it out: row x = 256 bytes, T0[x] for lane l at word l,
-     * T2[x] = T0[x] rotated by 16 at word 32 + l; every lane's copies in its own bank. */
-    for (uint32_t x = 0; x < 256; x++)
-        for (uint32_t l = 0; l < GP_AES_TT_LANES; l++)
-            gp_aes_tt_row(tab + x * (GP_AES_TT_ROW_BYTES / 4), gp_aes_te0[x], l);
-    for (uint32_t x = 0; x < 256; x++)
-        for (uint32_t l = 0; l < GP_AES_TT_LANES; l++) {
-            const uint32_t *row = tab + x * (GP_AES_TT_ROW_BYTES / 4);
-
-            assert_int_equal(row[l], gp_aes_te0[x]);
-            assert_int_equal(row[GP_AES_TT_T2 / 4 + l], (gp_aes_te0[x] << 16) | (gp_aes_te0[x] >> 16));
-        }
     /* The addresses the rounds load from: row = byte k of the state word, and lane l's own bank
-     * ((offset / 4) mod 32 = l) whatever the state, for both halves of the row. */
+     * ((offset / 4) mod 32 = l) whatever the state, for both halves of the row (the wide layout's
+     * second 64 KiB adds a multiple of 128 bytes, so it keeps the bank). */
     for (int iter = 0; iter < 4096; iter++) {
         uint32_t sw, l = (uint32_t)iter % GP_AES_TT_LANES, k = (uint32_t)(iter / 32) % 4;
 
@@ -639,32 +628,54 @@ static void test_aes_ttable(void **state)
 
             assert_int_equal(off, (sw >> (8 * k) & 0xff) << 8 | (half * GP_AES_TT_T2 + 4 * l));
             assert_int_equal((off / 4) % 32, l);
+            assert_int_equal(((GP_AES_TT_BYTES + off) / 4) % 32, l);
         }
     }
     /* The byte permute against its PTX definition. */
     assert_int_equal(gp_prmt(0x44332211u, 0x000000a4u, 0x5504u | (2u << 4)), 0x000033a4u);
     assert_int_equal(gp_prmt(0x44332211u, 0x88776655u, 0x7610u), 0x88772211u);
-    for (int iter = 0; iter < 96; iter++) {
-        size_t keylen = 16 + 8 * (size_t)(iter % 3);
-        uint32_t lane = (uint32_t)(iter % GP_AES_TT_LANES), w[16];
-        uint8_t key[32], in[64], ref[64];
-        gp_aes_sched s;
+    for (uint32_t wide = 0; wide < 2; wide++) {
+        /* Filled as gp_aes_tt_fill lays it out: row x = 256 bytes, T0[x] for lane l at word l,
+         * T2[x] = T0[x] rotated by 16 at word 32 + l; wide: T1 (by 8) and T3 (by 24) at the same
+         * places 64 KiB on. The wide table starts from garbage, so a round reading the wrong
+         * half fails below. */
+        gptest_rand_bytes((uint8_t *)tab, GP_AES_TT_WIDE_BYTES);
+        for (uint32_t x = 0; x < 256; x++)
+            for (uint32_t l = 0; l < GP_AES_TT_LANES; l++)
+                gp_aes_tt_row(tab + x * (GP_AES_TT_ROW_BYTES / 4), gp_aes_te0[x], l, wide);
+        for (uint32_t x = 0; x < 256; x++)
+            for (uint32_t l = 0; l < GP_AES_TT_LANES; l++) {
+                const uint32_t *row = tab + x * (GP_AES_TT_ROW_BYTES / 4), t0 = gp_aes_te0[x];
 
-        gptest_rand_bytes(key, sizeof(key));
-        gptest_rand_bytes(in, sizeof(in));
-        ref_aes_ecb64(key, keylen, in, ref);
-        gp_aes_schedule(&s, key, (uint32_t)keylen);
-        for (int i = 0; i < 16; i++)
-            w[i] = gp_load_le32(in + 4 * i);
-        gp_aes_tt_encrypt4((const uint8_t *)tab, lane, s.ek, s.nr, w);
-        for (int i = 0; i < 16; i++)
-            assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
-        /* and the word entry point the lanes use (bitsliced on the host) */
-        for (int i = 0; i < 16; i++)
-            w[i] = gp_load_le32(in + 4 * i);
-        gp_aes_encrypt4_words(&s, w);
-        for (int i = 0; i < 16; i++)
-            assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+                assert_int_equal(row[l], t0);
+                assert_int_equal(row[GP_AES_TT_T2 / 4 + l], (t0 << 16) | (t0 >> 16));
+                if (wide) {
+                    assert_int_equal(row[GP_AES_TT_BYTES / 4 + l], (t0 << 8) | (t0 >> 24));
+                    assert_int_equal(row[(GP_AES_TT_BYTES + GP_AES_TT_T2) / 4 + l], (t0 << 24) | (t0 >> 8));
+                }
+            }
+        for (int iter = 0; iter < 96; iter++) {
+            size_t keylen = 16 + 8 * (size_t)(iter % 3);
+            uint32_t lane = (uint32_t)(iter % GP_AES_TT_LANES), w[16];
+            uint8_t key[32], in[64], ref[64];
+            gp_aes_sched s;
+
+            gptest_rand_bytes(key, sizeof(key));
+            gptest_rand_bytes(in, sizeof(in));
+            ref_aes_ecb64(key, keylen, in, ref);
+            gp_aes_schedule(&s, key, (uint32_t)keylen);
+            for (int i = 0; i < 16; i++)
+                w[i] = gp_load_le32(in + 4 * i);
+            gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, w);
+            for (int i = 0; i < 16; i++)
+                assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+            /* and the word entry point the lanes use (bitsliced on the host) */
+            for (int i = 0; i < 16; i++)
+                w[i] = gp_load_le32(in + 4 * i);
+            gp_aes_encrypt4_words(&s, w);
+            for (int i = 0; i < 16; i++)
+                assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+        }
     }
     free(tab);
 }
