@@ -152,6 +152,20 @@ GP_KFN void gp_aes_tt_round_wide(const uint8_t *tb, uint32_t o0, uint32_t o2, co
     }
 }
 
+/* Round key r as 4 words: on the GPU one 16-byte load instead of four (the shared-memory lookups
+ * fill the load/store pipe; kernels/batch_abi.h keeps a schedule's round keys 16-byte aligned). */
+GP_KFN void gp_aes_tt_rk(const uint32_t *ek, uint32_t r, uint32_t rk[4])
+{
+#if defined(__CUDA_ARCH__)
+    const uint4 v = *(const uint4 *)(ek + 4 * r);
+
+    rk[0] = v.x; rk[1] = v.y; rk[2] = v.z; rk[3] = v.w;
+#else
+    for (int c = 0; c < 4; c++)
+        rk[c] = ek[4 * r + c];
+#endif
+}
+
 /*
  * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys;
  * tb: the table (bytes), `wide` its layout; lane: whose copy (0..31). The four blocks go through
@@ -166,21 +180,24 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, 
                                uint32_t w[16])
 {
     const uint32_t o0 = 4 * lane, o2 = GP_AES_TT_T2 + 4 * lane;
-    uint32_t t[16];
+    uint32_t t[16], rk[4];
 
+    gp_aes_tt_rk(ek, 0, rk);
     for (int i = 0; i < 16; i++)
-        w[i] ^= ek[i % 4];
+        w[i] ^= rk[i % 4];
     GP_NO_UNROLL
     for (uint32_t r = 1; r < nr; r++) {
+        gp_aes_tt_rk(ek, r, rk);
         if (wide)   /* a constant on the GPU (GP_AES_TT_DEVICE_WIDE): one loop body */
-            gp_aes_tt_round_wide(tb, o0, o2, ek + 4 * r, w, t);
+            gp_aes_tt_round_wide(tb, o0, o2, rk, w, t);
         else
-            gp_aes_tt_round(tb, o0, o2, ek + 4 * r, w, t);
+            gp_aes_tt_round(tb, o0, o2, rk, w, t);
         for (int i = 0; i < 16; i++)
             w[i] = t[i];
     }
     for (int i = 0; i < 16; i++)
         t[i] = w[i];
+    gp_aes_tt_rk(ek, nr, rk);
     /* Last round (no MixColumns): S-box bytes from T2 byte 0, T0 bytes 1 and 2, T2 byte 3. */
     for (int b = 0; b < 4; b++) {
         const uint32_t *s = t + 4 * b;
@@ -189,7 +206,7 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, 
             const uint32_t lo = gp_prmt(GP_TT(tb, s[c], 0, o2), GP_TT(tb, s[(c + 1) % 4], 1, o0), 0x3250u);
             const uint32_t hi = gp_prmt(GP_TT(tb, s[(c + 2) % 4], 2, o0), GP_TT(tb, s[(c + 3) % 4], 3, o2), 0x7210u);
 
-            w[4 * b + c] = gp_prmt(lo, hi, 0x7610u) ^ ek[4 * nr + c];
+            w[4 * b + c] = gp_prmt(lo, hi, 0x7610u) ^ rk[c];
         }
     }
 }

@@ -144,5 +144,9 @@ typedef struct gp_unit_ref {
 GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_work) == 112, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
+/* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
+ * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
+GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,
+                 "AES round keys 16-byte aligned in a key schedule");
 
 #endif
