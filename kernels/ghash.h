@@ -12,46 +12,59 @@
  */
 
 /*
- * Low 64 bits of the carry-less product x*y, using ordinary multiplies. Each operand is split into
- * four parts that keep only every 4th bit ("holes"). In a product of two such parts every result bit
- * position that can receive terms gets at most 15 of them below bit 64 (16 only at bits 60..63 whose
- * carry leaves the word), so the integer sum never carries into the next used position and its low
- * bit is the XOR of the terms. Four part-products land on each residue class mod 4; XOR them and
- * keep that class. Multiplies take constant time on the targets we build for (x86-64, sm_80+).
+ * The 64-bit carry-less product of two 32-bit words, by ordinary multiplies. Each operand is split
+ * into four parts that keep only every 4th bit ("holes"): a part is sum a_k 2^(4k + i), so the
+ * integer product of two parts is sum_n c_n 2^(4n + i + j) with c_n (the number of terms of
+ * degree 4n + i + j) at most 8: each c_n fills only its own 4 bits from 4n + i + j up, nothing
+ * carries into another's, and the bit at 4n + i + j is c_n's low bit, the XOR of the terms. The four part-products whose i + j
+ * fall in one residue class mod 4 are XORed, and each class keeps its own bit positions.
+ * 32x32 -> 64 is one IMAD.WIDE.U32 on the GPU (and constant-time on x86-64 and sm_80+): 16 per
+ * product, against 48 IMADs and three bit reversals for the 64-bit-word version this replaced.
  */
-GP_KFN uint64_t gp_clmul64_lo(uint64_t x, uint64_t y)
-{
-    const uint64_t m0 = 0x1111111111111111ull, m1 = m0 << 1, m2 = m0 << 2, m3 = m0 << 3;
-    uint64_t x0 = x & m0, x1 = x & m1, x2 = x & m2, x3 = x & m3;
-    uint64_t y0 = y & m0, y1 = y & m1, y2 = y & m2, y3 = y & m3;
-    uint64_t z0 = (x0 * y0) ^ (x1 * y3) ^ (x2 * y2) ^ (x3 * y1);
-    uint64_t z1 = (x0 * y1) ^ (x1 * y0) ^ (x2 * y3) ^ (x3 * y2);
-    uint64_t z2 = (x0 * y2) ^ (x1 * y1) ^ (x2 * y0) ^ (x3 * y3);
-    uint64_t z3 = (x0 * y3) ^ (x1 * y2) ^ (x2 * y1) ^ (x3 * y0);
-
-    return (z0 & m0) | (z1 & m1) | (z2 & m2) | (z3 & m3);
-}
-
-GP_KFN uint64_t gp_rev64(uint64_t x)
+/* 32 x 32 -> 64. On the GPU as PTX mul.wide.u32: written in C, the compiler widened the masked
+ * parts back to 64 bits and ptxas spent an add on each product's (zero) high cross terms. */
+GP_KFN uint64_t gp_mul32w(uint32_t a, uint32_t b)
 {
 #if defined(__CUDA_ARCH__)
-    return __brevll(x);   /* one BREV per 32-bit half */
+    uint64_t r;
+
+    asm("mul.wide.u32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+    return r;
 #else
-    x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
-    x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
-    x = ((x >> 4) & 0x0F0F0F0F0F0F0F0Full) | ((x & 0x0F0F0F0F0F0F0F0Full) << 4);
-    x = ((x >> 8) & 0x00FF00FF00FF00FFull) | ((x & 0x00FF00FF00FF00FFull) << 8);
-    x = ((x >> 16) & 0x0000FFFF0000FFFFull) | ((x & 0x0000FFFF0000FFFFull) << 16);
-    return (x >> 32) | (x << 32);
+    return (uint64_t)a * b;
 #endif
+}
+#define GP_MUL32W(a, b) gp_mul32w((a), (b))
+
+GP_KFN uint64_t gp_clmul32(uint32_t x, uint32_t y)
+{
+    const uint32_t m0 = 0x11111111u, m1 = m0 << 1, m2 = m0 << 2, m3 = m0 << 3;
+    const uint32_t x0 = x & m0, x1 = x & m1, x2 = x & m2, x3 = x & m3;
+    const uint32_t y0 = y & m0, y1 = y & m1, y2 = y & m2, y3 = y & m3;
+    const uint64_t z0 = GP_MUL32W(x0, y0) ^ GP_MUL32W(x1, y3) ^ GP_MUL32W(x2, y2) ^ GP_MUL32W(x3, y1);
+    const uint64_t z1 = GP_MUL32W(x0, y1) ^ GP_MUL32W(x1, y0) ^ GP_MUL32W(x2, y3) ^ GP_MUL32W(x3, y2);
+    const uint64_t z2 = GP_MUL32W(x0, y2) ^ GP_MUL32W(x1, y1) ^ GP_MUL32W(x2, y0) ^ GP_MUL32W(x3, y3);
+    const uint64_t z3 = GP_MUL32W(x0, y3) ^ GP_MUL32W(x1, y2) ^ GP_MUL32W(x2, y1) ^ GP_MUL32W(x3, y0);
+    const uint64_t n0 = 0x1111111111111111ull;
+
+    return (z0 & n0) | (z1 & (n0 << 1)) | (z2 & (n0 << 2)) | (z3 & (n0 << 3));
+}
+
+/* The 128-bit carry-less product of two 64-bit words (Karatsuba over 32-bit halves): *hi, *lo. */
+GP_KFN void gp_clmul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo)
+{
+    const uint32_t a0 = (uint32_t)a, a1 = (uint32_t)(a >> 32), b0 = (uint32_t)b, b1 = (uint32_t)(b >> 32);
+    const uint64_t p0 = gp_clmul32(a0, b0), p2 = gp_clmul32(a1, b1);
+    const uint64_t p1 = gp_clmul32(a0 ^ a1, b0 ^ b1) ^ p0 ^ p2;   /* a0 b1 + a1 b0 */
+
+    *lo = p0 ^ (p1 << 32);
+    *hi = p2 ^ (p1 >> 32);
 }
 
 /*
  * x = x * H in GF(2^128) mod x^128 + x^7 + x^2 + x + 1 (SP 800-38D §6.3, Algorithm 1's result).
  *
- * 1. 128x128 carry-less product of the two integers by Karatsuba over 64-bit halves. The high half
- *    of a 64x64 product is the low half of the product of the bit-reversed operands, reversed and
- *    shifted right by 1 (the full product has only 127 bits).
+ * 1. 128x128 carry-less product of the two integers by Karatsuba over 64-bit halves.
  * 2. Because both integers are bit-reversed polynomials, the 255-bit integer product is the
  *    bit-reversed 255-coefficient polynomial product; shifting it left by 1 aligns it to 256 bits:
  *    the top 128 bits are then coefficients 0..127 and the low 128 bits 128..255, both reflected.
@@ -62,7 +75,7 @@ GP_KFN uint64_t gp_rev64(uint64_t x)
 GP_KFN void gp_ghash_mul(uint64_t x[2], const uint64_t h[2])
 {
     /* The three Karatsuba products (a0 b0, a1 b1, a2 b2) in a rolled loop whose operands and
-     * results move down a queue each pass: one copy of the two 64-bit products instead of six
+     * results move down a queue each pass: one copy of the 64-bit product instead of three
      * keeps GCM's hot code small enough for the GPU's instruction cache. */
     uint64_t a0 = x[1], a1 = x[0], a2 = x[0] ^ x[1], b0 = h[1], b1 = h[0], b2 = h[0] ^ h[1];
     uint64_t z0l = 0, z0h = 0, z1l = 0, z1h = 0, z2l = 0, z2h = 0;
@@ -70,12 +83,12 @@ GP_KFN void gp_ghash_mul(uint64_t x[2], const uint64_t h[2])
 
     GP_NO_UNROLL
     for (int i = 0; i < 3; i++) {
-        const uint64_t l = gp_clmul64_lo(a0, b0), hh = gp_rev64(gp_clmul64_lo(gp_rev64(a0), gp_rev64(b0))) >> 1;
+        uint64_t l, hh;
 
+        gp_clmul64(a0, b0, &hh, &l);
         z0l = z1l; z0h = z1h; z1l = z2l; z1h = z2h; z2l = l; z2h = hh;
         a0 = a1; a1 = a2; b0 = b1; b1 = b2;
     }
-
     /* Karatsuba middle term: a0b1 + a1b0 = (a0+a1)(b0+b1) + a0b0 + a1b1. */
     z2l ^= z0l ^ z1l;
     z2h ^= z0h ^ z1h;
