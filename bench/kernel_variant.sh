@@ -5,7 +5,8 @@
 # by side and timed in one GPU session.
 # usage: bench/kernel_variant.sh SOURCE_DIR OUTPUT [nvcc flags...]
 #   GPU_SM (default 90) and GPU_MIN_BLOCKS (default 3, as -Dgpu_min_blocks) as in the Meson build;
-#   GPU_DEFS: defines for both the kernel and kernel_bench (e.g. -DGP_AES_TT_NARROW_ONLY)
+#   GPU_DEFS: defines for both the kernel and kernel_bench (e.g. -DGP_AES_TT_NARROW_ONLY);
+#   GPU_UNIT_BYTES (default 2048, as -Dunit_bytes)
 #   e.g. bench/kernel_variant.sh . /tmp/kb_a && bench/kernel_variant.sh ../variant /tmp/kb_b
 #        /tmp/kb_a 256 16 10; /tmp/kb_b 256 16 10
 set -euo pipefail
@@ -14,10 +15,11 @@ out=$2
 shift 2
 sm=${GPU_SM:-90}
 min_blocks=${GPU_MIN_BLOCKS:-3}
+unit=${GPU_UNIT_BYTES:-2048}
 cuda=$(dirname "$(dirname "$(command -v nvcc)")")
-nvcc -gencode=arch=compute_${sm},code=sm_${sm} -DGP_UNIT_BYTES=1024u -DGP_KERNEL_MIN_BLOCKS=$min_blocks -O3 -lineinfo ${GPU_DEFS:-} \
+nvcc -gencode=arch=compute_${sm},code=sm_${sm} -DGP_UNIT_BYTES=${unit}u -DGP_KERNEL_MIN_BLOCKS=$min_blocks -O3 -lineinfo ${GPU_DEFS:-} \
      -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics "$@" -I"$src/kernels" -c "$src/kernels/batch_kernel.cu" -o "$out.o"
-gcc -O2 -std=gnu11 -D_GNU_SOURCE -DGP_UNIT_BYTES=1024u ${GPU_DEFS:-} -I"$src" -I"$src/kernels" -I"$cuda/include" \
+gcc -O2 -std=gnu11 -D_GNU_SOURCE -DGP_UNIT_BYTES=${unit}u ${GPU_DEFS:-} -I"$src" -I"$src/kernels" -I"$cuda/include" \
     "$src/bench/kernel_bench.c" "$out.o" -L"$cuda/lib64" -lcudart -lm -o "$out"
 rm -f "$out.o"
 echo "kernel_variant: $out from $src ($*)"

@@ -41,7 +41,7 @@ enum gp_op {
  * planner makes them per request (gp_mac_pows_make).
  */
 #ifndef GP_UNIT_BYTES
-# define GP_UNIT_BYTES 1024u        /* build option unit_bytes; the planner and the kernel must agree */
+# define GP_UNIT_BYTES 2048u        /* build option unit_bytes; the planner and the kernel must agree */
 #endif
 #define GP_UNIT_LANES (GP_UNIT_BYTES / 64u)
 #define GP_POW_LANE 0u

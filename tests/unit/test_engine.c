@@ -379,7 +379,8 @@ static void test_many_tiny(void **state)
     OSSL_LIB_CTX_free(lib);
 }
 
-/* Lengths around the unit and chunk boundaries, one message each: 64-byte alignment, 1 KiB units. */
+/* Lengths around the unit and chunk boundaries, one message each: 64-byte alignment, 1 and 2 KiB
+ * units. */
 static void test_unit_boundaries(void **state)
 {
     static const size_t lens[] = { 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 1087, 1088, 1089,
