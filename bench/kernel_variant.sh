@@ -4,7 +4,7 @@
 # kernel variants (copies of kernels/ with a change each, or other build options) can be built side
 # by side and timed in one GPU session.
 # usage: bench/kernel_variant.sh SOURCE_DIR OUTPUT [nvcc flags...]
-#   GPU_SM (default 90) and GPU_MIN_BLOCKS (default 3, as -Dgpu_min_blocks) as in the Meson build;
+#   GPU_SM (default 90) and GPU_MIN_BLOCKS (default 4, as -Dgpu_min_blocks) as in the Meson build;
 #   GPU_DEFS: defines for both the kernel and kernel_bench (e.g. -DGP_AES_TT_NARROW_ONLY);
 #   GPU_UNIT_BYTES (default 2048, as -Dunit_bytes)
 #   e.g. bench/kernel_variant.sh . /tmp/kb_a && bench/kernel_variant.sh ../variant /tmp/kb_b
@@ -14,7 +14,7 @@ src=$(cd "$1" && pwd)
 out=$2
 shift 2
 sm=${GPU_SM:-90}
-min_blocks=${GPU_MIN_BLOCKS:-3}
+min_blocks=${GPU_MIN_BLOCKS:-4}
 unit=${GPU_UNIT_BYTES:-2048}
 cuda=$(dirname "$(dirname "$(command -v nvcc)")")
 nvcc -gencode=arch=compute_${sm},code=sm_${sm} -DGP_UNIT_BYTES=${unit}u -DGP_KERNEL_MIN_BLOCKS=$min_blocks -O3 -lineinfo ${GPU_DEFS:-} \

@@ -29,8 +29,8 @@
  *                     4 LDS + 2 LOP3, a quarter fewer ALU instructions in the rounds, which set
  *                     the pace (bench/RESULTS.md: AES-128-CTR and AES-256-GCM +5% on an H200).
  *                     It needs a GPU whose block may hold 128 KiB (sm_80, sm_90); a block then
- *                     has 256 * gpu_min_blocks threads (768) and the SM one block, as many warps
- *                     as three blocks of 256 with 64 KiB each.
+ *                     has 256 * gpu_min_blocks threads (1024) and the SM one block, as many
+ *                     warps as gpu_min_blocks blocks of 256 would have.
  *
  * Words are little-endian (byte 4c of the block is the low byte of column word c), so the state
  * moves to and from memory without byte swaps. For input byte a = S-box output s in row 0 of a

@@ -7,11 +7,11 @@
 #include <stdint.h>
 
 /* Blocks of 256 threads per SM the kernel's register budget must allow (build option
- * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more, ptxas -v), 3 at 80
- * (48 bytes of spills in the lanes, but 24 warps per SM instead of 16: measured faster for AES-CTR
- * and ChaCha20-Poly1305 on an H200, bench/RESULTS.md). */
+ * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more, ptxas -v), 3 at 80,
+ * 4 at 64 (~110 bytes of spills in the lanes, but 32 warps per SM: on an H200 with the wide AES
+ * table and 2 KiB units, ChaCha20-Poly1305 +8% against 3, AES the same; bench/RESULTS.md). */
 #ifndef GP_KERNEL_MIN_BLOCKS
-# define GP_KERNEL_MIN_BLOCKS 3
+# define GP_KERNEL_MIN_BLOCKS 4
 #endif
 
 #if defined(__CUDACC__)
