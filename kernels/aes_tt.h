@@ -230,12 +230,13 @@ GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane, uint32_t w
  * code grew by 3 KB and AES-256-GCM fell from 199 to 188 GB/s on an H200 (the instruction cache
  * again), and the second loop out of line cost every cipher its call's register spills. Wide
  * except on SMs none of whose GPUs holds 128 KiB in a block (sm_86, sm_89, sm_120 and its
- * consumer kin) and with gpu_min_blocks 1 (one block of 256 threads per SM is too few warps).
+ * consumer kin), with gpu_min_blocks 1 (one block of 256 threads per SM is too few warps) and
+ * above 4 (a block holds at most 1024 threads).
  * GP_AES_TT_NARROW_ONLY forces the narrow layout (bench/kernel_variant.sh, to compare the two on
  * one GPU).
  */
 #if defined(__CUDA_ARCH__) && !defined(GP_AES_TT_NARROW_ONLY) && GP_KERNEL_MIN_BLOCKS >= 2 \
-    && __CUDA_ARCH__ != 860 && __CUDA_ARCH__ != 890 && __CUDA_ARCH__ < 1200
+    && GP_KERNEL_MIN_BLOCKS <= 4 && __CUDA_ARCH__ != 860 && __CUDA_ARCH__ != 890 && __CUDA_ARCH__ < 1200
 # define GP_AES_TT_DEVICE_WIDE 1u
 #else
 # define GP_AES_TT_DEVICE_WIDE 0u
