@@ -371,10 +371,6 @@ def aggregate(rows):
     return out
 
 
-def index(rows):
-    return aggregate(rows)
-
-
 def ratio_of(r):
     return float(r["ratio_vs_default"]) if r and r.get("ratio_vs_default") else None
 
@@ -388,7 +384,7 @@ def spread(r):
 
 def targets(rows, has_gpu):
     """(target, cell, measured, needed, verdict) for each check of issue 4."""
-    ix = index(rows)
+    ix = aggregate(rows)
     asyncs = sorted({int(r["async_jobs"]) for r in rows})
     out = []
     no_gpu = "n/a: no GPU (gpuprov ran its cpu executor)"
@@ -453,7 +449,7 @@ def targets(rows, has_gpu):
 def ratio_table(rows):
     """Markdown: per cipher x size, default GB/s (sync, 1 process) and gpuprov's ratio per
     (async, multi) column; forced configurations as extra columns."""
-    ix = index(rows)
+    ix = aggregate(rows)
     combos = sorted({(int(r["multi"]), int(r["async_jobs"])) for r in rows})
     forced = sorted({(r["config"], int(r["async_jobs"]), int(r["multi"])) for r in rows
                      if r["config"] in FORCED and r["status"] == "ok"})
@@ -479,7 +475,7 @@ def ratio_table(rows):
 
 def cpu_table(rows):
     """Markdown: CPU s/GB at 16 KiB and the smallest size, one process, per config and async."""
-    ix = index(rows)
+    ix = aggregate(rows)
     sizes = sorted({int(r["size"]) for r in rows})
     pick = sorted({sizes[0], 1024 if 1024 in sizes else sizes[0], sizes[-1]})
     configs = [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in rows)]

@@ -34,17 +34,16 @@ GP_KFN uint64_t gp_mul32w(uint32_t a, uint32_t b)
     return (uint64_t)a * b;
 #endif
 }
-#define GP_MUL32W(a, b) gp_mul32w((a), (b))
 
 GP_KFN uint64_t gp_clmul32(uint32_t x, uint32_t y)
 {
     const uint32_t m0 = 0x11111111u, m1 = m0 << 1, m2 = m0 << 2, m3 = m0 << 3;
     const uint32_t x0 = x & m0, x1 = x & m1, x2 = x & m2, x3 = x & m3;
     const uint32_t y0 = y & m0, y1 = y & m1, y2 = y & m2, y3 = y & m3;
-    const uint64_t z0 = GP_MUL32W(x0, y0) ^ GP_MUL32W(x1, y3) ^ GP_MUL32W(x2, y2) ^ GP_MUL32W(x3, y1);
-    const uint64_t z1 = GP_MUL32W(x0, y1) ^ GP_MUL32W(x1, y0) ^ GP_MUL32W(x2, y3) ^ GP_MUL32W(x3, y2);
-    const uint64_t z2 = GP_MUL32W(x0, y2) ^ GP_MUL32W(x1, y1) ^ GP_MUL32W(x2, y0) ^ GP_MUL32W(x3, y3);
-    const uint64_t z3 = GP_MUL32W(x0, y3) ^ GP_MUL32W(x1, y2) ^ GP_MUL32W(x2, y1) ^ GP_MUL32W(x3, y0);
+    const uint64_t z0 = gp_mul32w(x0, y0) ^ gp_mul32w(x1, y3) ^ gp_mul32w(x2, y2) ^ gp_mul32w(x3, y1);
+    const uint64_t z1 = gp_mul32w(x0, y1) ^ gp_mul32w(x1, y0) ^ gp_mul32w(x2, y3) ^ gp_mul32w(x3, y2);
+    const uint64_t z2 = gp_mul32w(x0, y2) ^ gp_mul32w(x1, y1) ^ gp_mul32w(x2, y0) ^ gp_mul32w(x3, y3);
+    const uint64_t z3 = gp_mul32w(x0, y3) ^ gp_mul32w(x1, y2) ^ gp_mul32w(x2, y1) ^ gp_mul32w(x3, y0);
     const uint64_t n0 = 0x1111111111111111ull;
 
     return (z0 & n0) | (z1 & (n0 << 1)) | (z2 & (n0 << 2)) | (z3 & (n0 << 3));

@@ -211,6 +211,15 @@ done:
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl);
 
+/* May this update take the fast lane? Its checks, and an AEAD's own: no TLS record pending and the
+ * per-IV text limit kept. */
+static inline int aead_fast_fits(const gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
+                                 const unsigned char *in, size_t inl)
+{
+    return gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
+           && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl);
+}
+
 /* Data of a message on the cpu executor: straight to the default provider, for GCM by a tail call
  * (cipher_ctx.h; AAD, TLS records and the first data update take aead_update). */
 int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
@@ -218,8 +227,7 @@ int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (ctx->fast.tail && gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
-        && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl))
+    if (ctx->fast.tail && aead_fast_fits(ctx, out, outsize, in, inl))
         return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }
@@ -227,8 +235,7 @@ int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl)
 {
-    if (ctx->fast.update != NULL && gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
-        && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl))
+    if (ctx->fast.update != NULL && aead_fast_fits(ctx, out, outsize, in, inl))
         return gp_cipher_fast_call(ctx, out, outl, in, inl);
     *outl = 0;
     if (inl == 0)
