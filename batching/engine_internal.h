@@ -10,6 +10,7 @@
 
 #include "async_wait.h"
 #include "engine.h"
+#include "kernels/ghash_mma.h"
 
 typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
 
@@ -67,6 +68,7 @@ struct gp_key {
     gp_key_sched sched;
     EVP_CIPHER_CTX *ecb;         /* GCM, host/cuda: the default provider's AES-ECB under this key,
                                   * for E_K(J0) at each message start (made on first use) */
+    gp_ghash_mma *ghmma;         /* GCM, cuda: the tensor-core GHASH matrix (made on first use) */
 };
 
 /* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */
@@ -262,6 +264,8 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
 /* The kernel key schedule, made on first use: the cpu executor never needs it. A key belongs to
  * one provider context (EVP contexts are not shared between threads), so no lock is needed. */
 const gp_key_sched *gp_key_sched_get(gp_key *k);
+/* The key's GHASH matrix for the cuda executor (kernels/ghash_mma.h); NULL when out of memory. */
+const gp_ghash_mma *gp_key_ghmma_get(gp_key *k);
 
 /* qsort_r comparator over request indexes (context: the gp_request array): groups each message's
  * requests together, in submission order. */

@@ -17,6 +17,8 @@
  * a line another request's units pulled into its SM's L1 earlier. */
 #define ALIGN128(x) (((x) + 127) & ~(size_t)127)
 #define STATE_STRIDE ALIGN128(sizeof(gp_msg_state))
+#define NO_MMA SIZE_MAX            /* a request without a GHASH matrix (kernels/ghash_mma.h) */
+#define MMA_DEDUP 32               /* how far back a request looks for its key's matrix */
 #define KEY_STRIDE ALIGN16(GP_KEY_SCHED_DEVICE_BYTES)
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
@@ -43,6 +45,7 @@ typedef struct gp_cuda_slot {
     /* Scratch for one batch's layout, grown with the batch. */
     size_t *order, *rank, *wave, order_cap;
     gp_job *jobs;
+    size_t *mma;                 /* per request: its GHASH matrix's index in the batch, or NO_MMA */
 } gp_cuda_slot;
 
 typedef struct gp_cuda {
@@ -52,6 +55,9 @@ typedef struct gp_cuda {
     /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
      * so the runtime itself reports an error, to prove the fallback path. */
     atomic_long fault_after;
+    /* Test hook ($GPUPROV_TEST_GHASH_MMA_ANY_BATCH): GCM's tensor-core GHASH for batches of any
+     * size, so that the gpu suite's small batches run it (only with build option ghash_mma). */
+    int mma_any_batch;
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
@@ -145,6 +151,7 @@ static int cuda_open(gp_engine *e)
     }
     atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
+    c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
@@ -223,6 +230,7 @@ static void cuda_close(gp_engine *e)
         OPENSSL_free(sl->rank);
         OPENSSL_free(sl->wave);
         OPENSSL_free(sl->jobs);
+        OPENSSL_free(sl->mma);
         pthread_mutex_destroy(&sl->lock);
     }
     OPENSSL_free(c->slots);
@@ -262,25 +270,29 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
     OPENSSL_free(c->rank);
     OPENSSL_free(c->wave);
     OPENSSL_free(c->jobs);
+    OPENSSL_free(c->mma);
     c->order = OPENSSL_malloc(cap * sizeof(*c->order));
     c->rank = OPENSSL_malloc(cap * sizeof(*c->rank));
     c->wave = OPENSSL_malloc(cap * sizeof(*c->wave));
     c->jobs = OPENSSL_malloc(cap * sizeof(*c->jobs));
-    c->order_cap = c->order && c->rank && c->wave && c->jobs ? cap : 0;
+    c->mma = OPENSSL_malloc(cap * sizeof(*c->mma));
+    c->order_cap = c->order && c->rank && c->wave && c->jobs && c->mma ? cap : 0;
     return c->order_cap != 0;
 }
 
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules][states][outputs]
- * [partials]. One copy takes everything up to the outputs to the GPU, one brings states and
- * outputs back; the host waits for that copy (an event), and the device's keys, states, outputs
- * and partial MACs are then cleared by one memset that runs after it, off the caller's path.
+ * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules][GHASH matrices]
+ * [states][outputs][partials]. One copy takes everything up to the outputs to the GPU, one brings
+ * states and outputs back; the host waits for that copy (an event), and the device's keys,
+ * matrices, states, outputs and partial MACs are then cleared by one memset that runs after it,
+ * off the caller's path.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_cuda *g = e->cuda;
-    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, states_off, out_off, part_off;
+    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off;
+    size_t nmma = 0;
     size_t total = 0;
     uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0;
     unsigned int flags = 0;
@@ -298,13 +310,33 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
     }
+    for (size_t i = 0; i < m; i++) {
+        const gp_request *r = &reqs[idx[i]];
+
+        c->mma[i] = NO_MMA;
+        if (gp_ghash_mma_wanted(r->msg->st.alg, c->jobs[i].nunits, nrefs - m,
+                                g->mma_any_batch ? 0 : gp_kernel_warps_at_once(&c->shape))
+            && gp_key_ghmma_get(r->msg->key) != NULL) {
+            /* One copy per key: the same key among the batch's last MMA_DEDUP requests with one. */
+            for (size_t k = i, seen = 0; k-- > 0 && seen < MMA_DEDUP && c->mma[i] == NO_MMA;) {
+                if (c->mma[k] == NO_MMA)
+                    continue;
+                seen++;
+                if (reqs[idx[k]].msg->key == r->msg->key)
+                    c->mma[i] = c->mma[k];
+            }
+            if (c->mma[i] == NO_MMA)
+                c->mma[i] = nmma++;
+        }
+    }
     work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
     in_off = ALIGN16(work_off + m * sizeof(gp_work));
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len) + ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
     keys_off = ALIGN128(off);
-    states_off = ALIGN128(keys_off + m * KEY_STRIDE);
+    mma_off = ALIGN128(keys_off + m * KEY_STRIDE);
+    states_off = mma_off + nmma * sizeof(gp_ghash_mma);
     out_off = states_off + m * STATE_STRIDE;
     off = out_off;
     for (size_t i = 0; i < m; i++)
@@ -321,7 +353,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     refs = (gp_unit_ref *)(c->host + refs_off);
     work = (gp_work *)(c->host + work_off);
     {
-        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, ref = 0;
+        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, ref = 0, mma_put = 0;
 
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
@@ -347,6 +379,13 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             memcpy(dk, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
             if (w->job.nunits > 0 && dk->alg == GP_ALG_CHACHA20_POLY1305)
                 memcpy(&dk->mac_pows, gp_kstate_pows(r->msg, dk), sizeof(dk->mac_pows));
+            if (c->mma[i] != NO_MMA) {
+                w->ghmma_off = mma_off + c->mma[i] * sizeof(gp_ghash_mma);
+                if (c->mma[i] == mma_put) {   /* the key's first request in the batch */
+                    memcpy(c->host + w->ghmma_off, gp_key_ghmma_get(r->msg->key), sizeof(gp_ghash_mma));
+                    mma_put++;
+                }
+            }
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
             if (w->job.len > 0)
                 memcpy(c->host + w->in_off, r->in, w->job.len);

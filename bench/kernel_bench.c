@@ -142,12 +142,13 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
 {
     gp_key_sched ks;
     uint8_t key[32], iv[16];
-    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, in_off, part_off, states_off, out_off, total;
+    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off, total;
     uint8_t *host, *dev, *backup;
     gp_unit_ref *refs;
     gp_work *work;
     gp_job job;
     gp_msg_state st;
+    int use_mma;
     float med;
 
     for (int i = 0; i < 32; i++)
@@ -163,7 +164,10 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     work_off = (refs_off + (nrefs + 1) * sizeof(gp_unit_ref) + 127) & ~(size_t)127;   /* + claim counter */
     key_off = work_off + nmsg * sizeof(gp_work);
     key_off = (key_off + 127) & ~(size_t)127;
-    in_off = key_off + nmsg * key_stride;
+    mma_off = key_off + nmsg * key_stride;
+    /* GCM's tensor-core matrix, as the cuda executor decides (kernels/ghash_mma.h): one key, one copy. */
+    use_mma = gp_ghash_mma_wanted(alg, job.nunits, nmsg * job.nunits, gp_kernel_warps_at_once(&shape));
+    in_off = mma_off + (use_mma ? sizeof(gp_ghash_mma) : 0);
     part_off = in_off + nmsg * msg;
     states_off = part_off + nmsg * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
     out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
@@ -175,6 +179,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     }
     refs = (gp_unit_ref *)(host + refs_off);
     work = (gp_work *)(host + work_off);
+    if (use_mma)
+        gp_ghash_mma_make((gp_ghash_mma *)(host + mma_off), ks.gcm_h);
     for (size_t i = 0, r = 0; i < nmsg; i++) {
         iv[0] = (uint8_t)i;
         iv[1] = (uint8_t)(i >> 8);
@@ -191,6 +197,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].in_off = in_off + i * msg;
         work[i].out_off = out_off + i * msg;
         work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
+        work[i].ghmma_off = use_mma ? mma_off : 0;
         memcpy(host + work[i].state_off, &st, sizeof(st));
         for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */
             refs[r].work = (uint32_t)i;
@@ -296,6 +303,12 @@ int main(int argc, char **argv)
     printf("kernel_bench: %s (grid capped at %u blocks of %u threads, %s AES table), %zu MiB as %zu messages of %zu KiB, "
            "median of %d launches\n", prop.name, shape.max_grid, shape.block,
            shape.aes_smem == GP_AES_TT_WIDE_BYTES ? "wide 128 KiB" : "narrow 64 KiB", total_mib, nmsg, msg / 1024, iters);
+#if defined(GP_GHASH_MMA)
+    printf("GCM GHASH: tensor cores for bodies of %u units and up in launches of %llu units and up\n",
+           GP_GHASH_MMA_MIN_UNITS, (unsigned long long)gp_kernel_warps_at_once(&shape));
+#else
+    printf("GCM GHASH: integer multiplies (build option ghash_mma off)\n");
+#endif
     printf("copy ceiling: device-to-device %zu MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
            total_mib, cms, (double)total / cms / 1e6);
     printf("%-18s %10s %10s %12s %10s\n", "cipher", "threads", "ms", "GB/s", "of ceiling");

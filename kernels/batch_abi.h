@@ -121,6 +121,8 @@ typedef struct gp_work {
     uint64_t in_off;              /* request input (AAD or data) */
     uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG */
     uint64_t partials_off;        /* job.nunits partial MACs of GP_PARTIAL_BYTES */
+    uint64_t ghmma_off;           /* GCM with GP_GHASH_MMA_MIN_UNITS units or more: the key's tensor-core
+                                   * GHASH matrix (kernels/ghash_mma.h); 0: none, integer GHASH */
     uint32_t done;                /* units finished; zero at launch */
     uint32_t reserved;
     gp_job job;
@@ -142,7 +144,7 @@ typedef struct gp_unit_ref {
 # define GP_STATIC_ASSERT _Static_assert
 #endif
 GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and device");
-GP_STATIC_ASSERT(sizeof(gp_work) == 112, "gp_work layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_work) == 120, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */

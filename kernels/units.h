@@ -4,6 +4,7 @@
 #define GP_UNITS_H
 
 #include "msg_unit.h"
+#include "ghash_mma.h"
 
 /*
  * A data request of a message runs as:
@@ -195,7 +196,10 @@ GP_KFN const gp_mac_pows *gp_request_pows(const gp_key_sched *k, const gp_msg_st
  * additions (shuffles on the GPU), no multiplications. A short (last) unit of c chunks is
  * right-aligned: its chunks sit in lanes L-c..L-1 and the absent leading lanes contribute 0.
  * On the GPU the lanes are threads (kernels/batch_kernel.cu); on the host gp_unit_body runs the
- * same lane function over an array, so the host executor proves the math the GPU runs.
+ * same lane function over an array, so the host executor proves the math the GPU runs. With build
+ * option ghash_mma a GCM unit's Horner sums are instead one tensor-core product for the whole warp
+ * (kernels/ghash_mma.h); the host keeps the multiplications, and tests/unit/test_kernels.c checks
+ * the matrix and the warp's fragment layout against them.
  */
 
 /* Chunks in unit u (1..GP_UNIT_LANES). */
@@ -303,47 +307,79 @@ GP_KFN void gp_lane_mac_chunk(uint32_t alg, const gp_mac_pows *pw, uint32_t lane
 }
 
 /*
- * Lane `lane` of body unit u: its chunk's keystream, XOR and MAC value m (zero for an absent
- * leading lane of a short unit). in/out point at the body start; in may equal out (each lane reads
- * its whole chunk before writing it, and lanes touch disjoint chunks).
+ * Lane `lane`'s chunk of a body unit: its keystream XORed in (out) and the ciphertext, which the
+ * MAC covers (the input when decrypting, the output when encrypting), left in c.
  */
-GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
-                         uint32_t lane, const uint8_t *in, uint8_t *out, gp_lane_mac *m)
+GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk, const uint8_t *in,
+                          uint8_t *out, uint32_t c[16])
 {
-    const uint32_t alg = k->alg, nch = gp_unit_chunks(j, u);
-    const int aead = gp_alg_is_aead(alg), dec = j->op == GP_OP_DECRYPT;
-    uint32_t data[16], ks[16];
-    uint64_t chunk;
+    const uint32_t alg = k->alg;
+    const int dec = j->op == GP_OP_DECRYPT;
+    uint32_t data[16];
 
-    gp_lane_mac_zero(m);
-    if (lane + nch < GP_UNIT_LANES)
-        return;
-    chunk = (uint64_t)u * GP_UNIT_LANES + (lane + nch - GP_UNIT_LANES);   /* index in the body */
     gp_chunk_load(data, in + 64 * chunk);
     if (gp_alg_is_aes(alg)) {
-        gp_ctr_words(alg, j->body_ctr, 4 * chunk, 4, ks);
-        gp_aes_encrypt4_words(&k->aes, ks);
+        gp_ctr_words(alg, j->body_ctr, 4 * chunk, 4, c);
+        gp_aes_encrypt4_words(&k->aes, c);
     } else {
-        uint32_t c[4];
+        uint32_t ctr[4];
 
-        gp_ctr_words(alg, j->body_ctr, chunk, 1, c);
-        gp_chacha20_block_words(k->chacha_key, c, ks);
+        gp_ctr_words(alg, j->body_ctr, chunk, 1, ctr);
+        gp_chacha20_block_words(k->chacha_key, ctr, c);
     }
-    /* ks becomes the ciphertext, which the MAC covers: the input when decrypting, the output
-     * when encrypting. */
     for (int b = 0; b < 16; b++) {
-        uint32_t x = data[b] ^ ks[b];
+        uint32_t x = data[b] ^ c[b];
 
-        ks[b] = dec ? data[b] : x;
+        c[b] = dec ? data[b] : x;
         data[b] = x;
     }
     gp_chunk_store(out + 64 * chunk, data);
-    if (aead)
-        gp_lane_mac_chunk(alg, pw, lane, ks, m);
 #if !defined(__CUDA_ARCH__)
     /* On the GPU these live in registers; a volatile wipe would only push them to local memory. */
-    gp_state_wipe(ks, sizeof(ks));
     gp_state_wipe(data, sizeof(data));
+#endif
+}
+
+/*
+ * Lane `lane` of body unit u: its chunk's keystream, XOR and MAC value m (zero for an absent
+ * leading lane of a short unit). in/out point at the body start; in may equal out (each lane reads
+ * its whole chunk before writing it, and lanes touch disjoint chunks). mx: a GCM request's
+ * tensor-core matrix (kernels/ghash_mma.h), or NULL; with it, on the GPU, the warp's lanes (the
+ * whole unit) take their Horner sums together by MMA, absent lanes with a zero chunk, and the
+ * lane's power is the one multiplication left.
+ */
+GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, const gp_ghash_mma *mx,
+                         uint32_t u, uint32_t lane, const uint8_t *in, uint8_t *out, gp_lane_mac *m)
+{
+    const uint32_t alg = k->alg, nch = gp_unit_chunks(j, u);
+    const int present = lane + nch >= GP_UNIT_LANES;
+    const uint64_t chunk = (uint64_t)u * GP_UNIT_LANES + (lane + nch - GP_UNIT_LANES);   /* index in the body */
+    uint32_t c[16];
+
+    gp_lane_mac_zero(m);
+#if GP_GHASH_MMA_DEVICE
+    if (mx != NULL) {   /* uniform over the warp: one GCM unit */
+        gp_lane_mac p;
+
+        for (int b = 0; b < 16; b++)
+            c[b] = 0;
+        if (present)
+            gp_lane_crypt(j, k, chunk, in, out, c);
+        gp_ghash_mma_chunk(mx, lane, c, m);
+        gp_mac_pow_get(&p, pw, GP_POW_LANE + lane);
+        gp_mac_mul(alg, m, &p);   /* an absent lane's zero stays zero */
+        return;
+    }
+#else
+    (void)mx;
+#endif
+    if (!present)
+        return;
+    gp_lane_crypt(j, k, chunk, in, out, c);
+    if (gp_alg_is_aead(alg))
+        gp_lane_mac_chunk(alg, pw, lane, c, m);
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(c, sizeof(c));
 #endif
 }
 
@@ -390,7 +426,7 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
 
     gp_lane_mac_zero(&sum);
     for (uint32_t l = 0; l < GP_UNIT_LANES; l++) {
-        gp_unit_lane(j, k, pw, u, l, in, out, &v);
+        gp_unit_lane(j, k, pw, NULL, u, l, in, out, &v);
         if (gp_alg_is_aead(alg))
             gp_mac_add(alg, &sum, &v);
     }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The gpu suite on a GPU machine: build with nvcc, run every test through the cuda executor, then
 # again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
-# usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT optional)
+# usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT, GPU_MESON_ARGS optional;
+#        e.g. GPU_MESON_ARGS=-Dghash_mma=true for the tensor-core GHASH)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -34,7 +35,7 @@ step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
 }
 
 reconf=""; [ -d "$build/meson-private" ] && reconf="--reconfigure"
-step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89,90}" -Dwycheproof_dir="$wp"
+step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89,90}" -Dwycheproof_dir="$wp" ${GPU_MESON_ARGS:-}
 step build ninja -C "$build"
 step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a

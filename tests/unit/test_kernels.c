@@ -914,6 +914,131 @@ static void test_units_vs_serial(void **state)
     }
 }
 
+/* A chunk's Horner sum Z = B_0 H^3 + B_1 H^2 + B_2 H + B_3 the integer way (gp_lane_mac_chunk's
+ * first three passes). */
+static void ghash_horner(const uint64_t h[2], const uint32_t c[16], gp_lane_mac *z)
+{
+    gp_lane_mac hm, b;
+
+    gp_lane_mac_set_x(&hm, h);
+    gp_mac_block(GP_ALG_AES_GCM, c, z);
+    for (int j = 1; j < 4; j++) {
+        gp_mac_mul(GP_ALG_AES_GCM, z, &hm);
+        gp_mac_block(GP_ALG_AES_GCM, c + 4 * j, &b);
+        gp_mac_add(GP_ALG_AES_GCM, z, &b);
+    }
+}
+
+/* The tensor-core GHASH table (kernels/ghash_mma.h) read back by its documented layout gives the
+ * integer Horner sum, for random keys and chunks and for single-bit chunks. */
+static void test_ghash_mma_table(void **state)
+{
+    gp_ghash_mma *t = malloc(sizeof(*t));
+
+    (void)state;
+    assert_non_null(t);
+    for (int key = 0; key < 4; key++) {
+        uint64_t h[2] = { gptest_rand_u64(), gptest_rand_u64() };
+
+        if (key == 0) {   /* H = 1: Z is the plain sum */
+            h[0] = 1ull << 63;
+            h[1] = 0;
+        }
+        gp_ghash_mma_make(t, h);
+        for (int i = 0; i < 600; i++) {
+            uint32_t c[16];
+            gp_lane_mac want, got;
+
+            if (i < 512) {
+                memset(c, 0, sizeof(c));
+                c[i / 32] = 1u << (i % 32);
+            } else {
+                gptest_rand_bytes(c, sizeof(c));
+            }
+            ghash_horner(h, c, &want);
+            gp_ghash_mma_apply(t, c, &got);
+            assert_memory_equal(want.w, got.w, sizeof(want.w));
+        }
+    }
+    free(t);
+}
+
+/*
+ * The warp's data path of gp_ghash_mma_chunk, emulated lane by lane from the PTX ISA's fragment
+ * layouts of mma.m16n8k256 (b1, and.popc): quad transposes in, 2 m-tiles x 16 n-tiles x 2 k-tiles,
+ * parities packed, quad transpose out. Every lane must end with its own chunk's Z.
+ */
+static void test_ghash_mma_fragments(void **state)
+{
+    gp_ghash_mma *t = malloc(sizeof(*t));
+    uint64_t h[2] = { gptest_rand_u64(), gptest_rand_u64() };
+    uint32_t c[32][16], a[32][16], pk[32][4];
+
+    (void)state;
+    assert_non_null(t);
+    gp_ghash_mma_make(t, h);
+    gptest_rand_bytes(c, sizeof(c));
+    memset(c[3], 0, sizeof(c[3]));   /* a lane without a chunk */
+    /* In: lane 4g + t holds a[4b + q] = word t of block b of lane 4g + q's chunk. */
+    for (int l = 0; l < 32; l++)
+        for (int b = 0; b < 4; b++)
+            for (int q = 0; q < 4; q++)
+                a[l][4 * b + q] = c[(l & ~3) + q][4 * b + (l & 3)];
+    memset(pk, 0, sizeof(pk));
+    for (int nt = 0; nt < 16; nt++) {
+        for (int mt = 0; mt < 2; mt++) {
+            /* A (16 x 256) and B (256 x 8) as bits, from the lanes' registers. */
+            static uint8_t A[16][256], B[256][8];
+
+            {
+                int d[32][4];   /* each lane's d0..d3 */
+
+                memset(d, 0, sizeof(d));
+                for (int kt = 0; kt < 2; kt++) {
+                    for (int l = 0; l < 32; l++) {
+                        const int g = l >> 2, tq = l & 3;
+                        const uint32_t a0 = a[l][8 * kt + 2 * mt], a1 = a[l][8 * kt + 2 * mt + 1];
+                        const uint32_t a2 = a[l][8 * kt + 4 + 2 * mt], a3 = a[l][8 * kt + 4 + 2 * mt + 1];
+                        const uint32_t b0 = t->frag[nt][l][2 * kt], b1 = t->frag[nt][l][2 * kt + 1];
+
+                        for (int bit = 0; bit < 32; bit++) {
+                            A[g][32 * tq + bit] = (a0 >> bit) & 1;
+                            A[g + 8][32 * tq + bit] = (a1 >> bit) & 1;
+                            A[g][128 + 32 * tq + bit] = (a2 >> bit) & 1;
+                            A[g + 8][128 + 32 * tq + bit] = (a3 >> bit) & 1;
+                            B[32 * tq + bit][g] = (b0 >> bit) & 1;
+                            B[128 + 32 * tq + bit][g] = (b1 >> bit) & 1;
+                        }
+                    }
+                    for (int l = 0; l < 32; l++) {
+                        const int g = l >> 2, tq = l & 3;
+                        const int row[4] = { g, g, g + 8, g + 8 }, col[4] = { 2 * tq, 2 * tq + 1, 2 * tq, 2 * tq + 1 };
+
+                        for (int i = 0; i < 4; i++)
+                            for (int k = 0; k < 256; k++)
+                                d[l][i] += A[row[i]][k] & B[k][col[i]];
+                    }
+                }
+                for (int l = 0; l < 32; l++) {
+                    pk[l][2 * mt] |= (((uint32_t)d[l][0] & 1u) | ((uint32_t)d[l][1] & 1u) << 1) << (2 * nt);
+                    pk[l][2 * mt + 1] |= (((uint32_t)d[l][2] & 1u) | ((uint32_t)d[l][3] & 1u) << 1) << (2 * nt);
+                }
+            }
+        }
+    }
+    /* Out: lane 4g + q's Z word w is what lane 4g + w packed for quad position q. */
+    for (int l = 0; l < 32; l++) {
+        gp_lane_mac want, got;
+
+        for (int w = 0; w < 4; w++)
+            got.w[w] = pk[(l & ~3) + w][l & 3];
+        got.w[4] = 0;
+        ghash_horner(h, c[l], &want);
+        assert_memory_equal(want.w, got.w, sizeof(want.w));
+    }
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -932,6 +1057,8 @@ int main(void)
         cmocka_unit_test(test_mac_pows),
         cmocka_unit_test(test_unit_lanes),
         cmocka_unit_test(test_units_vs_serial),
+        cmocka_unit_test(test_ghash_mma_table),
+        cmocka_unit_test(test_ghash_mma_fragments),
     };
 
     if (sodium_init() < 0)
