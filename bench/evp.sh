@@ -5,12 +5,14 @@
 # gpuprov on each executor this host has (cuda where nvidia-smi shows a GPU, host, cpu); prints the
 # table, writes CSV.
 # usage: bench/evp.sh [build-dir] [seconds-per-cell]
-#   CSV: $BENCH_OUT or build-dir/bench/evp.csv; thread counts: $EVP_THREADS (default 1,16)
+#   CSV: $BENCH_OUT or build-dir/bench/evp.csv; thread counts: $EVP_THREADS (default 1,16);
+#   async jobs per thread: $EVP_JOBS (default 0, synchronous calls)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 secs=${2:-2}
 threads=${EVP_THREADS:-1,16}
+jobs=${EVP_JOBS:-0}
 moddir="$build/provider"
 bench="$build/bench/evp_bench"
 [ -f "$moddir/gpuprov.so" ] || { echo "evp: $moddir/gpuprov.so not built" >&2; exit 1; }
@@ -28,6 +30,6 @@ fi
 # evp_bench loads each provider into its own library context (no config file involved) and sets
 # GPUPROV_BACKEND for each gpuprov instance itself; it fails a cell whose output differs from the
 # default provider's, and exits non-zero if any cell failed.
-exec "$bench" --threads "$threads" --sizes 16,1024,16384 \
+exec "$bench" --threads "$threads" --jobs "$jobs" --sizes 16,1024,16384 \
   --ciphers aes-256-gcm,aes-128-ctr,chacha20-poly1305 --seconds "$secs" \
   --providers "$providers" --module-dir "$moddir" --csv "$out"

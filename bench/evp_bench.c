@@ -13,6 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <openssl/async.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -28,8 +31,11 @@
  *   - the threads warm up, meet at a barrier, run for --seconds, and count operations;
  *   - GB/s = plaintext bytes / wall seconds (10^9 bytes); CPU s per GB = user+sys time of the
  *     whole process over the timed run (so the provider's own helper threads count) per 10^9 bytes;
- *   - with one thread, a separate latency run afterwards times single operations one at a time
- *     (a lone synchronous call, nothing else in flight) and reports their median and p99.
+ *   - with --jobs N > 0 every thread keeps N operations in flight as ASYNC_JOBs, each with its own
+ *     context (what `openssl speed -async_jobs` does on one thread): a job that waits for the GPU
+ *     pauses, the thread polls the jobs' wait fds and resumes those that are ready;
+ *   - with one thread and no jobs, a separate latency run afterwards times single operations one
+ *     at a time (a lone synchronous call, nothing else in flight) and reports their median and p99.
  * Before any timing the cell's cipher encrypts a fixed message and must give the same ciphertext
  * and tag as the default provider: a benchmark that measures wrong answers is worthless.
  */
@@ -42,6 +48,7 @@
 #define MAX_LIST 32
 #define MAX_THREADS 1024
 #define MAX_SIZE (64 << 20)
+#define MAX_JOBS 1024
 
 #ifndef GP_BUILD_MODULE_DIR
 #define GP_BUILD_MODULE_DIR "build/provider"
@@ -52,6 +59,7 @@
 typedef struct {
     int threads[MAX_LIST], nthreads;
     int sizes[MAX_LIST], nsizes;
+    int jobs[MAX_LIST], njobs;   /* async jobs per thread; 0: synchronous calls */
     char *ciphers[MAX_LIST];
     int nciphers;
     char *providers[MAX_LIST];   /* "default", "gpuprov" or "gpuprov:<executor>" */
@@ -75,10 +83,10 @@ typedef struct {
 /* ---- one cell's result ---- */
 
 typedef struct {
-    int prov_idx, cipher_idx, size, threads;
+    int prov_idx, cipher_idx, size, threads, jobs;
     int ok;                      /* 0: failed (check or run); its figures are not reported */
     double wall_s, cpu_s;
-    uint64_t ops;
+    uint64_t ops, pauses;         /* pauses: async jobs that waited (gpuprov's batches) */
     double gbps, cpu_s_per_gb;
     double lat_med_us, lat_p99_us;
     size_t lat_samples;
@@ -88,20 +96,33 @@ typedef struct {
 
 typedef struct {
     const EVP_CIPHER *cipher;
-    int aead, size, ivlen;
+    int aead, size, ivlen, jobs;
     pthread_barrier_t start;
     atomic_int stop;
     atomic_int failed;
 } cell_shared;
 
+/* One operation stream: a context and its buffers (a thread's own, or one of its async jobs'). */
+typedef struct {
+    cell_shared *sh;
+    int index;                   /* IV space: thread index, or thread * MAX_JOBS + job */
+    EVP_CIPHER_CTX *ctx;
+    uint8_t *in, *out;
+    uint8_t key[32], iv[MAX_IV], aad[AAD_LEN], tag[TAG_LEN];
+    uint64_t n;                  /* messages started, for the IV */
+    /* async mode */
+    ASYNC_JOB *job;              /* paused job, or NULL */
+    ASYNC_WAIT_CTX *wctx;
+    int ret;                     /* the finished job's result */
+} stream;
+
 typedef struct {
     cell_shared *sh;
     int index;
     pthread_t tid;
-    EVP_CIPHER_CTX *ctx;
-    uint8_t *in, *out;
-    uint8_t key[32], iv[MAX_IV], aad[AAD_LEN], tag[TAG_LEN];
-    uint64_t ops;
+    stream *st;                  /* 1 stream, or sh->jobs */
+    int nst;
+    uint64_t ops, pauses;
 } worker;
 
 static double now_s(void)
@@ -184,33 +205,152 @@ static void *xalloc(size_t n)
     return p;
 }
 
-/* Per-thread setup: its own context, key, buffers. */
-static int worker_setup(worker *w)
+/* A stream's setup: its own context, key and buffers (streams never share a key). */
+static int stream_setup(stream *s, cell_shared *sh, int index)
+{
+    s->sh = sh;
+    s->index = index;
+    s->in = xalloc((size_t)sh->size);
+    s->out = xalloc((size_t)sh->size + TAG_LEN);
+    fill_pattern(s->in, (size_t)sh->size, 0x1000u + (uint32_t)index);
+    fill_pattern(s->key, sizeof(s->key), 0x2000u + (uint32_t)index);
+    fill_pattern(s->aad, sizeof(s->aad), 0x3000u + (uint32_t)index);
+    next_iv(s->iv, sh->ivlen, index, 0);
+    s->n = 1;
+    s->ctx = EVP_CIPHER_CTX_new();
+    return s->ctx != NULL && EVP_EncryptInit_ex2(s->ctx, sh->cipher, s->key, s->iv, NULL);
+}
+
+static void stream_free(stream *s)
+{
+    EVP_CIPHER_CTX_free(s->ctx);
+    ASYNC_WAIT_CTX_free(s->wctx);
+    free(s->in);
+    free(s->out);
+}
+
+/* The stream's next message (a fresh IV under its key). */
+static int stream_op(stream *s)
+{
+    cell_shared *sh = s->sh;
+
+    next_iv(s->iv, sh->ivlen, s->index, s->n++);
+    return encrypt_one(s->ctx, sh->aead, s->iv, s->aad, s->in, s->out, sh->size, s->tag);
+}
+
+static int stream_job(void *arg)
+{
+    return stream_op(*(stream **)arg);
+}
+
+static void stream_failed(worker *w, const char *what)
+{
+    fprintf(stderr, "evp_bench: thread %d: %s after %llu messages\n", w->index, what,
+            (unsigned long long)w->ops);
+    print_ssl_errors();
+    atomic_store(&w->sh->failed, 1);
+    atomic_store(&w->sh->stop, 1);
+}
+
+#define MAX_JOB_FDS 4   /* wait fds a paused job may have (gpuprov registers one) */
+
+/*
+ * The async loop: every idle stream starts its next message as a job; a job that pauses (gpuprov
+ * waits for a batch) is resumed once one of its wait fds is readable, or at once when it has none.
+ * After the stop no message starts, and the paused ones are run to their end.
+ */
+static void run_async(worker *w)
 {
     cell_shared *sh = w->sh;
+    struct pollfd *pfd = calloc((size_t)w->nst * MAX_JOB_FDS, sizeof(*pfd));
+    int *owner = calloc((size_t)w->nst * MAX_JOB_FDS, sizeof(*owner));
+    char *ready = calloc((size_t)w->nst, 1);
 
-    w->in = xalloc((size_t)sh->size);
-    w->out = xalloc((size_t)sh->size + TAG_LEN);
-    fill_pattern(w->in, (size_t)sh->size, 0x1000u + (uint32_t)w->index);
-    fill_pattern(w->key, sizeof(w->key), 0x2000u + (uint32_t)w->index);
-    fill_pattern(w->aad, sizeof(w->aad), 0x3000u + (uint32_t)w->index);
-    next_iv(w->iv, sh->ivlen, w->index, 0);
-    w->ctx = EVP_CIPHER_CTX_new();
-    if (w->ctx == NULL || !EVP_EncryptInit_ex2(w->ctx, sh->cipher, w->key, w->iv, NULL))
-        return 0;
-    return 1;
+    if (pfd == NULL || owner == NULL || ready == NULL) {
+        stream_failed(w, "out of memory");
+        goto out;
+    }
+    for (;;) {
+        const int stopping = atomic_load_explicit(&sh->stop, memory_order_relaxed);
+        int np = 0, busy = 0, paused = 0;
+
+        for (int j = 0; j < w->nst; j++) {
+            stream *s = &w->st[j];
+            stream *arg = s;
+
+            if (s->job == NULL ? stopping : !ready[j])
+                continue;
+            ready[j] = 0;
+            switch (ASYNC_start_job(&s->job, s->wctx, &s->ret, stream_job, &arg, sizeof(arg))) {
+            case ASYNC_FINISH:
+                if (s->ret)
+                    w->ops++;
+                else if (!atomic_load(&sh->failed))
+                    stream_failed(w, "encryption failed");
+                break;
+            case ASYNC_PAUSE:
+                w->pauses++;
+                break;
+            default:   /* ASYNC_ERR, ASYNC_NO_JOBS: the pool was made for every stream */
+                s->job = NULL;
+                stream_failed(w, "ASYNC_start_job failed");
+                break;
+            }
+        }
+        for (int j = 0; j < w->nst; j++) {
+            stream *s = &w->st[j];
+            OSSL_ASYNC_FD fds[MAX_JOB_FDS];
+            size_t nfd = 0;
+
+            if (s->job == NULL)
+                continue;
+            paused++;
+            if (!ASYNC_WAIT_CTX_get_all_fds(s->wctx, NULL, &nfd) || nfd == 0 || nfd > MAX_JOB_FDS
+                || !ASYNC_WAIT_CTX_get_all_fds(s->wctx, fds, &nfd)) {
+                ready[j] = 1;   /* nothing to wait on: resume it in the next round */
+                busy = 1;
+                continue;
+            }
+            for (size_t k = 0; k < nfd; k++) {
+                pfd[np].fd = fds[k];
+                pfd[np].events = POLLIN;
+                pfd[np].revents = 0;
+                owner[np++] = j;
+            }
+        }
+        if (paused == 0 && stopping)
+            break;
+        if (np > 0 && poll(pfd, (nfds_t)np, busy ? 0 : 1000) > 0) {
+            for (int k = 0; k < np; k++)
+                if (pfd[k].revents != 0)
+                    ready[owner[k]] = 1;
+        }
+    }
+out:
+    free(pfd);
+    free(owner);
+    free(ready);
 }
 
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     cell_shared *sh = w->sh;
-    uint64_t n = 1;
-    int ok = worker_setup(w);
+    int ok, async_ready = 0;
 
-    for (int i = 0; ok && i < WARMUP_OPS; i++, n++) {
-        next_iv(w->iv, sh->ivlen, w->index, n);
-        ok = encrypt_one(w->ctx, sh->aead, w->iv, w->aad, w->in, w->out, sh->size, w->tag);
+    w->nst = sh->jobs > 0 ? sh->jobs : 1;
+    w->st = calloc((size_t)w->nst, sizeof(*w->st));
+    ok = w->st != NULL;
+    if (ok && sh->jobs > 0)
+        ok = async_ready = ASYNC_init_thread((size_t)sh->jobs, (size_t)sh->jobs);
+    for (int j = 0; ok && j < w->nst; j++) {
+        stream *s = &w->st[j];
+
+        ok = stream_setup(s, sh, sh->jobs > 0 ? w->index * MAX_JOBS + j : w->index)
+             && (sh->jobs == 0 || (s->wctx = ASYNC_WAIT_CTX_new()) != NULL);
+        /* warm-up, synchronously: the first stream as long as a synchronous thread, one each after */
+        for (int i = 0; ok && i < (j == 0 ? WARMUP_OPS : 1); i++)
+            ok = stream_op(s);
     }
     if (!ok) {
         fprintf(stderr, "evp_bench: thread %d: setup or warm-up failed\n", w->index);
@@ -218,18 +358,19 @@ static void *worker_main(void *arg)
         atomic_store(&sh->failed, 1);
     }
     pthread_barrier_wait(&sh->start);   /* always reached, or the others would wait forever */
-    while (ok && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
-        next_iv(w->iv, sh->ivlen, w->index, n++);
-        if (!encrypt_one(w->ctx, sh->aead, w->iv, w->aad, w->in, w->out, sh->size, w->tag)) {
-            fprintf(stderr, "evp_bench: thread %d: encryption failed after %llu messages\n",
-                    w->index, (unsigned long long)w->ops);
-            print_ssl_errors();
-            atomic_store(&sh->failed, 1);
-            atomic_store(&sh->stop, 1);
-            break;
+    if (ok && sh->jobs > 0) {
+        run_async(w);
+    } else {
+        while (ok && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+            if (!stream_op(&w->st[0])) {
+                stream_failed(w, "encryption failed");
+                break;
+            }
+            w->ops++;
         }
-        w->ops++;
     }
+    if (async_ready)
+        ASYNC_cleanup_thread();
     return NULL;
 }
 
@@ -249,24 +390,22 @@ static uint64_t ns_between(const struct timespec *a, const struct timespec *b)
 /* Latency of lone synchronous messages, one at a time on the calling thread: median and p99. */
 static int measure_latency(cell_shared *sh, double seconds, result *r)
 {
-    worker w = { .sh = sh, .index = 0 };
+    stream w;
     uint64_t *samples = calloc(LAT_MAX_SAMPLES, sizeof(*samples));
     size_t n = 0;
-    uint64_t msg = 1;
-    int ok = samples != NULL && worker_setup(&w);
+    int ok;
     double deadline;
 
-    for (int i = 0; ok && i < WARMUP_OPS; i++, msg++) {
-        next_iv(w.iv, sh->ivlen, 0, msg);
-        ok = encrypt_one(w.ctx, sh->aead, w.iv, w.aad, w.in, w.out, sh->size, w.tag);
-    }
+    memset(&w, 0, sizeof(w));
+    ok = samples != NULL && stream_setup(&w, sh, 0);
+    for (int i = 0; ok && i < WARMUP_OPS; i++)
+        ok = stream_op(&w);
     deadline = now_s() + seconds;
     while (ok && n < LAT_MAX_SAMPLES) {
         struct timespec t0, t1;
 
-        next_iv(w.iv, sh->ivlen, 0, msg++);
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        ok = encrypt_one(w.ctx, sh->aead, w.iv, w.aad, w.in, w.out, sh->size, w.tag);
+        ok = stream_op(&w);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         samples[n++] = ns_between(&t0, &t1);
         if ((double)t1.tv_sec + (double)t1.tv_nsec * 1e-9 >= deadline)
@@ -284,9 +423,7 @@ static int measure_latency(cell_shared *sh, double seconds, result *r)
         r->lat_p99_us = (double)samples[p99 - 1] * 1e-3;
         r->lat_samples = n;
     }
-    EVP_CIPHER_CTX_free(w.ctx);
-    free(w.in);
-    free(w.out);
+    stream_free(&w);
     free(samples);
     return ok;
 }
@@ -332,7 +469,7 @@ static int check_against_default(const provider_run *p, const char *name, const 
 }
 
 /* One cell: check, then the timed run, then (one thread) the latency run. */
-static void run_cell(const provider_run *p, const char *name, int size, int nthreads,
+static void run_cell(const provider_run *p, const char *name, int size, int nthreads, int jobs,
                      const options *o, result *r)
 {
     EVP_CIPHER *c = EVP_CIPHER_fetch(p->libctx, name, p->propq);
@@ -359,6 +496,7 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
     memset(&sh, 0, sizeof(sh));
     sh.cipher = c;
     sh.size = size;
+    sh.jobs = jobs;
     sh.aead = (EVP_CIPHER_get_flags(c) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
     sh.ivlen = EVP_CIPHER_get_iv_length(c);
     /* Stream and AEAD modes only: a padded block mode's Final would write past `size`. */
@@ -412,11 +550,13 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
     r->wall_s = t1 - t0;
     r->cpu_s = c1 - c0;
     r->ops = 0;
+    r->pauses = 0;
     for (int i = 0; i < nthreads; i++) {
         r->ops += ws[i].ops;
-        EVP_CIPHER_CTX_free(ws[i].ctx);
-        free(ws[i].in);
-        free(ws[i].out);
+        r->pauses += ws[i].pauses;
+        for (int j = 0; ws[i].st != NULL && j < ws[i].nst; j++)
+            stream_free(&ws[i].st[j]);
+        free(ws[i].st);
     }
     free(ws);
     pthread_barrier_destroy(&sh.start);
@@ -425,7 +565,7 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
 
         r->gbps = gb / r->wall_s;
         r->cpu_s_per_gb = r->cpu_s / gb;
-        r->ok = nthreads != 1 || measure_latency(&sh, o->lat_seconds, r);
+        r->ok = nthreads != 1 || jobs != 0 || measure_latency(&sh, o->lat_seconds, r);
     }
     EVP_CIPHER_free(c);
 }
@@ -593,6 +733,9 @@ static void usage(FILE *f)
         "  --threads LIST     thread counts (default 1,4,16)\n"
         "  --sizes LIST       message sizes in bytes, k/m suffixes allowed (default 16,1024,16384)\n"
         "  --ciphers LIST     EVP cipher names (default aes-256-gcm,aes-128-ctr,chacha20-poly1305)\n"
+        "  --jobs LIST        async jobs per thread, each with its own context and key (default 0:\n"
+        "                     synchronous calls); a paused job waits on its wait fd, as in\n"
+        "                     openssl speed -async_jobs\n"
         "  --seconds S        timed run per cell (default 2)\n"
         "  --lat-seconds S    latency run per one-thread cell (default: a quarter of --seconds)\n"
         "  --providers LIST   default, gpuprov, gpuprov:<executor> (default default,gpuprov);\n"
@@ -605,8 +748,8 @@ static void usage(FILE *f)
         "Per operation: IV-only re-init with a new IV, 13 bytes of AAD (AEAD), one update of\n"
         "SIZE bytes, Final, GET_TAG (AEAD). GB/s = 10^9 plaintext bytes per second over all\n"
         "threads; CPU s/GB = user+sys seconds of the whole process per 10^9 bytes; ratio = GB/s\n"
-        "over the default provider's in the same cipher/size/threads cell; latency (one thread\n"
-        "only) = median and p99 of lone synchronous operations timed one at a time.\n",
+        "over the default provider's in the same cipher/size/threads/jobs cell; latency (one\n"
+        "thread, no jobs) = median and p99 of lone synchronous operations timed one at a time.\n",
         GP_BUILD_MODULE_DIR);
 }
 
@@ -682,12 +825,13 @@ static int parse_seconds(const char *arg, double *out)
 
 static int parse_options(int argc, char **argv, options *o)
 {
-    static char d_threads[] = "1,4,16", d_sizes[] = "16,1024,16384",
+    static char d_threads[] = "1,4,16", d_sizes[] = "16,1024,16384", d_jobs[] = "0",
                 d_ciphers[] = "aes-256-gcm,aes-128-ctr,chacha20-poly1305",
                 d_providers[] = "default,gpuprov";
     static const struct option longopts[] = {
         { "threads", required_argument, NULL, 't' },
         { "sizes", required_argument, NULL, 's' },
+        { "jobs", required_argument, NULL, 'j' },
         { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 'S' },
         { "lat-seconds", required_argument, NULL, 'L' },
@@ -697,7 +841,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    char *threads = d_threads, *sizes = d_sizes, *ciphers = d_ciphers, *providers = d_providers;
+    char *threads = d_threads, *sizes = d_sizes, *jobs = d_jobs, *ciphers = d_ciphers, *providers = d_providers;
     int opt;
 
     memset(o, 0, sizeof(*o));
@@ -707,6 +851,7 @@ static int parse_options(int argc, char **argv, options *o)
         switch (opt) {
         case 't': threads = optarg; break;
         case 's': sizes = optarg; break;
+        case 'j': jobs = optarg; break;
         case 'c': ciphers = optarg; break;
         case 'p': providers = optarg; break;
         case 'o': o->csv = optarg; break;
@@ -737,18 +882,35 @@ static int parse_options(int argc, char **argv, options *o)
     }
     return parse_int_list("thread counts", threads, o->threads, &o->nthreads, 1, MAX_THREADS, 0)
            && parse_int_list("sizes", sizes, o->sizes, &o->nsizes, 1, MAX_SIZE, 1)
+           && parse_int_list("job counts", jobs, o->jobs, &o->njobs, 0, MAX_JOBS, 0)
            && parse_str_list("ciphers", ciphers, o->ciphers, &o->nciphers)
            && parse_str_list("providers", providers, o->providers, &o->nproviders);
 }
 
 /* ---- output ---- */
 
-/* The default provider's result for the same cipher, size and thread count, if measured. */
+/* A provider's cells: cipher-major, then size, threads, jobs (the table's order). */
+static size_t cell_count(const options *o)
+{
+    return (size_t)o->nciphers * (size_t)o->nsizes * (size_t)o->nthreads * (size_t)o->njobs;
+}
+
+static void cell_indices(const options *o, size_t cell, int *ci, int *si, int *ti, int *ji)
+{
+    *ji = (int)(cell % (size_t)o->njobs);
+    cell /= (size_t)o->njobs;
+    *ti = (int)(cell % (size_t)o->nthreads);
+    cell /= (size_t)o->nthreads;
+    *si = (int)(cell % (size_t)o->nsizes);
+    *ci = (int)(cell / (size_t)o->nsizes);
+}
+
+/* The default provider's result for the same cipher, size, threads and jobs, if measured. */
 static const result *baseline(const result *rs, size_t n, const provider_run *provs, const result *r)
 {
     for (size_t i = 0; i < n; i++)
         if (rs[i].ok && !provs[rs[i].prov_idx].is_gpuprov && rs[i].cipher_idx == r->cipher_idx
-            && rs[i].size == r->size && rs[i].threads == r->threads)
+            && rs[i].size == r->size && rs[i].threads == r->threads && rs[i].jobs == r->jobs)
             return &rs[i];
     return NULL;
 }
@@ -770,35 +932,38 @@ static void csv_field(FILE *f, const char *s)
 
 static void print_table(const result *rs, size_t n, const provider_run *provs, const options *o)
 {
-    printf("\n%-8s %-8s %-18s %7s %7s %10s %7s %9s %10s %10s\n", "provider", "executor", "cipher",
-           "size", "threads", "GB/s", "ratio", "CPU s/GB", "lat med us", "lat p99 us");
-    for (int ci = 0; ci < o->nciphers; ci++)
-        for (int si = 0; si < o->nsizes; si++)
-            for (int ti = 0; ti < o->nthreads; ti++)
-                for (size_t i = 0; i < n; i++) {
-                    const result *r = &rs[i], *b;
-                    const provider_run *p = &provs[r->prov_idx];
+    printf("\n%-8s %-8s %-18s %7s %7s %5s %10s %7s %9s %10s %10s\n", "provider", "executor", "cipher",
+           "size", "threads", "jobs", "GB/s", "ratio", "CPU s/GB", "lat med us", "lat p99 us");
+    for (size_t cell = 0; cell < cell_count(o); cell++) {
+        int ci, si, ti, ji;
 
-                    if (r->cipher_idx != ci || r->size != o->sizes[si] || r->threads != o->threads[ti])
-                        continue;
-                    printf("%-8s %-8s %-18s %7d %7d ", p->is_gpuprov ? "gpuprov" : "default",
-                           p->executor, o->ciphers[ci], r->size, r->threads);
-                    if (!r->ok) {
-                        printf("%10s\n", "FAILED");
-                        continue;
-                    }
-                    b = baseline(rs, n, provs, r);
-                    printf("%10.4f ", r->gbps);
-                    if (b != NULL && b->gbps > 0)
-                        printf("%6.2fx ", r->gbps / b->gbps);
-                    else
-                        printf("%7s ", "-");
-                    printf("%9.2f ", r->cpu_s_per_gb);
-                    if (r->lat_samples > 0)
-                        printf("%10.2f %10.2f\n", r->lat_med_us, r->lat_p99_us);
-                    else
-                        printf("%10s %10s\n", "-", "-");
-                }
+        cell_indices(o, cell, &ci, &si, &ti, &ji);
+        for (size_t i = 0; i < n; i++) {
+            const result *r = &rs[i], *b;
+            const provider_run *p = &provs[r->prov_idx];
+
+            if (r->cipher_idx != ci || r->size != o->sizes[si] || r->threads != o->threads[ti]
+                || r->jobs != o->jobs[ji])
+                continue;
+            printf("%-8s %-8s %-18s %7d %7d %5d ", p->is_gpuprov ? "gpuprov" : "default",
+                   p->executor, o->ciphers[ci], r->size, r->threads, r->jobs);
+            if (!r->ok) {
+                printf("%10s\n", "FAILED");
+                continue;
+            }
+            b = baseline(rs, n, provs, r);
+            printf("%10.4f ", r->gbps);
+            if (b != NULL && b->gbps > 0)
+                printf("%6.2fx ", r->gbps / b->gbps);
+            else
+                printf("%7s ", "-");
+            printf("%9.2f ", r->cpu_s_per_gb);
+            if (r->lat_samples > 0)
+                printf("%10.2f %10.2f\n", r->lat_med_us, r->lat_p99_us);
+            else
+                printf("%10s %10s\n", "-", "-");
+        }
+    }
 }
 
 static int write_csv(const char *path, const result *rs, size_t n, const provider_run *provs,
@@ -810,14 +975,14 @@ static int write_csv(const char *path, const result *rs, size_t n, const provide
         fprintf(stderr, "evp_bench: cannot write %s: %s\n", path, strerror(errno));
         return 0;
     }
-    fprintf(f, "date,provider,executor,cipher,size,threads,ok,seconds,ops,gb_per_s,ratio_vs_default,"
+    fprintf(f, "date,provider,executor,cipher,size,threads,jobs,ok,seconds,ops,gb_per_s,ratio_vs_default,"
                "cpu_s,cpu_s_per_gb,lat_median_us,lat_p99_us,lat_samples,openssl,cpu,gpu\n");
     for (size_t i = 0; i < n; i++) {
         const result *r = &rs[i], *b = baseline(rs, n, provs, r);
         const provider_run *p = &provs[r->prov_idx];
 
-        fprintf(f, "%s,%s,%s,%s,%d,%d,%d,%.3f,%llu,%.6f,", date, p->is_gpuprov ? "gpuprov" : "default",
-                p->executor, o->ciphers[r->cipher_idx], r->size, r->threads, r->ok, r->wall_s,
+        fprintf(f, "%s,%s,%s,%s,%d,%d,%d,%d,%.3f,%llu,%.6f,", date, p->is_gpuprov ? "gpuprov" : "default",
+                p->executor, o->ciphers[r->cipher_idx], r->size, r->threads, r->jobs, r->ok, r->wall_s,
                 (unsigned long long)r->ops, r->ok ? r->gbps : 0.0);
         if (r->ok && b != NULL && b->gbps > 0)
             fprintf(f, "%.4f", r->gbps / b->gbps);
@@ -865,7 +1030,7 @@ int main(int argc, char **argv)
            o.lat_seconds, o.module_dir);
     fflush(stdout);
 
-    cap = (size_t)o.nproviders * (size_t)o.nciphers * (size_t)o.nsizes * (size_t)o.nthreads;
+    cap = (size_t)o.nproviders * cell_count(&o);
     rs = calloc(cap, sizeof(*rs));
     if (rs == NULL)
         return 2;
@@ -883,25 +1048,29 @@ int main(int argc, char **argv)
         if (p->is_gpuprov)
             fprintf(stderr, "evp_bench: %s: gpuprov serves with the %s executor\n", p->spec,
                     p->executor);
-        for (int ci = 0; ci < o.nciphers; ci++)
-            for (int si = 0; si < o.nsizes; si++)
-                for (int ti = 0; ti < o.nthreads; ti++) {
-                    result *r = &rs[nres++];
+        for (size_t cell = 0; cell < cell_count(&o); cell++) {
+            result *r = &rs[nres++];
+            int ci, si, ti, ji;
 
-                    r->prov_idx = nprovs - 1;
-                    r->cipher_idx = ci;
-                    r->size = o.sizes[si];
-                    r->threads = o.threads[ti];
-                    run_cell(p, o.ciphers[ci], r->size, r->threads, &o, r);
-                    if (!r->ok) {
-                        failures++;
-                        fprintf(stderr, "evp_bench: %s %s %d B x%d: FAILED\n", p->spec,
-                                o.ciphers[ci], r->size, r->threads);
-                    } else {
-                        fprintf(stderr, "evp_bench: %-14s %-18s %6d B x%-3d %9.4f GB/s\n", p->spec,
-                                o.ciphers[ci], r->size, r->threads, r->gbps);
-                    }
-                }
+            cell_indices(&o, cell, &ci, &si, &ti, &ji);
+            r->prov_idx = nprovs - 1;
+            r->cipher_idx = ci;
+            r->size = o.sizes[si];
+            r->threads = o.threads[ti];
+            r->jobs = o.jobs[ji];
+            run_cell(p, o.ciphers[ci], r->size, r->threads, r->jobs, &o, r);
+            if (!r->ok) {
+                failures++;
+                fprintf(stderr, "evp_bench: %s %s %d B x%d, %d jobs: FAILED\n", p->spec,
+                        o.ciphers[ci], r->size, r->threads, r->jobs);
+            } else {
+                fprintf(stderr, "evp_bench: %-14s %-18s %6d B x%-3d %4d jobs %9.4f GB/s",
+                        p->spec, o.ciphers[ci], r->size, r->threads, r->jobs, r->gbps);
+                if (r->jobs > 0)
+                    fprintf(stderr, " (%.2f pauses per message)", (double)r->pauses / (double)r->ops);
+                fputc('\n', stderr);
+            }
+        }
     }
 
     print_table(rs, nres, provs, &o);
