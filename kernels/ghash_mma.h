@@ -127,6 +127,29 @@ GP_KFN void gp_ghash_mma_apply(const gp_ghash_mma *t, const uint32_t c[16], gp_l
 #if defined(GP_GHASH_MMA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && GP_UNIT_LANES == 32
 # define GP_GHASH_MMA_DEVICE 1
 
+/* A/B knobs for the next measurements (bench/kernel_variant.sh GPU_DEFS), both off in what was
+ * measured (bench/RESULTS.md, eighth session): GP_GHASH_MMA_UNROLL unrolls the n-tile loop (the
+ * rolled loop waits on each fragment load, then on two chained MMAs); GP_GHASH_MMA_PREFETCH asks
+ * for the table in L1 when the unit starts, ahead of its AES work. */
+# ifndef GP_GHASH_MMA_UNROLL
+#  define GP_GHASH_MMA_UNROLL 1
+# endif
+# define GP_MMA_STR(x) #x
+# define GP_MMA_PRAGMA(x) _Pragma(GP_MMA_STR(x))
+
+static __device__ __forceinline__ void gp_ghash_mma_prefetch(const gp_ghash_mma *mx, uint32_t lane)
+{
+# if defined(GP_GHASH_MMA_PREFETCH)
+    const char *p = (const char *)mx + 128 * lane;   /* two 128-byte lines a lane: all 8 KiB */
+
+    asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
+    asm volatile("prefetch.global.L1 [%0];" :: "l"(p + 4096));
+# else
+    (void)mx;
+    (void)lane;
+# endif
+}
+
 /* v[j] becomes lane j's v[t] (t: this lane's place in its quad): butterflies over the two bits
  * of t, each swapping the two words whose index differs from t in that bit with the partner's. */
 static __device__ __forceinline__ void gp_quad_transpose(uint32_t v[4], uint32_t t)
@@ -179,7 +202,7 @@ static __device__ __forceinline__ void gp_ghash_mma_chunk(const gp_ghash_mma *mx
         for (int q = 0; q < 4; q++)
             a[4 * b + q] = v[q];
     }
-    GP_NO_UNROLL
+    GP_MMA_PRAGMA(unroll GP_GHASH_MMA_UNROLL)
     for (uint32_t nt = 0; nt < 16; nt++) {
         const uint4 bf = __ldg(fr + 32 * nt);   /* written before the launch, read-only in it */
 #pragma unroll
