@@ -105,7 +105,7 @@ typedef struct {
 /* One operation stream: a context and its buffers (a thread's own, or one of its async jobs'). */
 typedef struct {
     cell_shared *sh;
-    int index;                   /* IV space: thread index, or thread * MAX_JOBS + job */
+    int index;                   /* seeds its key, data and IVs: thread, or thread * MAX_JOBS + job */
     EVP_CIPHER_CTX *ctx;
     uint8_t *in, *out;
     uint8_t key[32], iv[MAX_IV], aad[AAD_LEN], tag[TAG_LEN];

@@ -142,7 +142,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
 {
     gp_key_sched ks;
     uint8_t key[32], iv[16];
-    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off, total;
+    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off;
+    size_t total;
     uint8_t *host, *dev, *backup;
     gp_unit_ref *refs;
     gp_work *work;
@@ -166,7 +167,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     key_off = (key_off + 127) & ~(size_t)127;
     mma_off = key_off + nmsg * key_stride;
     /* GCM's tensor-core matrix, as the cuda executor decides (kernels/ghash_mma.h): one key, one copy. */
-    use_mma = gp_ghash_mma_wanted(alg, job.nunits, nmsg * job.nunits, gp_kernel_warps_at_once(&shape));
+    use_mma = gp_ghash_mma_wanted(alg, job.nunits, nmsg * job.nunits,
+                                  gp_kernel_warps_at_once(&shape));
     in_off = mma_off + (use_mma ? sizeof(gp_ghash_mma) : 0);
     part_off = in_off + nmsg * msg;
     states_off = part_off + nmsg * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);

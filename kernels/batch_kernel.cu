@@ -107,9 +107,8 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
             return;   /* the lead alone finished the request */
     } else {
         const uint32_t u = ref->unit;
-        gp_lane_mac m;
-
         const gp_ghash_mma *mx = w->ghmma_off != 0 ? (const gp_ghash_mma *)(arena + w->ghmma_off) : NULL;
+        gp_lane_mac m;
 
         gp_unit_lane(&w->job, k, &k->mac_pows, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
         if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */

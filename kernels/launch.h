@@ -68,6 +68,13 @@ static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
     return cudaSuccess;
 }
 
+/* Warps the GPU runs at once in a launch with AES work (every GCM batch): a batch with fewer
+ * units than this leaves warps idle, and its time is its longest chain. */
+static inline uint64_t gp_kernel_warps_at_once(const gp_kernel_shape *ks)
+{
+    return (uint64_t)ks->max_grid * ks->block / 32u;
+}
+
 /*
  * Blocks, threads and dynamic shared memory of a launch over `nrefs` refs: the AES shape with AES
  * work, blocks of GP_KERNEL_BLOCK without (ChaCha20-Poly1305 at 1 MiB lost 3% in the wide shape's
@@ -77,13 +84,6 @@ static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
  * packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane work took twice
  * as long.
  */
-/* Warps the GPU runs at once in a launch with AES work (every GCM batch): a batch with fewer
- * units than this leaves warps idle, and its time is its longest chain. */
-static inline uint64_t gp_kernel_warps_at_once(const gp_kernel_shape *ks)
-{
-    return (uint64_t)ks->max_grid * ks->block / 32u;
-}
-
 static inline void gp_kernel_geometry(size_t nrefs, unsigned int flags, const gp_kernel_shape *ks, dim3 *grid,
                                       dim3 *block, size_t *smem)
 {
