@@ -65,40 +65,60 @@ GP_KFN int gp_ghash_mma_wanted(uint32_t alg, uint32_t nunits, uint64_t batch_uni
 #endif
 }
 
+/* a'[c] bit r = a[r] bit c: a 32 x 32 bit transpose by block swaps (Hacker's Delight §7-3). */
+GP_KFN void gp_transpose32(uint32_t a[32])
+{
+    uint32_t m = 0x0000ffffu;
+
+    for (uint32_t j = 16; j != 0; j >>= 1, m ^= m << j) {
+        for (uint32_t k = 0; k < 32; k = (k + j + 1) & ~j) {
+            const uint32_t t = ((a[k] >> j) ^ a[k + j]) & m;
+
+            a[k] ^= t << j;
+            a[k + j] ^= t;
+        }
+    }
+}
+
 /*
  * The matrix for hash key H (big-endian words [hi, lo]); made on the host, once per key. Block j's
  * columns are x^i H^(3-j), i = 0..127, each the previous times x (SP 800-38D §6.3: a right shift
  * by one bit and R folded in when x^127's coefficient falls off). The input bit that carries x^i
  * is bit 7 - i % 8 of byte i / 8 of the block: bit 8(k % 4) + 7 - i % 8 of little-endian word
- * k / 4, k = i / 8. No branch or index depends on H.
+ * k / 4, k = i / 8. The 32 columns of one input word, as rows, transpose into the table's words for
+ * that word. No branch or index depends on H.
  */
 GP_KFN void gp_ghash_mma_make(gp_ghash_mma *t, const uint64_t h[2])
 {
     uint64_t p[2] = { 1ull << 63, 0 };   /* H^0: GHASH's 1 is the leftmost bit */
+    uint32_t col[4][4][32];              /* [input word][Z word][input bit] */
 
-    gp_state_wipe(t, sizeof(*t));
     for (int j = 3; j >= 0; j--) {       /* p = H^(3-j) */
         uint64_t v[2] = { p[0], p[1] };
 
         for (uint32_t i = 0; i < 128; i++) {
             const uint32_t k = i / 8, w = k / 4, bit = 8 * (k % 4) + 7 - i % 8;
+            const uint64_t fold = 0 - (v[1] & 1);   /* x^127's coefficient, as a mask */
             gp_lane_mac x;
 
             gp_lane_mac_set_x(&x, v);
             for (uint32_t zw = 0; zw < 4; zw++)
+                col[w][zw][bit] = x.w[zw];
+            v[1] = (v[1] >> 1) | (v[0] << 63);
+            v[0] = (v[0] >> 1) ^ (fold & 0xe100000000000000ull);
+        }
+        for (uint32_t w = 0; w < 4; w++) {
+            for (uint32_t zw = 0; zw < 4; zw++) {
+                gp_transpose32(col[w][zw]);   /* [zb]: bit `bit` of Z bit zb's input word */
                 for (uint32_t zb = 0; zb < 32; zb++)
-                    t->frag[zb >> 1][4 * (2 * zw + (zb & 1)) + w][j] |= ((x.w[zw] >> zb) & 1u) << bit;
-            {
-                const uint64_t fold = 0 - (v[1] & 1);   /* x^127's coefficient, as a mask */
-
-                v[1] = (v[1] >> 1) | (v[0] << 63);
-                v[0] = (v[0] >> 1) ^ (fold & 0xe100000000000000ull);
+                    t->frag[zb >> 1][4 * (2 * zw + (zb & 1)) + w][j] = col[w][zw][zb];
             }
         }
         gp_ghash_mul(p, h);
         gp_state_wipe(v, sizeof(v));
     }
     gp_state_wipe(p, sizeof(p));
+    gp_state_wipe(col, sizeof(col));
 }
 
 /* Z of a chunk of 16 little-endian words by the matrix, one lane at a time: what the tensor-core
