@@ -277,24 +277,29 @@ static void run_async(worker *w)
         for (int j = 0; j < w->nst; j++) {
             stream *s = &w->st[j];
             stream *arg = s;
+            int more = s->job == NULL ? !stopping : ready[j];
 
-            if (s->job == NULL ? stopping : !ready[j])
-                continue;
             ready[j] = 0;
-            switch (ASYNC_start_job(&s->job, s->wctx, &s->ret, stream_job, &arg, sizeof(arg))) {
-            case ASYNC_FINISH:
-                if (s->ret)
-                    w->ops++;
-                else if (!atomic_load(&sh->failed))
-                    stream_failed(w, "encryption failed");
-                break;
-            case ASYNC_PAUSE:
-                w->pauses++;
-                break;
-            default:   /* ASYNC_ERR, ASYNC_NO_JOBS: the pool was made for every stream */
-                s->job = NULL;
-                stream_failed(w, "ASYNC_start_job failed");
-                break;
+            /* Resume or start, and start the stream's next message as soon as one finishes (as an
+             * application would), until one pauses. */
+            while (more) {
+                more = 0;
+                switch (ASYNC_start_job(&s->job, s->wctx, &s->ret, stream_job, &arg, sizeof(arg))) {
+                case ASYNC_FINISH:
+                    if (s->ret)
+                        w->ops++;
+                    else if (!atomic_load(&sh->failed))
+                        stream_failed(w, "encryption failed");
+                    more = !atomic_load_explicit(&sh->stop, memory_order_relaxed);
+                    break;
+                case ASYNC_PAUSE:
+                    w->pauses++;
+                    break;
+                default:   /* ASYNC_ERR, ASYNC_NO_JOBS: the pool was made for every stream */
+                    s->job = NULL;
+                    stream_failed(w, "ASYNC_start_job failed");
+                    break;
+                }
             }
         }
         for (int j = 0; j < w->nst; j++) {
