@@ -989,40 +989,37 @@ static void test_ghash_mma_fragments(void **state)
         for (int mt = 0; mt < 2; mt++) {
             /* A (16 x 256) and B (256 x 8) as bits, from the lanes' registers. */
             static uint8_t A[16][256], B[256][8];
+            int d[32][4];   /* each lane's d0..d3 */
 
-            {
-                int d[32][4];   /* each lane's d0..d3 */
+            memset(d, 0, sizeof(d));
+            for (int kt = 0; kt < 2; kt++) {
+                for (int l = 0; l < 32; l++) {
+                    const int g = l >> 2, tq = l & 3;
+                    const uint32_t a0 = a[l][8 * kt + 2 * mt], a1 = a[l][8 * kt + 2 * mt + 1];
+                    const uint32_t a2 = a[l][8 * kt + 4 + 2 * mt], a3 = a[l][8 * kt + 4 + 2 * mt + 1];
+                    const uint32_t b0 = t->frag[nt][l][2 * kt], b1 = t->frag[nt][l][2 * kt + 1];
 
-                memset(d, 0, sizeof(d));
-                for (int kt = 0; kt < 2; kt++) {
-                    for (int l = 0; l < 32; l++) {
-                        const int g = l >> 2, tq = l & 3;
-                        const uint32_t a0 = a[l][8 * kt + 2 * mt], a1 = a[l][8 * kt + 2 * mt + 1];
-                        const uint32_t a2 = a[l][8 * kt + 4 + 2 * mt], a3 = a[l][8 * kt + 4 + 2 * mt + 1];
-                        const uint32_t b0 = t->frag[nt][l][2 * kt], b1 = t->frag[nt][l][2 * kt + 1];
-
-                        for (int bit = 0; bit < 32; bit++) {
-                            A[g][32 * tq + bit] = (a0 >> bit) & 1;
-                            A[g + 8][32 * tq + bit] = (a1 >> bit) & 1;
-                            A[g][128 + 32 * tq + bit] = (a2 >> bit) & 1;
-                            A[g + 8][128 + 32 * tq + bit] = (a3 >> bit) & 1;
-                            B[32 * tq + bit][g] = (b0 >> bit) & 1;
-                            B[128 + 32 * tq + bit][g] = (b1 >> bit) & 1;
-                        }
-                    }
-                    for (int l = 0; l < 32; l++) {
-                        const int g = l >> 2, tq = l & 3;
-                        const int row[4] = { g, g, g + 8, g + 8 }, col[4] = { 2 * tq, 2 * tq + 1, 2 * tq, 2 * tq + 1 };
-
-                        for (int i = 0; i < 4; i++)
-                            for (int k = 0; k < 256; k++)
-                                d[l][i] += A[row[i]][k] & B[k][col[i]];
+                    for (int bit = 0; bit < 32; bit++) {
+                        A[g][32 * tq + bit] = (a0 >> bit) & 1;
+                        A[g + 8][32 * tq + bit] = (a1 >> bit) & 1;
+                        A[g][128 + 32 * tq + bit] = (a2 >> bit) & 1;
+                        A[g + 8][128 + 32 * tq + bit] = (a3 >> bit) & 1;
+                        B[32 * tq + bit][g] = (b0 >> bit) & 1;
+                        B[128 + 32 * tq + bit][g] = (b1 >> bit) & 1;
                     }
                 }
                 for (int l = 0; l < 32; l++) {
-                    pk[l][2 * mt] |= (((uint32_t)d[l][0] & 1u) | ((uint32_t)d[l][1] & 1u) << 1) << (2 * nt);
-                    pk[l][2 * mt + 1] |= (((uint32_t)d[l][2] & 1u) | ((uint32_t)d[l][3] & 1u) << 1) << (2 * nt);
+                    const int g = l >> 2, tq = l & 3;
+                    const int row[4] = { g, g, g + 8, g + 8 }, col[4] = { 2 * tq, 2 * tq + 1, 2 * tq, 2 * tq + 1 };
+
+                    for (int i = 0; i < 4; i++)
+                        for (int k = 0; k < 256; k++)
+                            d[l][i] += A[row[i]][k] & B[k][col[i]];
                 }
+            }
+            for (int l = 0; l < 32; l++) {
+                pk[l][2 * mt] |= (((uint32_t)d[l][0] & 1u) | ((uint32_t)d[l][1] & 1u) << 1) << (2 * nt);
+                pk[l][2 * mt + 1] |= (((uint32_t)d[l][2] & 1u) | ((uint32_t)d[l][3] & 1u) << 1) << (2 * nt);
             }
         }
     }
