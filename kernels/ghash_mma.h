@@ -147,28 +147,15 @@ GP_KFN void gp_ghash_mma_apply(const gp_ghash_mma *t, const uint32_t c[16], gp_l
 #if defined(GP_GHASH_MMA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && GP_UNIT_LANES == 32
 # define GP_GHASH_MMA_DEVICE 1
 
-/* A/B knobs for the next measurements (bench/kernel_variant.sh GPU_DEFS), both off in what was
- * measured (bench/RESULTS.md, eighth session): GP_GHASH_MMA_UNROLL unrolls the n-tile loop (the
- * rolled loop waits on each fragment load, then on two chained MMAs); GP_GHASH_MMA_PREFETCH asks
- * for the table in L1 when the unit starts, ahead of its AES work. */
+/* The n-tile loop fully unrolled: rolled, each iteration waited on its fragment load and then on two
+ * chained MMAs. H200, kernel_bench 256 MiB (bench/RESULTS.md, ninth session): 16 KiB messages
+ * 260 -> 268 GB/s, 64 KiB 286 -> 304, 1 MiB 254 -> 302; unrolling by 2, 4 or 8 gave less, and an
+ * L1 prefetch of the table at the unit's start cost 1%. GP_GHASH_MMA_UNROLL stays an A/B knob. */
 # ifndef GP_GHASH_MMA_UNROLL
-#  define GP_GHASH_MMA_UNROLL 1
+#  define GP_GHASH_MMA_UNROLL 16
 # endif
 # define GP_MMA_STR(x) #x
 # define GP_MMA_PRAGMA(x) _Pragma(GP_MMA_STR(x))
-
-static __device__ __forceinline__ void gp_ghash_mma_prefetch(const gp_ghash_mma *mx, uint32_t lane)
-{
-# if defined(GP_GHASH_MMA_PREFETCH)
-    const char *p = (const char *)mx + 128 * lane;   /* two 128-byte lines a lane: all 8 KiB */
-
-    asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
-    asm volatile("prefetch.global.L1 [%0];" :: "l"(p + 4096));
-# else
-    (void)mx;
-    (void)lane;
-# endif
-}
 
 /* v[j] becomes lane j's v[t] (t: this lane's place in its quad): butterflies over the two bits
  * of t, each swapping the two words whose index differs from t in that bit with the partner's. */

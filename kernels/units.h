@@ -361,7 +361,6 @@ GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_po
     if (mx != NULL) {   /* uniform over the warp: one GCM unit */
         gp_lane_mac p;
 
-        gp_ghash_mma_prefetch(mx, lane);
         for (int b = 0; b < 16; b++)
             c[b] = 0;
         if (present)
