@@ -147,7 +147,7 @@ void gp_engine_free(gp_engine *e)
         gp_engine_stats(e, &s);
         gp_log_line("gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
                 " batches=%llu mean_batch=%.2f async_ops=%llu fallbacks=%llu errors=%llu routed_gpu=%llu"
-                " routed_cpu=%llu spec_tags=%llu\n",
+                " routed_cpu=%llu spec_tags=%llu staged=%llu notify_us_per_async=%.2f\n",
                 (unsigned long long)s.ops, (unsigned long long)s.bytes,
                 (unsigned long long)s.cuda_ops, (unsigned long long)s.host_ops,
                 (unsigned long long)s.cpu_ops, (unsigned long long)s.batches,
@@ -155,7 +155,8 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.async_ops,
                 (unsigned long long)s.fallbacks, (unsigned long long)s.errors,
                 (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu,
-                (unsigned long long)s.spec_tags);
+                (unsigned long long)s.spec_tags, (unsigned long long)s.staged,
+                s.async_ops ? (double)s.notify_ns / 1e3 / (double)s.async_ops : 0.0);
         gp_hybrid_print(e);
         if (e->warm_started && atomic_load_explicit(&e->warm_done, memory_order_acquire)
             && e->warm_gen == gp_fork_generation() && e->warm_open_ns != 0)
@@ -215,6 +216,8 @@ void gp_engine_stats(gp_engine *e, gp_stats *out)
     out->routed_gpu = sum[GP_ST_ROUTED_GPU];
     out->routed_cpu = sum[GP_ST_ROUTED_CPU];
     out->spec_tags = sum[GP_ST_SPEC_TAGS];
+    out->staged = sum[GP_ST_STAGED];
+    out->notify_ns = sum[GP_ST_NOTIFY_NS];
     out->async_ops = sum[GP_ST_ASYNC_OPS];
 }
 

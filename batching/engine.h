@@ -82,6 +82,9 @@ typedef struct gp_request {
      * AAD + data or AAD + tag is one batch entry: one round trip on the GPU). */
     const uint8_t *aad;
     size_t aad_len;
+    /* Set by the queue for an async job's data request: `in` and `out` are then this chunk, which
+     * the cuda executor's GPU reads and writes directly (batching/stage.h). */
+    struct gp_stage_chunk *stage;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 
@@ -192,6 +195,8 @@ typedef struct gp_stats {
     uint64_t ops, bytes, cuda_ops, host_ops, cpu_ops, batches, fallbacks, errors, async_ops;
     uint64_t routed_gpu, routed_cpu;   /* hybrid: messages sent each way */
     uint64_t spec_tags;      /* tags/verdicts answered from the last request's speculative tag */
+    uint64_t staged;         /* async data requests whose job staged its bytes (batching/stage.h) */
+    uint64_t notify_ns;      /* spent waking async jobs (a write to each one's wait fd, or its callback) */
 } gp_stats;
 void gp_engine_stats(gp_engine *e, gp_stats *out);
 

@@ -10,6 +10,7 @@
 
 #include "async_wait.h"
 #include "engine.h"
+#include "stage.h"
 #include "kernels/ghash_mma.h"
 
 typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
@@ -31,6 +32,9 @@ typedef struct gp_executor {
     int (*msg_copy)(gp_msg *dst, const gp_msg *src);   /* NULL: plain data, copied by the engine */
     void (*msg_clear)(gp_msg *m);   /* free executor-owned state; NULL: none (the engine cleanses
                                      * the whole message when it frees it) */
+    /* Where async jobs stage their data for this executor (stage.h); NULL, or a NULL result: they
+     * do not. */
+    gp_stage_pool *(*stage_pool)(gp_engine *e);
 } gp_executor;
 
 extern const gp_executor gp_exec_host;
@@ -198,7 +202,8 @@ enum gp_stat {
     GP_ST_OPS, GP_ST_BYTES,
     GP_ST_EXEC_OPS,                       /* + gp_exec_id */
     GP_ST_BATCHES = GP_ST_EXEC_OPS + GP_EXEC_COUNT, GP_ST_FALLBACKS, GP_ST_ERRORS, GP_ST_ASYNC_OPS,
-    GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS,
+    GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS, GP_ST_STAGED,
+    GP_ST_NOTIFY_NS,                      /* waking async jobs, summed over batches (queue.c) */
     GP_ST_COUNT
 };
 #define GP_STAT_SHARDS 64
@@ -237,6 +242,7 @@ struct gp_engine {
     gp_host_pool pool;
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
+    gp_stage_pool *host_stage;   /* test hook: the host executor's staging pool (exec_host.c) */
     _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
     gp_stat_shard stats[GP_STAT_SHARDS];   /* knob stats: counters, summed when read */
 };

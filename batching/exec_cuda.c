@@ -20,6 +20,7 @@
 #define NO_MMA SIZE_MAX            /* a request without a GHASH matrix (kernels/ghash_mma.h) */
 #define MMA_DEDUP 32               /* how far back a request looks for its key's matrix */
 #define KEY_STRIDE ALIGN16(GP_KEY_SCHED_DEVICE_BYTES)
+#define STAGE_POOL_MAX (256u << 20)   /* mapped pinned memory for staged requests at most */
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
 static void gp_wipe(void *p, size_t n)
@@ -61,7 +62,11 @@ typedef struct gp_cuda {
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
-    atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out;
+    atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out, st_staged;
+    /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
+    gp_stage_pool stage;
+    int stage_ready;
+    int stage_device;
 } gp_cuda;
 
 /* Report a CUDA failure once per process, clear the sticky error where there is one. */
@@ -120,6 +125,43 @@ static int arena_reserve(gp_engine *e, gp_cuda_slot *c, size_t need)
     return 1;
 }
 
+/* The staging pool's memory: pinned, mapped into the GPU's address space (with unified addressing
+ * the GPU's address is the host's, on every device; cudaHostGetDevicePointer says so), and
+ * portable, so every slot's context may use it. */
+static void *stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
+{
+    gp_cuda *g = ctx;
+    void *p = NULL, *d = NULL;
+
+    if (cudaSetDevice(g->stage_device) != cudaSuccess
+        || cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+        /* Not the same address for every slot's device: do without staging. */
+        (void)cudaGetLastError();
+        cudaFreeHost(p);
+        return NULL;
+    }
+    *dev = (uint64_t)(uintptr_t)d;
+    return p;
+}
+
+static void stage_release(void *ctx, void *mem, size_t bytes)
+{
+    (void)ctx;
+    OPENSSL_cleanse(mem, bytes);   /* held plaintext */
+    cudaFreeHost(mem);
+}
+
+static gp_stage_pool *cuda_stage_pool(gp_engine *e)
+{
+    gp_cuda *g = e->cuda;
+
+    return g != NULL && g->stage_ready ? &g->stage : NULL;
+}
+
 static void cuda_close(gp_engine *e);
 
 static int cuda_open(gp_engine *e)
@@ -152,6 +194,8 @@ static int cuda_open(gp_engine *e)
     atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
+    c->stage_device = first;
+    c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
@@ -212,10 +256,10 @@ static void cuda_close(gp_engine *e)
     if (e->knobs.stats && atomic_load(&c->st_batches) > 0) {
         double nb = (double)atomic_load(&c->st_batches);
 
-        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f per batch: host_in_us=%.1f gpu_us=%.1f "
-                    "host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
-                    (double)atomic_load(&c->st_ns_in) / nb / 1e3, (double)atomic_load(&c->st_ns_gpu) / nb / 1e3,
-                    (double)atomic_load(&c->st_ns_out) / nb / 1e3);
+        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f staged=%.1f per batch: host_in_us=%.1f "
+                    "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
+                    (double)atomic_load(&c->st_staged) / nb, (double)atomic_load(&c->st_ns_in) / nb / 1e3,
+                    (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
     }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
@@ -233,6 +277,8 @@ static void cuda_close(gp_engine *e)
         OPENSSL_free(sl->mma);
         pthread_mutex_destroy(&sl->lock);
     }
+    if (c->stage_ready)
+        gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     OPENSSL_free(c->slots);
     OPENSSL_free(c);
     e->cuda = NULL;
@@ -280,19 +326,28 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
     return c->order_cap != 0;
 }
 
+/* Is r's data in a chunk the GPU reads and writes itself (stage.h)? */
+static int staged_on_gpu(const gp_request *r)
+{
+    return r->kind == GP_REQ_CRYPT && r->stage != NULL && r->stage->dev != 0 && r->len > 0;
+}
+
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules][GHASH matrices]
- * [states][outputs][partials]. One copy takes everything up to the outputs to the GPU, one brings
- * states and outputs back; the host waits for that copy (an event), and the device's keys,
- * matrices, states, outputs and partial MACs are then cleared by one memset that runs after it,
- * off the caller's path.
+ * has now. Arena: [unit refs][work][staged copies][inputs: carried AAD, data][key schedules]
+ * [GHASH matrices][states][outputs][partials][staged data]. One copy takes everything up to the
+ * outputs to the GPU, one brings states and outputs back; the host waits for that copy (an event),
+ * and the device's keys, matrices, states, outputs, partial MACs and staged data are then cleared
+ * by one memset that runs after it, off the caller's path. A staged request's data skips both
+ * copies and the host arena: gp_copy_kernel brings it from its chunk into the device-only region at
+ * the end before the batch kernel, where the kernel works on it in place, and takes the result to
+ * the chunk's output half after.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_cuda *g = e->cuda;
-    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off;
-    size_t nmma = 0;
+    size_t nrefs = 0, off, refs_off = 0, work_off, copies_off, in_off, keys_off, mma_off, states_off, out_off;
+    size_t part_off, stage_off, nmma = 0, ncopies = 0;
     size_t total = 0;
     uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0;
     unsigned int flags = 0;
@@ -309,6 +364,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         nrefs += 1 + c->jobs[i].nunits;
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
+        ncopies += staged_on_gpu(r);
     }
     for (size_t i = 0; i < m; i++) {
         const gp_request *r = &reqs[idx[i]];
@@ -330,22 +386,30 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
     }
     work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
-    in_off = ALIGN16(work_off + m * sizeof(gp_work));
+    copies_off = ALIGN16(work_off + m * sizeof(gp_work));
+    in_off = ALIGN16(copies_off + ncopies * sizeof(gp_copy));
     off = in_off;
     for (size_t i = 0; i < m; i++)
-        off += ALIGN16(c->jobs[i].aad_len) + ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
+        off += ALIGN16(c->jobs[i].aad_len)
+               + (staged_on_gpu(&reqs[idx[i]]) ? 0 : ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len));
     keys_off = ALIGN128(off);
     mma_off = ALIGN128(keys_off + m * KEY_STRIDE);
     states_off = mma_off + nmma * sizeof(gp_ghash_mma);
     out_off = states_off + m * STATE_STRIDE;
     off = out_off;
     for (size_t i = 0; i < m; i++)
-        off += reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len)
+        off += staged_on_gpu(&reqs[idx[i]]) ? 0
+               : reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len)
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
     part_off = ALIGN128(off);
     off = part_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
+    stage_off = ALIGN128(off);
+    off = stage_off;
+    for (size_t i = 0; i < m; i++)
+        if (staged_on_gpu(&reqs[idx[i]]))
+            off += ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
     total = off;
     if (!arena_reserve(e, c, total))
         goto out;
@@ -353,7 +417,9 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     refs = (gp_unit_ref *)(c->host + refs_off);
     work = (gp_work *)(c->host + work_off);
     {
-        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, ref = 0, mma_put = 0;
+        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, stage_pos = stage_off, ref = 0, mma_put = 0;
+        gp_copy *copies = (gp_copy *)(c->host + copies_off);
+        size_t ncopy = 0;
 
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
@@ -370,9 +436,23 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             }
             w->key_off = keys_off + i * KEY_STRIDE;
             w->state_off = states_off + i * STATE_STRIDE;
-            w->in_off = in_pos + pad;
-            w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
             w->partials_off = part_pos;
+            if (staged_on_gpu(r)) {   /* in place, in the device-only region */
+                w->in_off = w->out_off = stage_pos + pad;
+                copies[ncopy].host_in = r->stage->dev;
+                /* The chunk's output half: its input half must survive a batch that fails. */
+                copies[ncopy].host_out = r->stage->dev + GP_STAGE_MAX_BYTES;
+                copies[ncopy].dev = (uint64_t)(uintptr_t)(c->dev + w->in_off);
+                copies[ncopy++].len = w->job.len;
+                stage_pos += ALIGN16(pad + w->job.len);
+            } else {
+                w->in_off = in_pos + pad;
+                w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
+                if (w->job.len > 0)
+                    memcpy(c->host + w->in_off, r->in, w->job.len);
+                in_pos += ALIGN16(pad + w->job.len);
+                out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(pad + w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
+            }
             /* The key as the device reads it (not the host's bitsliced round keys); a Poly1305
              * request's units take its message's powers of r in the key's table. */
             dk = (gp_key_sched *)(c->host + w->key_off);
@@ -387,11 +467,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 }
             }
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
-            if (w->job.len > 0)
-                memcpy(c->host + w->in_off, r->in, w->job.len);
-            in_pos += ALIGN16(pad + w->job.len);
             part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
-            out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(pad + w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
             /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
              * lane of serial work) beside a unit in the same warp waited out the unit's whole
              * lane work before running; the lone request's finish then waited for the lead. */
@@ -413,7 +489,11 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
-        dim3 block, grid;
+        const gp_copy *dcopies = (const gp_copy *)(c->dev + copies_off);
+        unsigned int nc = (unsigned int)ncopies, to_dev = 0, to_host = 1;
+        void *in_args[] = { &dcopies, &nc, &to_dev }, *out_args[] = { &dcopies, &nc, &to_host };
+        dim3 block, grid, copy_grid = { nc < GP_COPY_MAX_GRID ? nc : GP_COPY_MAX_GRID, 1, 1 };
+        dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
         size_t smem;
 
         gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
@@ -429,7 +509,11 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
-        if ((err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess) {
+        if ((nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, in_args, 0,
+                                               c->stream)) != cudaSuccess)
+            || (err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess
+            || (nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, out_args, 0,
+                                                  c->stream)) != cudaSuccess)) {
             cuda_failed(e, "kernel launch", err);
             goto out;
         }
@@ -460,7 +544,9 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
 
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
-        if (r->kind == GP_REQ_CRYPT) {
+        if (staged_on_gpu(r)) {
+            /* already in the chunk's output half (r->out): its job copies it out */
+        } else if (r->kind == GP_REQ_CRYPT) {
             memcpy(r->out, res, r->len);
         } else if (r->kind == GP_REQ_TAG) {
             memcpy(r->tag_out, res, 16);
@@ -487,6 +573,7 @@ out:
 
         atomic_fetch_add_explicit(&g->st_batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_reqs, m, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_staged, ncopies, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_in, t1 - t0, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_out, t3 - t2, memory_order_relaxed);
@@ -517,9 +604,14 @@ static gp_cuda_slot *slot_take(gp_cuda *g)
 
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {
-    gp_cuda_slot *c = slot_take(e->cuda);
+    gp_cuda *g = e->cuda;
+    gp_cuda_slot *c;
     size_t nwaves = 0;
     int ok = 1;
+
+    if (g->stage_ready)
+        gp_stage_grow(&g->stage);   /* here, on a thread's stack: jobs only ask (stage.h) */
+    c = slot_take(g);
 
     if (!scratch_reserve(c, n)) {
         pthread_mutex_unlock(&c->lock);
@@ -556,4 +648,5 @@ const gp_executor gp_exec_cuda = {
     .run = cuda_run,
     .msg_copy = NULL,
     .msg_clear = NULL,
+    .stage_pool = cuda_stage_pool,
 };

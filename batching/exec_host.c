@@ -86,6 +86,19 @@ void gp_host_run_one(gp_request *r)
     r->status = GP_REQ_OK;
 }
 
+static void *test_stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
+{
+    (void)ctx;
+    *dev = 0;   /* plain memory: the cuda executor would copy it as it copies unstaged data */
+    return OPENSSL_malloc(bytes);
+}
+
+static void test_stage_release(void *ctx, void *mem, size_t bytes)
+{
+    (void)ctx;
+    OPENSSL_clear_free(mem, bytes);
+}
+
 static int host_open(gp_engine *e)
 {
     /* Test hook ($GPUPROV_TEST_HOST_INFLIGHT=N): let the queue run N host batches at once (they
@@ -95,12 +108,30 @@ static int host_open(gp_engine *e)
 
     if (v != NULL && atoi(v) > 1)
         atomic_store(&e->max_inflight, atoi(v) < GP_MAX_DISPATCHERS ? atoi(v) : GP_MAX_DISPATCHERS);
+    /* Test hook ($GPUPROV_TEST_HOST_STAGE): async jobs stage their data for the host executor too,
+     * in plain memory (a small pool, so that it runs dry and jobs also go unstaged), so that CI runs
+     * the queue's staging path (batching/stage.h) without a GPU. */
+    if (getenv("GPUPROV_TEST_HOST_STAGE") != NULL && (e->host_stage = OPENSSL_zalloc(sizeof(*e->host_stage))) != NULL
+        && !gp_stage_pool_init(e->host_stage, (size_t)GP_STAGE_SLAB_CHUNKS * GP_STAGE_CHUNK_BYTES, test_stage_alloc,
+                               test_stage_release, NULL)) {
+        OPENSSL_free(e->host_stage);
+        e->host_stage = NULL;
+    }
     return 1;   /* plain C: always available */
 }
 
 static void host_close(gp_engine *e)
 {
-    (void)e;
+    if (e->host_stage != NULL) {
+        gp_stage_pool_cleanup(e->host_stage);
+        OPENSSL_free(e->host_stage);
+        e->host_stage = NULL;
+    }
+}
+
+static gp_stage_pool *host_stage_pool(gp_engine *e)
+{
+    return e->host_stage;
 }
 
 /*
@@ -279,6 +310,8 @@ static int host_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     size_t bytes = 0;
 
+    if (e->host_stage != NULL)
+        gp_stage_grow(e->host_stage);
     for (size_t i = 0; i < n; i++)
         bytes += reqs[i].len;
     if (n > 1 && bytes >= HOST_SPREAD_MIN_BYTES && pool_run(e, reqs, n))
@@ -295,6 +328,7 @@ const gp_executor gp_exec_host = {
     .close = host_close,
     .msg_start = gp_kstate_msg_start,
     .run = host_run,
+    .stage_pool = host_stage_pool,
     .msg_copy = NULL,
     .msg_clear = NULL,
 };

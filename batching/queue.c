@@ -246,9 +246,13 @@ static void lead(gp_engine *e, gp_queue *q)
     if (nasync > 0) {
         /* Wake the jobs without the lock: a write per fd, or the application's callbacks, which may
          * call back into OpenSSL. */
+        uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0;
+
         pthread_mutex_unlock(&q->lock);
         for (size_t i = 0; i < nasync; i++)
             gp_async_complete(mine[i]->notify, &mine[i]->done);
+        if (e->knobs.stats)
+            gp_stat_add(e, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
         pthread_mutex_lock(&q->lock);
     }
     free(mine);
@@ -424,18 +428,64 @@ void gp_queue_stop_dispatcher(gp_engine *e)
  * locals, no lock across the pause. The entry and the request stay on that stack, which persists
  * while the job is paused; the leader is done with both once it sets done.
  */
+/*
+ * Staging (stage.h): copy a data request's input into a chunk of the executor's pool and point the
+ * request at it, on the job's own thread; after the result, copy the output to the caller's buffer.
+ * A request whose executor changes meanwhile (a GPU failure re-runs it on the host) still reads and
+ * writes the chunk, so the result comes back the same way.
+ */
+typedef struct stage_ctx {
+    gp_stage_pool *pool;
+    gp_stage_chunk *chunk;
+    const uint8_t *in;
+    uint8_t *out;
+} stage_ctx;
+
+static void stage_in(gp_engine *e, gp_request *r, stage_ctx *s)
+{
+    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
+
+    s->chunk = NULL;
+    if (r->kind != GP_REQ_CRYPT || !gp_stage_fits(r->len) || x == NULL || x->stage_pool == NULL
+        || (s->pool = x->stage_pool(e)) == NULL || (s->chunk = gp_stage_get(s->pool)) == NULL)
+        return;
+    s->in = r->in;
+    s->out = r->out;
+    memcpy(s->chunk->host, r->in, r->len);
+    r->in = s->chunk->host;
+    r->out = s->chunk->host + GP_STAGE_MAX_BYTES;
+    r->stage = s->chunk;
+    if (e->knobs.stats)
+        gp_stat_add(e, GP_ST_STAGED, 1);
+}
+
+static void stage_out(gp_request *r, stage_ctx *s)
+{
+    if (s->chunk == NULL)
+        return;
+    if (r->status == GP_REQ_OK)
+        memcpy(s->out, s->chunk->host + GP_STAGE_MAX_BYTES, r->len);
+    r->in = s->in;
+    r->out = s->out;
+    r->stage = NULL;
+    gp_stage_put(s->pool, s->chunk);
+}
+
 static int submit_async(gp_engine *e, gp_request *r)
 {
     gp_queue *q = &e->queue;
     gp_async_notify n;
     gp_queue_entry me = { .req = r, .notify = &n };
+    stage_ctx st;
 
     atomic_init(&me.done, 0);
     if (!gp_async_prepare(&n))
         return GP_REQ_FAILED;
+    stage_in(e, r, &st);
     pthread_mutex_lock(&q->lock);
     if (!dispatcher_ensure(e, q) || !append(q, &me)) {
         pthread_mutex_unlock(&q->lock);
+        stage_out(r, &st);
         return GP_REQ_FAILED;
     }
     q->npending_async++;
@@ -452,6 +502,7 @@ static int submit_async(gp_engine *e, gp_request *r)
     pthread_mutex_lock(&q->lock);
     q->async_waiting--;
     pthread_mutex_unlock(&q->lock);
+    stage_out(r, &st);
     return r->status;
 }
 

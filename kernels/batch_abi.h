@@ -138,6 +138,18 @@ typedef struct gp_unit_ref {
     uint32_t unit;                /* body unit index, or GP_UNIT_LEAD */
 } gp_unit_ref;
 
+/*
+ * Staged requests (batching/stage.h): an async job's data waits in a chunk of mapped pinned host
+ * memory, which gp_copy_kernel moves into the arena before the batch kernel runs and back after it,
+ * so the application's threads, not the batch's dispatcher, copy the bytes on the host side.
+ */
+typedef struct gp_copy {
+    uint64_t host_in;             /* the input in its chunk, as the GPU addresses it */
+    uint64_t host_out;            /* where the output goes in the chunk */
+    uint64_t dev;                 /* the request's data in the device arena (worked on in place) */
+    uint64_t len;
+} gp_copy;
+
 #if defined(__cplusplus)
 # define GP_STATIC_ASSERT static_assert
 #else
@@ -146,6 +158,7 @@ typedef struct gp_unit_ref {
 GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_work) == 120, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

@@ -177,3 +177,31 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
         r = __shfl_sync(mask, next, 0, GP_UNIT_LANES);
     }
 }
+
+/*
+ * Staged requests' data between their host chunks and the arena (kernels/batch_abi.h gp_copy):
+ * to_host 0 before the batch kernel, 1 after it, in the same stream. A block per entry, striding;
+ * each warp moves 512 contiguous bytes per step, so reads of host memory cross PCIe as whole
+ * 128-byte lines. Entries whose two ends are not both 16-byte aligned (a streaming request whose
+ * body starts mid-block) go byte by byte.
+ */
+extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK)
+gp_copy_kernel(const gp_copy *list, unsigned int n, unsigned int to_host)
+{
+    for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
+        const gp_copy c = list[i];
+        const uint8_t *src = (const uint8_t *)(uintptr_t)(to_host ? c.dev : c.host_in);
+        uint8_t *dst = (uint8_t *)(uintptr_t)(to_host ? c.host_out : c.dev);
+        uint64_t done = 0;
+
+        if ((((uintptr_t)src | (uintptr_t)dst) & 15u) == 0) {
+            const uint64_t nv = c.len / 16;
+
+            for (uint64_t v = threadIdx.x; v < nv; v += blockDim.x)
+                ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
+            done = nv * 16;
+        }
+        for (uint64_t b = done + threadIdx.x; b < c.len; b += blockDim.x)
+            dst[b] = src[b];
+    }
+}

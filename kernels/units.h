@@ -158,6 +158,8 @@ GP_KFN void gp_chunk_store(uint8_t *p, const uint32_t w[16])
 #define GP_KERNEL_BLOCK 256u        /* threads per block of gp_batch_kernel with the narrow AES table
                                      * (a multiple of 32; the wide one's block is several of these,
                                      * kernels/launch.h) */
+#define GP_COPY_BLOCK 256u          /* threads per block of gp_copy_kernel */
+#define GP_COPY_MAX_GRID 1024u      /* its blocks at most (they stride over the entries) */
 GP_STATIC_ASSERT(GP_UNIT_BYTES % 64u == 0 && GP_UNIT_LANES >= 1 && GP_UNIT_LANES <= 32
                  && (GP_UNIT_LANES & (GP_UNIT_LANES - 1)) == 0,
                  "unit_bytes must be 64 times a power of two, at most 2048 (a lane per chunk)");

@@ -126,6 +126,8 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_BATCHES, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ASYNC_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_SPEC_TAGS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_STAGED, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -165,6 +167,8 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_SPEC_TAGS)) != NULL
         && !OSSL_PARAM_set_uint64(p, st.spec_tags))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_STAGED)) != NULL && !OSSL_PARAM_set_uint64(p, st.staged))
         return 0;
     return 1;
 }

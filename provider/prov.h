@@ -17,6 +17,7 @@
 #define GP_PROV_PARAM_STATS_BATCHES "gpuprov-stats-batches"
 #define GP_PROV_PARAM_STATS_ASYNC_OPS "gpuprov-stats-async-ops"
 #define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
+#define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
 
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;
