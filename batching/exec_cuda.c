@@ -21,6 +21,7 @@
 #define MMA_DEDUP 32               /* how far back a request looks for its key's matrix */
 #define KEY_STRIDE ALIGN16(GP_KEY_SCHED_DEVICE_BYTES)
 #define STAGE_POOL_MAX (256u << 20)   /* mapped pinned memory for staged requests at most */
+#define GP_GPU_STEPS 5                /* copy in, staged in, kernel, staged out, copy out */
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
 static void gp_wipe(void *p, size_t n)
@@ -40,6 +41,9 @@ typedef struct gp_cuda_slot {
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
+    /* Knob stats: timing events around a batch's steps on the GPU (copy in, staged data in, kernel,
+     * staged data out, copy out); NULL without stats. */
+    cudaEvent_t step[GP_GPU_STEPS + 1];
     uint8_t *host;               /* pinned, `cap` bytes */
     uint8_t *dev;                /* device, `cap` bytes */
     size_t cap;
@@ -63,6 +67,7 @@ typedef struct gp_cuda {
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
     atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out, st_staged;
+    atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
     gp_stage_pool stage;
     int stage_ready;
@@ -162,6 +167,21 @@ static gp_stage_pool *cuda_stage_pool(gp_engine *e)
     return g != NULL && g->stage_ready ? &g->stage : NULL;
 }
 
+static cudaError_t step_events_create(gp_engine *e, gp_cuda_slot *sl)
+{
+    cudaError_t err = cudaSuccess;
+
+    for (int k = 0; k <= GP_GPU_STEPS && e->knobs.stats && err == cudaSuccess; k++)
+        err = cudaEventCreate(&sl->step[k]);
+    return err;
+}
+
+/* Knob stats: mark the end of step k - 1 (k = 0: the start) in the slot's stream. */
+static cudaError_t step_mark(gp_cuda_slot *c, int k)
+{
+    return c->step[k] != NULL ? cudaEventRecord(c->step[k], c->stream) : cudaSuccess;
+}
+
 static void cuda_close(gp_engine *e);
 
 static int cuda_open(gp_engine *e)
@@ -207,7 +227,8 @@ static int cuda_open(gp_engine *e)
             || (err = gp_kernel_prepare(&sl->shape)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
-                   != cudaSuccess) {
+                   != cudaSuccess
+            || (err = step_events_create(e, sl)) != cudaSuccess) {
             cuda_failed(e, err == cudaErrorNotSupported
                                ? "device setup (the kernel built for this GPU wants a 128 KiB AES table per block, "
                                  "which it cannot hold: build with -Dgpu_sm=<its SM>)"
@@ -260,6 +281,10 @@ static void cuda_close(gp_engine *e)
                     "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
                     (double)atomic_load(&c->st_staged) / nb, (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
+        gp_log_line("gpuprov cuda: per batch on the GPU: copy_in_us=%.1f staged_in_us=%.1f kernel_us=%.1f "
+                    "staged_out_us=%.1f copy_out_us=%.1f\n", (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
+                    (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
+                    (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
     }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
@@ -268,6 +293,9 @@ static void cuda_close(gp_engine *e)
         arena_free(sl);
         if (sl->copied != NULL)
             cudaEventDestroy(sl->copied);
+        for (int k = 0; k <= GP_GPU_STEPS; k++)
+            if (sl->step[k] != NULL)
+                cudaEventDestroy(sl->step[k]);
         if (sl->stream != NULL)
             cudaStreamDestroy(sl->stream);
         OPENSSL_free(sl->order);
@@ -505,20 +533,26 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "cudaSetDevice", err);
             goto out;
         }
-        if ((err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess) {
+        if ((err = step_mark(c, 0)) != cudaSuccess
+            || (err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess
+            || (err = step_mark(c, 1)) != cudaSuccess) {
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
         if ((nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, in_args, 0,
                                                c->stream)) != cudaSuccess)
+            || (err = step_mark(c, 2)) != cudaSuccess
             || (err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess
+            || (err = step_mark(c, 3)) != cudaSuccess
             || (nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, out_args, 0,
-                                                  c->stream)) != cudaSuccess)) {
+                                                  c->stream)) != cudaSuccess)
+            || (err = step_mark(c, 4)) != cudaSuccess) {
             cuda_failed(e, "kernel launch", err);
             goto out;
         }
         if ((err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, part_off - states_off,
                                    cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess
+            || (err = step_mark(c, 5)) != cudaSuccess
             || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
             cuda_failed(e, "copy from the GPU", err);
             goto out;
@@ -532,8 +566,15 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "synchronisation", err);
             goto out;
         }
-        if (e->knobs.stats)
+        if (e->knobs.stats) {
             t2 = gp_now_ns();
+            for (int k = 0; k < GP_GPU_STEPS && c->step[k] != NULL; k++) {
+                float ms = 0;
+
+                if (cudaEventElapsedTime(&ms, c->step[k], c->step[k + 1]) == cudaSuccess)
+                    atomic_fetch_add_explicit(&g->st_ns_step[k], (uint64_t)(ms * 1e6f), memory_order_relaxed);
+            }
+        }
     }
 
     /* Deliver: outputs, tags, verdicts and the advanced message states. */
