@@ -35,6 +35,9 @@ typedef struct gp_executor {
     /* Where async jobs stage their data for this executor (stage.h); NULL, or a NULL result: they
      * do not. */
     gp_stage_pool *(*stage_pool)(gp_engine *e);
+    /* Per-message work a data request's own thread does before it queues, so that the batch's
+     * leader or dispatcher, one thread for the whole batch, does not; NULL: none. */
+    void (*prepare)(gp_engine *e, gp_request *r);
 } gp_executor;
 
 extern const gp_executor gp_exec_host;
@@ -282,6 +285,9 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
 /* The MAC powers a message's body units use: its key's (GCM), or its own powers of r
  * (ChaCha20-Poly1305), made once per message. */
 const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks);
+/* The executors' prepare: a ChaCha20-Poly1305 message's powers of r, when its request has body
+ * units (2.4 us a message on the H200 host: most of a 16-thread batch's planning, bench/RESULTS.md). */
+void gp_kstate_prepare(gp_engine *e, gp_request *r);
 
 /* Hybrid policy (hybrid.c): the executor for a message whose first data request is `len` bytes;
  * `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */

@@ -690,4 +690,5 @@ const gp_executor gp_exec_cuda = {
     .msg_copy = NULL,
     .msg_clear = NULL,
     .stage_pool = cuda_stage_pool,
+    .prepare = gp_kstate_prepare,
 };

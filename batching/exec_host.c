@@ -166,6 +166,13 @@ const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks)
     return &m->pows;
 }
 
+void gp_kstate_prepare(gp_engine *e, gp_request *r)
+{
+    (void)e;
+    if (r->kind == GP_REQ_CRYPT && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305)
+        (void)gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key));
+}
+
 /* ---- the worker pool ---- */
 
 /* Claim groups (all requests of one message, in order) until none is left. */
@@ -329,6 +336,7 @@ const gp_executor gp_exec_host = {
     .msg_start = gp_kstate_msg_start,
     .run = host_run,
     .stage_pool = host_stage_pool,
+    .prepare = gp_kstate_prepare,
     .msg_copy = NULL,
     .msg_clear = NULL,
 };

@@ -377,8 +377,9 @@ static void *dispatcher_main(void *arg)
 }
 
 /* Start the dispatchers once per process (lock held): one per batch the executor overlaps (its
- * slots, opened before any request reaches the queue). A forked child has none of its parent's
- * threads: it starts its own. */
+ * slots, opened before any request reaches the queue). Two per slot, so that one could lead the
+ * next batch while another wakes its jobs, lost 10-15% on the H200 host (bench/RESULTS.md, ninth
+ * session). A forked child has none of its parent's threads: it starts its own. */
 static int dispatcher_ensure(gp_engine *e, gp_queue *q)
 {
     unsigned gen = gp_fork_generation();
@@ -471,6 +472,15 @@ static void stage_out(gp_request *r, stage_ctx *s)
     gp_stage_put(s->pool, s->chunk);
 }
 
+/* The executor's per-message work on the submitter's own thread (gp_executor.prepare). */
+static void prepare(gp_engine *e, gp_request *r)
+{
+    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
+
+    if (x != NULL && x->prepare != NULL)
+        x->prepare(e, r);
+}
+
 static int submit_async(gp_engine *e, gp_request *r)
 {
     gp_queue *q = &e->queue;
@@ -481,6 +491,7 @@ static int submit_async(gp_engine *e, gp_request *r)
     atomic_init(&me.done, 0);
     if (!gp_async_prepare(&n))
         return GP_REQ_FAILED;
+    prepare(e, r);
     stage_in(e, r, &st);
     pthread_mutex_lock(&q->lock);
     if (!dispatcher_ensure(e, q) || !append(q, &me)) {
@@ -514,6 +525,7 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
 
     if (gp_async_in_job())
         return submit_async(e, r);
+    prepare(e, r);
     spin_until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
     atomic_init(&me.done, 0);
     pthread_mutex_lock(&q->lock);
