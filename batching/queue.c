@@ -424,12 +424,6 @@ void gp_queue_stop_dispatcher(gp_engine *e)
 }
 
 /*
- * Inside an ASYNC_JOB: queue the request with a notifier and pause the job until the dispatcher
- * (or a synchronous leader) has run its batch. Runs on the job's 32 KiB stack: a few words of
- * locals, no lock across the pause. The entry and the request stay on that stack, which persists
- * while the job is paused; the leader is done with both once it sets done.
- */
-/*
  * Staging (stage.h): copy a data request's input into a chunk of the executor's pool and point the
  * request at it, on the job's own thread; after the result, copy the output to the caller's buffer.
  * A request whose executor changes meanwhile (a GPU failure re-runs it on the host) still reads and
@@ -481,6 +475,12 @@ static void prepare(gp_engine *e, gp_request *r)
         x->prepare(e, r);
 }
 
+/*
+ * Inside an ASYNC_JOB: queue the request with a notifier and pause the job until the dispatcher
+ * (or a synchronous leader) has run its batch. Runs on the job's 32 KiB stack: a few words of
+ * locals, no lock across the pause. The entry and the request stay on that stack, which persists
+ * while the job is paused; the leader is done with both once it sets done.
+ */
 static int submit_async(gp_engine *e, gp_request *r)
 {
     gp_queue *q = &e->queue;
