@@ -162,6 +162,11 @@ typedef struct gp_queue {
     pthread_t dispatchers[GP_MAX_DISPATCHERS];   /* one per batch the executor overlaps */
     int ndispatchers;
     _Atomic int spinning;        /* a dispatcher is spinning (the others block) */
+    /* Async jobs hand their own per-request work (prepare, staging) to their thread only once jobs
+     * of two threads or more have queued (submit_async); stage_one_thread: test hook. */
+    _Atomic uintptr_t async_thread;   /* the last thread an async request came from */
+    _Atomic int async_threads;        /* 1: more than one so far, in this process */
+    int stage_one_thread;
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */

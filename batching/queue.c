@@ -115,6 +115,8 @@ static void fork_child(void)
         q->inflight = 0;
         q->async_inflight = 0;
         q->active = 0;
+        q->async_thread = 0;   /* the child has one thread */
+        q->async_threads = 0;
     }
     pthread_mutex_init(&queues_lock, NULL);
 }
@@ -129,6 +131,9 @@ int gp_queue_init(gp_queue *q)
     memset(q, 0, sizeof(*q));
     if (pthread_mutex_init(&q->lock, NULL) != 0)
         return 0;
+    /* Test hook ($GPUPROV_TEST_STAGE_ONE_THREAD): jobs of a single thread do their own per-request
+     * work too, so the suites' one-thread async drivers run that path. */
+    q->stage_one_thread = getenv("GPUPROV_TEST_STAGE_ONE_THREAD") != NULL;
     init_conds(q);
     pthread_once(&queue_atfork_once, register_queue_atfork);
     pthread_mutex_lock(&queues_lock);
@@ -466,6 +471,29 @@ static void stage_out(gp_request *r, stage_ctx *s)
     gp_stage_put(s->pool, s->chunk);
 }
 
+/*
+ * Whether an async job should do its request's own work (prepare, staging) on its thread. The
+ * work moves off the dispatcher, which serves every job, onto the application's threads: a gain
+ * when there are several of them, a loss when one thread runs all the jobs and the dispatcher would
+ * otherwise work beside it. H200, evp_bench --jobs 32 --sizes 16384, ff706aa (none of it) against
+ * this (two runs each, bench/RESULTS.md): ChaCha20-Poly1305 with it on one thread 2.52-2.65 ->
+ * 1.70-2.17 GB/s, 4 threads 3.49-3.58 -> 6.04-6.12, 16 threads 4.09-4.16 -> 8.11-8.42; AES-256-GCM
+ * 4 threads 4.03-4.30 -> 6.11-6.77, 16 threads 4.92-5.30 -> 8.40-8.60. Once two threads have
+ * queued jobs, the process keeps doing it (thread counts do not change much in a server).
+ */
+static int async_own_work(gp_queue *q)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), prev;
+
+    if (atomic_load_explicit(&q->async_threads, memory_order_relaxed) || q->stage_one_thread)
+        return 1;
+    prev = atomic_exchange_explicit(&q->async_thread, self, memory_order_relaxed);
+    if (prev == 0 || prev == self)
+        return 0;
+    atomic_store_explicit(&q->async_threads, 1, memory_order_relaxed);
+    return 1;
+}
+
 /* The executor's per-message work on the submitter's own thread (gp_executor.prepare). */
 static void prepare(gp_engine *e, gp_request *r)
 {
@@ -491,8 +519,11 @@ static int submit_async(gp_engine *e, gp_request *r)
     atomic_init(&me.done, 0);
     if (!gp_async_prepare(&n))
         return GP_REQ_FAILED;
-    prepare(e, r);
-    stage_in(e, r, &st);
+    st.chunk = NULL;
+    if (async_own_work(q)) {
+        prepare(e, r);
+        stage_in(e, r, &st);
+    }
     pthread_mutex_lock(&q->lock);
     if (!dispatcher_ensure(e, q) || !append(q, &me)) {
         pthread_mutex_unlock(&q->lock);
