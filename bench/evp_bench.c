@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <poll.h>
+#include <sys/epoll.h>
 
 #include <openssl/async.h>
 #include <openssl/core_names.h>
@@ -33,7 +34,8 @@
  *     whole process over the timed run (so the provider's own helper threads count) per 10^9 bytes;
  *   - with --jobs N > 0 every thread keeps N operations in flight as ASYNC_JOBs, each with its own
  *     context (what `openssl speed -async_jobs` does on one thread): a job that waits for the GPU
- *     pauses, the thread polls the jobs' wait fds and resumes those that are ready;
+ *     pauses, and the thread waits on the jobs' wait fds (poll, or an epoll set with --wait-fds
+ *     epoll) and resumes those that are ready;
  *   - with one thread and no jobs, a separate latency run afterwards times single operations one
  *     at a time (a lone synchronous call, nothing else in flight) and reports their median and p99.
  * Before any timing the cell's cipher encrypts a fixed message and must give the same ciphertext
@@ -65,6 +67,7 @@ typedef struct {
     char *providers[MAX_LIST];   /* "default", "gpuprov" or "gpuprov:<executor>" */
     int nproviders;
     double seconds, lat_seconds;
+    int epoll;                   /* --wait-fds epoll: jobs' fds in an epoll set, not polled each round */
     const char *csv, *module_dir;
 } options;
 
@@ -96,7 +99,7 @@ typedef struct {
 
 typedef struct {
     const EVP_CIPHER *cipher;
-    int aead, size, ivlen, jobs;
+    int aead, size, ivlen, jobs, epoll;
     pthread_barrier_t start;
     atomic_int stop;
     atomic_int failed;
@@ -254,25 +257,81 @@ static void stream_failed(worker *w, const char *what)
 
 #define MAX_JOB_FDS 4   /* wait fds a paused job may have (gpuprov registers one) */
 
+/* After a job paused: bring the epoll set up to date with the fds its wait context added or deleted
+ * (ASYNC_WAIT_CTX_get_changed_fds, as event-driven servers do). Returns whether the job has an fd
+ * to wait on. */
+static int track_fds(worker *w, int ep, stream *s, int j)
+{
+    OSSL_ASYNC_FD add[MAX_JOB_FDS], del[MAX_JOB_FDS];
+    size_t nadd = 0, ndel = 0, nall = 0;
+
+    if (!ASYNC_WAIT_CTX_get_changed_fds(s->wctx, NULL, &nadd, NULL, &ndel) || nadd > MAX_JOB_FDS
+        || ndel > MAX_JOB_FDS || !ASYNC_WAIT_CTX_get_changed_fds(s->wctx, add, &nadd, del, &ndel))
+        return 0;
+    for (size_t k = 0; k < ndel; k++)
+        (void)epoll_ctl(ep, EPOLL_CTL_DEL, del[k], NULL);   /* closed already: gone from the set */
+    for (size_t k = 0; k < nadd; k++) {
+        struct epoll_event e = { .events = EPOLLIN, .data.u32 = (uint32_t)j };
+
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, add[k], &e) != 0 && errno != EEXIST)
+            stream_failed(w, "epoll_ctl failed");
+    }
+    return ASYNC_WAIT_CTX_get_all_fds(s->wctx, NULL, &nall) && nall > 0;
+}
+
+/* --wait-fds poll: every paused job's wait fds, gathered afresh each round (openssl speed's way).
+ * A job with none is marked ready and the round is busy. Returns the number of fds in pfd. */
+static int gather_fds(worker *w, struct pollfd *pfd, int *owner, char *ready, int *busy)
+{
+    int np = 0;
+
+    for (int j = 0; j < w->nst; j++) {
+        stream *s = &w->st[j];
+        OSSL_ASYNC_FD fds[MAX_JOB_FDS];
+        size_t nfd = 0;
+
+        if (s->job == NULL || ready[j])
+            continue;
+        if (!ASYNC_WAIT_CTX_get_all_fds(s->wctx, NULL, &nfd) || nfd == 0 || nfd > MAX_JOB_FDS
+            || !ASYNC_WAIT_CTX_get_all_fds(s->wctx, fds, &nfd)) {
+            ready[j] = 1;   /* nothing to wait on: resume it in the next round */
+            *busy = 1;
+            continue;
+        }
+        for (size_t k = 0; k < nfd; k++) {
+            pfd[np].fd = fds[k];
+            pfd[np].events = POLLIN;
+            pfd[np].revents = 0;
+            owner[np++] = j;
+        }
+    }
+    return np;
+}
+
 /*
  * The async loop: every idle stream starts its next message as a job; a job that pauses (gpuprov
  * waits for a batch) is resumed once one of its wait fds is readable, or at once when it has none.
- * After the stop no message starts, and the paused ones are run to their end.
+ * After the stop no message starts, and the paused ones are run to their end. How the thread waits
+ * is --wait-fds: poll costs a thread O(jobs) per wake-up, and gpuprov's dispatcher wakes a batch's
+ * jobs one write apart; epoll (level-triggered, over the fds the wait contexts added) costs
+ * O(ready jobs).
  */
 static void run_async(worker *w)
 {
     cell_shared *sh = w->sh;
     struct pollfd *pfd = calloc((size_t)w->nst * MAX_JOB_FDS, sizeof(*pfd));
     int *owner = calloc((size_t)w->nst * MAX_JOB_FDS, sizeof(*owner));
+    struct epoll_event *ev = calloc((size_t)w->nst, sizeof(*ev));
     char *ready = calloc((size_t)w->nst, 1);
+    int ep = sh->epoll ? epoll_create1(EPOLL_CLOEXEC) : -1;
 
-    if (pfd == NULL || owner == NULL || ready == NULL) {
-        stream_failed(w, "out of memory");
+    if (pfd == NULL || owner == NULL || ev == NULL || ready == NULL || (sh->epoll && ep < 0)) {
+        stream_failed(w, "out of memory, or epoll_create1 failed");
         goto out;
     }
     for (;;) {
         const int stopping = atomic_load_explicit(&sh->stop, memory_order_relaxed);
-        int np = 0, busy = 0, paused = 0;
+        int busy = 0, paused = 0, n;
 
         for (int j = 0; j < w->nst; j++) {
             stream *s = &w->st[j];
@@ -294,6 +353,10 @@ static void run_async(worker *w)
                     break;
                 case ASYNC_PAUSE:
                     w->pauses++;
+                    if (ep >= 0 && !track_fds(w, ep, s, j)) {
+                        ready[j] = 1;   /* nothing to wait on: resume it in the next round */
+                        busy = 1;
+                    }
                     break;
                 default:   /* ASYNC_ERR, ASYNC_NO_JOBS: the pool was made for every stream */
                     s->job = NULL;
@@ -301,39 +364,32 @@ static void run_async(worker *w)
                     break;
                 }
             }
-        }
-        for (int j = 0; j < w->nst; j++) {
-            stream *s = &w->st[j];
-            OSSL_ASYNC_FD fds[MAX_JOB_FDS];
-            size_t nfd = 0;
-
-            if (s->job == NULL)
-                continue;
-            paused++;
-            if (!ASYNC_WAIT_CTX_get_all_fds(s->wctx, NULL, &nfd) || nfd == 0 || nfd > MAX_JOB_FDS
-                || !ASYNC_WAIT_CTX_get_all_fds(s->wctx, fds, &nfd)) {
-                ready[j] = 1;   /* nothing to wait on: resume it in the next round */
-                busy = 1;
-                continue;
-            }
-            for (size_t k = 0; k < nfd; k++) {
-                pfd[np].fd = fds[k];
-                pfd[np].events = POLLIN;
-                pfd[np].revents = 0;
-                owner[np++] = j;
-            }
+            paused += s->job != NULL;
         }
         if (paused == 0 && stopping)
             break;
-        if (np > 0 && poll(pfd, (nfds_t)np, busy ? 0 : 1000) > 0) {
-            for (int k = 0; k < np; k++)
-                if (pfd[k].revents != 0)
-                    ready[owner[k]] = 1;
+        if (paused == 0)
+            continue;
+        if (ep >= 0) {
+            n = epoll_wait(ep, ev, w->nst, busy ? 0 : 1000);
+            for (int k = 0; k < n; k++)
+                if (w->st[ev[k].data.u32].job != NULL)
+                    ready[ev[k].data.u32] = 1;
+        } else {
+            int np = gather_fds(w, pfd, owner, ready, &busy);
+
+            if (np > 0 && poll(pfd, (nfds_t)np, busy ? 0 : 1000) > 0)
+                for (int k = 0; k < np; k++)
+                    if (pfd[k].revents != 0)
+                        ready[owner[k]] = 1;
         }
     }
 out:
+    if (ep >= 0)
+        close(ep);
     free(pfd);
     free(owner);
+    free(ev);
     free(ready);
 }
 
@@ -502,6 +558,7 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
     sh.cipher = c;
     sh.size = size;
     sh.jobs = jobs;
+    sh.epoll = o->epoll;
     sh.aead = (EVP_CIPHER_get_flags(c) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
     sh.ivlen = EVP_CIPHER_get_iv_length(c);
     /* Stream and AEAD modes only: a padded block mode's Final would write past `size`. */
@@ -741,6 +798,10 @@ static void usage(FILE *f)
         "  --jobs LIST        async jobs per thread, each with its own context and key (default 0:\n"
         "                     synchronous calls); a paused job waits on its wait fd, as in\n"
         "                     openssl speed -async_jobs\n"
+        "  --wait-fds MODE    how a thread waits for its paused jobs: poll (default: every paused\n"
+        "                     job's wait fds each round, as openssl speed does) or epoll (an\n"
+        "                     epoll set the fds join as wait contexts add them, as an\n"
+        "                     event-driven server does)\n"
         "  --seconds S        timed run per cell (default 2)\n"
         "  --lat-seconds S    latency run per one-thread cell (default: a quarter of --seconds)\n"
         "  --providers LIST   default, gpuprov, gpuprov:<executor> (default default,gpuprov);\n"
@@ -840,6 +901,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 'S' },
         { "lat-seconds", required_argument, NULL, 'L' },
+        { "wait-fds", required_argument, NULL, 'w' },
         { "providers", required_argument, NULL, 'p' },
         { "csv", required_argument, NULL, 'o' },
         { "module-dir", required_argument, NULL, 'm' },
@@ -861,6 +923,13 @@ static int parse_options(int argc, char **argv, options *o)
         case 'p': providers = optarg; break;
         case 'o': o->csv = optarg; break;
         case 'm': o->module_dir = optarg; break;
+        case 'w':
+            if (strcmp(optarg, "poll") != 0 && strcmp(optarg, "epoll") != 0) {
+                fprintf(stderr, "evp_bench: --wait-fds poll or epoll\n");
+                return 0;
+            }
+            o->epoll = strcmp(optarg, "epoll") == 0;
+            break;
         case 'S':
             if (!parse_seconds(optarg, &o->seconds))
                 return 0;
