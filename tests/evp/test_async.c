@@ -393,11 +393,12 @@ static void check_batching(stats3 before, const drive_result *r, const char *mod
             batches ? (double)ops / (double)batches : 0.0, (unsigned long long)async_ops,
             (unsigned long long)staged, r->pauses);
     /* Jobs stage their data (batching/stage.h) on the cuda executor, and on the host executor where
-     * the test hook gives it a pool (tests/meson.build); messages of 2 KiB and up exist in every
-     * job (sizes[]). */
+     * the test hook gives it a pool (tests/meson.build), even from this one thread where the other
+     * hook says so; messages of 2 KiB and up exist in every job (sizes[]). */
     if (getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL)
         return;   /* the GPU failed on purpose: the cpu executor serves what follows, inline */
-    if (g_kernel_executor && (getenv("GPUPROV_TEST_HOST_STAGE") != NULL || g_cuda))
+    if (g_kernel_executor && (getenv("GPUPROV_TEST_HOST_STAGE") != NULL || g_cuda)
+        && getenv("GPUPROV_TEST_STAGE_ONE_THREAD") != NULL)
         assert_true(staged > 0);
     else if (!g_kernel_executor && !g_hybrid)
         assert_int_equal(staged, 0);
@@ -591,6 +592,63 @@ static int group_setup(void **state)
     return rc;
 }
 
+/*
+ * Async requests from one thread leave their per-request work (staging) to the dispatcher; once a
+ * second thread queues too, jobs stage their own bytes (batching/queue.c async_own_work). Runs
+ * last: no test before it queues async requests from a second thread. Checked where jobs can
+ * stage and the one-thread test hook is off (the async-host-stage-gate run); elsewhere the same
+ * jobs only have to give exact results.
+ */
+typedef struct {
+    job_arg *args;
+    int n;
+    drive_result r;
+} drive_thread_arg;
+
+static void *drive_thread(void *p)
+{
+    drive_thread_arg *a = p;
+
+    a->r = drive_fds(a->args, a->n);
+    ASYNC_cleanup_thread();
+    return NULL;
+}
+
+static void test_jobs_second_thread_stages(void **state)
+{
+    const int gate = g_kernel_executor && getenv("GPUPROV_TEST_STAGE_ONE_THREAD") == NULL
+                     && (g_cuda || getenv("GPUPROV_TEST_HOST_STAGE") != NULL);
+    job_arg *args = calloc(2 * 16, sizeof(*args));
+    drive_thread_arg other;
+    drive_result mine;
+    pthread_t th;
+    stats3 s0, s1, s2;
+
+    (void)state;
+    assert_non_null(args);
+    for (int i = 0; i < 2 * 16; i++)
+        job_prepare(&args[i], 100 + i, 0);
+    s0 = provider_stats();
+    mine = drive_fds(args, 16);
+    s1 = provider_stats();
+    other = (drive_thread_arg){ .args = args + 16, .n = 16 };
+    assert_int_equal(pthread_create(&th, NULL, drive_thread, &other), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    s2 = provider_stats();
+    assert_int_equal(mine.errors, 0);
+    assert_int_equal(other.r.errors, 0);
+    check_results(args, 2 * 16);
+    fprintf(stderr, "test_async: staged from one thread %llu, after a second %llu\n",
+            (unsigned long long)(s1.staged - s0.staged), (unsigned long long)(s2.staged - s1.staged));
+    if (gate) {
+        assert_int_equal(s1.staged - s0.staged, 0);
+        assert_true(s2.staged - s1.staged > 0);
+    }
+    for (int i = 0; i < 2 * 16; i++)
+        job_release(&args[i]);
+    free(args);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -599,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_jobs_bad_tag),
         cmocka_unit_test(test_jobs_with_sync_threads),
         cmocka_unit_test(test_jobs_after_fork),
+        cmocka_unit_test(test_jobs_second_thread_stages),   /* last: see its comment */
     };
     int failed;
 
