@@ -331,6 +331,12 @@ static size_t body_pad(const gp_job *j)
     return (16 - (size_t)(j->head_len % 16)) % 16;
 }
 
+/* Arena bytes a request's data takes (input, output or staged), its pad included. */
+static size_t data_bytes(const gp_job *j)
+{
+    return ALIGN16(body_pad(j) + j->len);
+}
+
 /* Scratch arrays for a batch of n requests, grown by doubling. */
 static int scratch_reserve(gp_cuda_slot *c, size_t n)
 {
@@ -419,7 +425,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
-               + (staged_on_gpu(&reqs[idx[i]]) ? 0 : ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len));
+               + (staged_on_gpu(&reqs[idx[i]]) ? 0 : data_bytes(&c->jobs[i]));
     keys_off = ALIGN128(off);
     mma_off = ALIGN128(keys_off + m * KEY_STRIDE);
     states_off = mma_off + nmma * sizeof(gp_ghash_mma);
@@ -427,7 +433,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     off = out_off;
     for (size_t i = 0; i < m; i++)
         off += staged_on_gpu(&reqs[idx[i]]) ? 0
-               : reqs[idx[i]].kind == GP_REQ_CRYPT ? ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len)
+               : reqs[idx[i]].kind == GP_REQ_CRYPT ? data_bytes(&c->jobs[i])
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
     part_off = ALIGN128(off);
     off = part_off;
@@ -437,7 +443,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     off = stage_off;
     for (size_t i = 0; i < m; i++)
         if (staged_on_gpu(&reqs[idx[i]]))
-            off += ALIGN16(body_pad(&c->jobs[i]) + c->jobs[i].len);
+            off += data_bytes(&c->jobs[i]);
     total = off;
     if (!arena_reserve(e, c, total))
         goto out;
@@ -472,14 +478,14 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 copies[ncopy].host_out = r->stage->dev + GP_STAGE_MAX_BYTES;
                 copies[ncopy].dev = (uint64_t)(uintptr_t)(c->dev + w->in_off);
                 copies[ncopy++].len = w->job.len;
-                stage_pos += ALIGN16(pad + w->job.len);
+                stage_pos += data_bytes(&w->job);
             } else {
                 w->in_off = in_pos + pad;
                 w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
                 if (w->job.len > 0)
                     memcpy(c->host + w->in_off, r->in, w->job.len);
-                in_pos += ALIGN16(pad + w->job.len);
-                out_pos += r->kind == GP_REQ_CRYPT ? ALIGN16(pad + w->job.len) : r->kind == GP_REQ_AAD ? 0 : 16;
+                in_pos += data_bytes(&w->job);
+                out_pos += r->kind == GP_REQ_CRYPT ? data_bytes(&w->job) : r->kind == GP_REQ_AAD ? 0 : 16;
             }
             /* The key as the device reads it (not the host's bitsliced round keys); a Poly1305
              * request's units take its message's powers of r in the key's table. */
