@@ -136,6 +136,31 @@ void gp_log_line(const char *fmt, ...)
     (void)!write(STDERR_FILENO, buf, (size_t)n);
 }
 
+static uint64_t stat_sum(gp_engine *e, enum gp_stat st)
+{
+    uint64_t sum = 0;
+
+    for (int i = 0; i < GP_STAT_SHARDS; i++)
+        sum += atomic_load_explicit(&e->stats[i].v[st], memory_order_relaxed);
+    return sum;
+}
+
+/* Knob stats: where async jobs spent their round trip (queue.c count_flush), per batch holding jobs. */
+static void print_async_stats(gp_engine *e)
+{
+    double nb = (double)stat_sum(e, GP_ST_ASYNC_BATCHES), jobs = (double)stat_sum(e, GP_ST_ASYNC_OPS);
+
+    if (nb == 0)
+        return;
+    gp_log_line("gpuprov async: batches=%.0f per batch: jobs=%.1f gathered_us=%.1f at its flush: jobs_running=%.1f "
+                "jobs_with_app=%.1f flushed_by_size/share/timer=%llu/%llu/%llu resume_us_per_job=%.1f\n", nb,
+                (double)stat_sum(e, GP_ST_FLUSH_JOBS) / nb, (double)stat_sum(e, GP_ST_GATHER_NS) / nb / 1e3,
+                (double)stat_sum(e, GP_ST_FLUSH_RUNNING) / nb, (double)stat_sum(e, GP_ST_FLUSH_OUT) / nb,
+                (unsigned long long)stat_sum(e, GP_ST_FLUSH_SIZE), (unsigned long long)stat_sum(e, GP_ST_FLUSH_SHARE),
+                (unsigned long long)stat_sum(e, GP_ST_FLUSH_TIMER),
+                jobs > 0 ? (double)stat_sum(e, GP_ST_RESUME_NS) / jobs / 1e3 : 0.0);
+}
+
 void gp_engine_free(gp_engine *e)
 {
     gp_stats s;
@@ -157,6 +182,7 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.routed_gpu, (unsigned long long)s.routed_cpu,
                 (unsigned long long)s.spec_tags, (unsigned long long)s.staged,
                 s.async_ops ? (double)s.notify_ns / 1e3 / (double)s.async_ops : 0.0);
+        print_async_stats(e);
         gp_hybrid_print(e);
         if (e->warm_started && atomic_load_explicit(&e->warm_done, memory_order_acquire)
             && e->warm_gen == gp_fork_generation() && e->warm_open_ns != 0)

@@ -134,6 +134,7 @@ typedef struct gp_queue_entry {
                                   * the leader touches neither the entry nor its request */
     const gp_async_notify *notify;   /* NULL: a synchronous caller waiting in gp_queue_submit; else
                                       * an async job, woken through this */
+    uint64_t done_ns;            /* knob stats, async: when the leader woke the job */
 } gp_queue_entry;
 
 #define GP_MAX_DISPATCHERS 8
@@ -151,8 +152,9 @@ typedef struct gp_queue {
     _Atomic int inflight;        /* batches being run by their leaders */
     /* Async jobs (their entries flush through the dispatcher threads; a job never leads). */
     size_t npending_async;       /* async entries in the pending batch */
-    size_t async_waiting;        /* async entries queued whose jobs have not yet taken the result:
-                                  * when all of them are pending, no job could add another */
+    _Atomic size_t async_waiting;   /* async entries queued whose jobs have not yet taken the result:
+                                     * when all of them are pending, no job could add another
+                                     * (taken off without the lock) */
     size_t async_inflight;       /* async entries in batches being run */
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
     uint64_t last_done_ns;       /* when a batch last completed */
@@ -212,6 +214,15 @@ enum gp_stat {
     GP_ST_BATCHES = GP_ST_EXEC_OPS + GP_EXEC_COUNT, GP_ST_FALLBACKS, GP_ST_ERRORS, GP_ST_ASYNC_OPS,
     GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS, GP_ST_STAGED,
     GP_ST_NOTIFY_NS,                      /* waking async jobs, summed over batches (queue.c) */
+    /* Where an async job's round trip goes (queue.c), summed over the batches holding jobs: */
+    GP_ST_ASYNC_BATCHES,
+    GP_ST_GATHER_NS,                      /* first request joined -> flushed */
+    GP_ST_FLUSH_JOBS,                     /* jobs in the batch */
+    GP_ST_FLUSH_RUNNING,                  /* jobs in batches already running when it flushed */
+    GP_ST_FLUSH_OUT,                      /* jobs with the application when it flushed (queued,
+                                           * not yet taken their result, in no batch) */
+    GP_ST_FLUSH_SIZE, GP_ST_FLUSH_SHARE, GP_ST_FLUSH_TIMER,   /* which rule flushed it */
+    GP_ST_RESUME_NS,                      /* a job's result ready -> the job running again, per job */
     GP_ST_COUNT
 };
 #define GP_STAT_SHARDS 64

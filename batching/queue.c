@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine_internal.h"
+#include "mutex.h"
 
 /*
  * Flush policy, checked by every waiting submitter whose request is still pending:
@@ -30,7 +31,7 @@
  * these changes, because jobs come back one at a time as the application resumes them:
  *   - "everyone is in" counts the jobs that could still submit: those waiting for a result and not
  *     in a running batch. With free slots it is split over them: a batch flushes once it holds
- *     its share (that count divided by the free slots), so with N jobs and two slots the batches
+ *     its share (that count divided by the free slots), so with N jobs and two free slots the batches
  *     settle at N/2 and one computes while the application resumes the jobs of the other;
  *   - the timer runs from the last request that joined (or the last completion, whichever is
  *     later) rather than from the first, so a stream of jobs being resumed keeps joining one batch,
@@ -104,7 +105,7 @@ static void fork_child(void)
     for (gp_queue *q = queues; q != NULL; q = q->next) {
         gp_host_pool *p = pool_of(q);
 
-        pthread_mutex_init(&q->lock, NULL);
+        gp_mutex_init(&q->lock);
         init_conds(q);
         pthread_mutex_init(&p->submit, NULL);
         pthread_mutex_init(&p->lock, NULL);
@@ -129,7 +130,7 @@ static void register_queue_atfork(void)
 int gp_queue_init(gp_queue *q)
 {
     memset(q, 0, sizeof(*q));
-    if (pthread_mutex_init(&q->lock, NULL) != 0)
+    if (gp_mutex_init(&q->lock) != 0)
         return 0;
     /* Test hook ($GPUPROV_TEST_STAGE_ONE_THREAD): jobs of a single thread do their own per-request
      * work too, so the suites' one-thread async drivers run that path. */
@@ -176,25 +177,43 @@ static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
     return idle < cap ? idle : cap;
 }
 
+/* Why the pending batch should flush now (lock held): 0 not yet, else which rule. */
+enum { FLUSH_NO, FLUSH_SIZE, FLUSH_SHARE, FLUSH_TIMER };
+
 static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
 {
     if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
-        return 1;
-    /* While the executor is busy with as many batches as it can overlap (cuda: two per GPU, the
+        return FLUSH_SIZE;
+    /* While the executor is busy with as many batches as it can overlap (cuda: three per GPU, the
      * next copying in while one computes), flushing only puts a batch in line: keep gathering
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
-        return 0;
+        return FLUSH_NO;
     /* Everyone is in: every synchronous submitter, and this batch's share of the jobs that could
      * still submit (see the top of this file). */
     if (q->npending - q->npending_async == (size_t)q->active) {
         size_t free_slots = (size_t)(atomic_load_explicit(&e->max_inflight, memory_order_relaxed) - q->inflight);
-        size_t could = q->async_waiting - q->async_inflight;
+        size_t could = atomic_load_explicit(&q->async_waiting, memory_order_relaxed) - q->async_inflight;
 
         if (q->npending_async == 0 || q->npending_async * free_slots >= could)
-            return 1;
+            return FLUSH_SHARE;
     }
-    return t >= flush_deadline(e, q);
+    return t >= flush_deadline(e, q) ? FLUSH_TIMER : FLUSH_NO;
+}
+
+/* Knob stats: the state of the async jobs as a batch holding some flushes (lock held). */
+static void count_flush(gp_engine *e, const gp_queue *q, int why)
+{
+    size_t waiting = atomic_load_explicit(&q->async_waiting, memory_order_relaxed);
+
+    if (!e->knobs.stats || q->npending_async == 0)
+        return;
+    gp_stat_add(e, GP_ST_ASYNC_BATCHES, 1);
+    gp_stat_add(e, GP_ST_GATHER_NS, gp_now_ns() - q->first_ns);
+    gp_stat_add(e, GP_ST_FLUSH_JOBS, q->npending_async);
+    gp_stat_add(e, GP_ST_FLUSH_RUNNING, q->async_inflight);
+    gp_stat_add(e, GP_ST_FLUSH_OUT, waiting - q->async_inflight - q->npending_async);
+    gp_stat_add(e, why == FLUSH_SIZE ? GP_ST_FLUSH_SIZE : why == FLUSH_SHARE ? GP_ST_FLUSH_SHARE : GP_ST_FLUSH_TIMER, 1);
 }
 
 /* Take the pending batch and run it (called with the lock held; returns with it held). Never on an
@@ -254,8 +273,11 @@ static void lead(gp_engine *e, gp_queue *q)
         uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0;
 
         pthread_mutex_unlock(&q->lock);
-        for (size_t i = 0; i < nasync; i++)
+        for (size_t i = 0; i < nasync; i++) {
+            if (e->knobs.stats)
+                mine[i]->done_ns = gp_now_ns();
             gp_async_complete(mine[i]->notify, &mine[i]->done);
+        }
         if (e->knobs.stats)
             gp_stat_add(e, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
         pthread_mutex_lock(&q->lock);
@@ -330,7 +352,8 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
     uint64_t t = gp_now_ns();
 
     /* One dispatcher spins at a time; the others block (an event wakes one with a signal). */
-    if (e->knobs.wait != GP_WAIT_BLOCK && q->async_waiting > 0 && t < spin_until
+    if (e->knobs.wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
+        && t < spin_until
         && atomic_exchange_explicit(&q->spinning, 1, memory_order_acquire) == 0) {
         if (spin_until > deadline)
             spin_until = deadline;
@@ -368,7 +391,10 @@ static void *dispatcher_main(void *arg)
         uint64_t deadline = UINT64_MAX;
 
         if (q->npending_async > 0) {
-            if (q->dispatcher_stop || should_flush(e, q, gp_now_ns())) {
+            int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(e, q, gp_now_ns());
+
+            if (why != FLUSH_NO) {
+                count_flush(e, q, why);
                 lead(e, q);
                 continue;
             }
@@ -513,7 +539,7 @@ static int submit_async(gp_engine *e, gp_request *r)
 {
     gp_queue *q = &e->queue;
     gp_async_notify n;
-    gp_queue_entry me = { .req = r, .notify = &n };
+    gp_queue_entry me = { .req = r, .notify = &n, .done_ns = 0 };
     stage_ctx st;
 
     atomic_init(&me.done, 0);
@@ -531,19 +557,22 @@ static int submit_async(gp_engine *e, gp_request *r)
         return GP_REQ_FAILED;
     }
     q->npending_async++;
-    q->async_waiting++;
-    pthread_cond_signal(&q->dispatch_cond);
+    atomic_fetch_add_explicit(&q->async_waiting, 1, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
+    /* After the unlock: a dispatcher woken here finds the lock free. It cannot miss the append: it
+     * either checked the queue after it, or is waiting and gets this signal. */
+    pthread_cond_signal(&q->dispatch_cond);
     if (e->knobs.stats)
         gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
 
     gp_async_wait(&n, &me.done);
+    if (e->knobs.stats && me.done_ns != 0)
+        gp_stat_add(e, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
 
-    /* No signal: a job that took its result usually queues its next request at once, and that
-     * append wakes the dispatcher; one that does not is covered by the timer. */
-    pthread_mutex_lock(&q->lock);
-    q->async_waiting--;
-    pthread_mutex_unlock(&q->lock);
+    /* No lock, no signal: a job that took its result usually queues its next request at once, and
+     * that append wakes the dispatcher; one that does not is covered by the timer. The count stays
+     * at least async_inflight (read under the lock), as this job's batch left that count first. */
+    atomic_fetch_sub_explicit(&q->async_waiting, 1, memory_order_relaxed);
     stage_out(r, &st);
     return r->status;
 }
@@ -570,7 +599,10 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
     while (!atomic_load_explicit(&me.done, memory_order_acquire)) {
         int pending = q->generation == gen;   /* still in the batch being gathered */
 
-        if (pending && should_flush(e, q, gp_now_ns())) {
+        int why = pending ? should_flush(e, q, gp_now_ns()) : FLUSH_NO;
+
+        if (why != FLUSH_NO) {
+            count_flush(e, q, why);
             lead(e, q);
             continue;
         }
