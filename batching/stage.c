@@ -4,14 +4,23 @@
 
 #include <openssl/crypto.h>
 
+#include "mutex.h"
 #include "stage.h"
 
 int gp_stage_pool_init(gp_stage_pool *p, size_t max_bytes, gp_stage_alloc_fn alloc, gp_stage_release_fn release,
                        void *ctx)
 {
     memset(p, 0, sizeof(*p));
-    if (pthread_mutex_init(&p->lock, NULL) != 0)
+    if (gp_mutex_init(&p->lock) != 0)
         return 0;
+    for (unsigned i = 0; i < GP_STAGE_SHARDS; i++) {
+        if (gp_mutex_init(&p->shards[i].lock) != 0) {
+            while (i-- > 0)
+                pthread_mutex_destroy(&p->shards[i].lock);
+            pthread_mutex_destroy(&p->lock);
+            return 0;
+        }
+    }
     p->max_slabs = max_bytes / ((size_t)GP_STAGE_SLAB_CHUNKS * GP_STAGE_CHUNK_BYTES);
     p->alloc = alloc;
     p->release = release;
@@ -29,8 +38,11 @@ void gp_stage_pool_cleanup(gp_stage_pool *p)
         p->release(p->ctx, s->mem, (size_t)GP_STAGE_SLAB_CHUNKS * GP_STAGE_CHUNK_BYTES);
         OPENSSL_free(s);
     }
-    p->free = NULL;
     p->nslabs = 0;
+    for (unsigned i = 0; i < GP_STAGE_SHARDS; i++) {
+        p->shards[i].free = NULL;
+        pthread_mutex_destroy(&p->shards[i].lock);
+    }
     pthread_mutex_destroy(&p->lock);
 }
 
@@ -52,10 +64,14 @@ void gp_stage_grow(gp_stage_pool *p)
             p->broken = 1;
         } else {
             for (size_t i = 0; i < GP_STAGE_SLAB_CHUNKS; i++) {
+                gp_stage_shard *sh = &p->shards[i % GP_STAGE_SHARDS];   /* dealt over the lists */
+
                 s->chunks[i].host = (uint8_t *)s->mem + i * GP_STAGE_CHUNK_BYTES;
                 s->chunks[i].dev = dev != 0 ? dev + i * GP_STAGE_CHUNK_BYTES : 0;
-                s->chunks[i].next = p->free;
-                p->free = &s->chunks[i];
+                pthread_mutex_lock(&sh->lock);
+                s->chunks[i].next = sh->free;
+                sh->free = &s->chunks[i];
+                pthread_mutex_unlock(&sh->lock);
             }
             s->next = p->slabs;
             p->slabs = s;
@@ -66,23 +82,41 @@ void gp_stage_grow(gp_stage_pool *p)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* The calling thread's own free list: dealt round-robin at its first use. */
+static gp_stage_shard *own_shard(gp_stage_pool *p)
+{
+    static unsigned next;
+    static __thread unsigned mine;   /* 1 + index; 0: not yet dealt */
+
+    if (mine == 0)
+        mine = 1 + __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % GP_STAGE_SHARDS;
+    return &p->shards[mine - 1];
+}
+
 gp_stage_chunk *gp_stage_get(gp_stage_pool *p)
 {
-    gp_stage_chunk *c;
+    gp_stage_shard *own = own_shard(p);
+    gp_stage_chunk *c = NULL;
 
-    pthread_mutex_lock(&p->lock);
-    if ((c = p->free) != NULL)
-        p->free = c->next;
-    else
+    for (unsigned k = 0; k < GP_STAGE_SHARDS && c == NULL; k++) {
+        gp_stage_shard *sh = &p->shards[((unsigned)(own - p->shards) + k) % GP_STAGE_SHARDS];
+
+        pthread_mutex_lock(&sh->lock);
+        if ((c = sh->free) != NULL)
+            sh->free = c->next;
+        pthread_mutex_unlock(&sh->lock);
+    }
+    if (c == NULL)
         __atomic_store_n(&p->want_more, 1, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&p->lock);
     return c;
 }
 
 void gp_stage_put(gp_stage_pool *p, gp_stage_chunk *c)
 {
-    pthread_mutex_lock(&p->lock);
-    c->next = p->free;
-    p->free = c;
-    pthread_mutex_unlock(&p->lock);
+    gp_stage_shard *sh = own_shard(p);
+
+    pthread_mutex_lock(&sh->lock);
+    c->next = sh->free;
+    sh->free = c;
+    pthread_mutex_unlock(&sh->lock);
 }

@@ -44,9 +44,21 @@ typedef struct gp_stage_slab {
 typedef void *(*gp_stage_alloc_fn)(void *ctx, size_t bytes, uint64_t *dev);
 typedef void (*gp_stage_release_fn)(void *ctx, void *mem, size_t bytes);
 
-typedef struct gp_stage_pool {
-    pthread_mutex_t lock;
+/*
+ * Free chunks sit in several lists, each behind its own lock: a thread takes and returns chunks at
+ * its own list and looks at the others only when that one is empty. With one list, 16 threads of
+ * async jobs spent 16% of their CPU time in its lock (bench/RESULTS.md, tenth session).
+ */
+#define GP_STAGE_SHARDS 8u
+
+typedef struct gp_stage_shard {
+    _Alignas(64) pthread_mutex_t lock;
     gp_stage_chunk *free;
+} gp_stage_shard;
+
+typedef struct gp_stage_pool {
+    pthread_mutex_t lock;        /* growth: the slab list and its count */
+    gp_stage_shard shards[GP_STAGE_SHARDS];
     gp_stage_slab *slabs;
     size_t nslabs, max_slabs;
     int want_more;               /* a get found none free, or the pool is new: gp_stage_grow adds a

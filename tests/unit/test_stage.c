@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "batching/stage.h"
 
@@ -136,12 +137,70 @@ static void test_failed_allocation_and_device_addresses(void **state)
     assert_int_equal(f.live_bytes, 0);
 }
 
+/* Chunks a thread returned (to its own free list) are found by a thread with another list: a get
+ * looks at every list before it reports the pool dry. */
+typedef struct {
+    gp_stage_pool *p;
+    gp_stage_chunk **c;
+    size_t n;
+    int take;
+} shard_arg;
+
+static void *take_or_return(void *arg)
+{
+    shard_arg *a = arg;
+
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->take)
+            a->c[i] = gp_stage_get(a->p);
+        else
+            gp_stage_put(a->p, a->c[i]);
+    }
+    return NULL;
+}
+
+static void run_thread(shard_arg *a)
+{
+    pthread_t t;
+
+    assert_int_equal(pthread_create(&t, NULL, take_or_return, a), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+static void test_chunks_cross_threads(void **state)
+{
+    fake_alloc f = { 0 };
+    gp_stage_pool p;
+    gp_stage_chunk *c[GP_STAGE_SLAB_CHUNKS], *d[GP_STAGE_SLAB_CHUNKS];
+    shard_arg take = { &p, c, GP_STAGE_SLAB_CHUNKS, 1 }, give = { &p, c, GP_STAGE_SLAB_CHUNKS, 0 };
+
+    (void)state;
+    assert_true(gp_stage_pool_init(&p, SLAB_BYTES, fake_alloc_fn, fake_release_fn, &f));
+    gp_stage_grow(&p);
+    run_thread(&take);   /* one thread takes the whole slab, from every list */
+    for (size_t i = 0; i < GP_STAGE_SLAB_CHUNKS; i++)
+        assert_non_null(c[i]);
+    run_thread(&give);   /* ... and returns it all to its own list */
+    for (size_t i = 0; i < GP_STAGE_SLAB_CHUNKS; i++) {   /* this thread finds every one */
+        d[i] = gp_stage_get(&p);
+        assert_non_null(d[i]);
+        for (size_t k = 0; k < i; k++)
+            assert_ptr_not_equal(d[i], d[k]);
+    }
+    assert_null(gp_stage_get(&p));
+    for (size_t i = 0; i < GP_STAGE_SLAB_CHUNKS; i++)
+        gp_stage_put(&p, d[i]);
+    gp_stage_pool_cleanup(&p);
+    assert_int_equal(f.live_bytes, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grows_only_when_asked),
         cmocka_unit_test(test_limit_and_reuse),
         cmocka_unit_test(test_failed_allocation_and_device_addresses),
+        cmocka_unit_test(test_chunks_cross_threads),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
