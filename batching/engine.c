@@ -136,29 +136,35 @@ void gp_log_line(const char *fmt, ...)
     (void)!write(STDERR_FILENO, buf, (size_t)n);
 }
 
-static uint64_t stat_sum(gp_engine *e, enum gp_stat st)
+/* Every counter summed over the shards. */
+static void stats_sum(gp_engine *e, uint64_t sum[GP_ST_COUNT])
 {
-    uint64_t sum = 0;
-
+    for (int j = 0; j < GP_ST_COUNT; j++)
+        sum[j] = 0;
     for (int i = 0; i < GP_STAT_SHARDS; i++)
-        sum += atomic_load_explicit(&e->stats[i].v[st], memory_order_relaxed);
-    return sum;
+        for (int j = 0; j < GP_ST_COUNT; j++)
+            sum[j] += atomic_load_explicit(&e->stats[i].v[j], memory_order_relaxed);
 }
 
 /* Knob stats: where async jobs spent their round trip (queue.c count_flush), per batch holding jobs. */
 static void print_async_stats(gp_engine *e)
 {
-    double nb = (double)stat_sum(e, GP_ST_ASYNC_BATCHES), jobs = (double)stat_sum(e, GP_ST_ASYNC_OPS);
+    uint64_t sum[GP_ST_COUNT];
+    double nb, jobs;
+
+    stats_sum(e, sum);
+    nb = (double)sum[GP_ST_ASYNC_BATCHES];
+    jobs = (double)sum[GP_ST_ASYNC_OPS];
 
     if (nb == 0)
         return;
     gp_log_line("gpuprov async: batches=%.0f per batch: jobs=%.1f gathered_us=%.1f at its flush: jobs_running=%.1f "
                 "jobs_with_app=%.1f flushed_by_size/share/timer=%llu/%llu/%llu resume_us_per_job=%.1f\n", nb,
-                (double)stat_sum(e, GP_ST_FLUSH_JOBS) / nb, (double)stat_sum(e, GP_ST_GATHER_NS) / nb / 1e3,
-                (double)stat_sum(e, GP_ST_FLUSH_RUNNING) / nb, (double)stat_sum(e, GP_ST_FLUSH_OUT) / nb,
-                (unsigned long long)stat_sum(e, GP_ST_FLUSH_SIZE), (unsigned long long)stat_sum(e, GP_ST_FLUSH_SHARE),
-                (unsigned long long)stat_sum(e, GP_ST_FLUSH_TIMER),
-                jobs > 0 ? (double)stat_sum(e, GP_ST_RESUME_NS) / jobs / 1e3 : 0.0);
+                (double)sum[GP_ST_FLUSH_JOBS] / nb, (double)sum[GP_ST_GATHER_NS] / nb / 1e3,
+                (double)sum[GP_ST_FLUSH_RUNNING] / nb, (double)sum[GP_ST_FLUSH_OUT] / nb,
+                (unsigned long long)sum[GP_ST_FLUSH_SIZE], (unsigned long long)sum[GP_ST_FLUSH_SHARE],
+                (unsigned long long)sum[GP_ST_FLUSH_TIMER],
+                jobs > 0 ? (double)sum[GP_ST_RESUME_NS] / jobs / 1e3 : 0.0);
 }
 
 void gp_engine_free(gp_engine *e)
@@ -226,11 +232,9 @@ void gp_engine_free(gp_engine *e)
 
 void gp_engine_stats(gp_engine *e, gp_stats *out)
 {
-    uint64_t sum[GP_ST_COUNT] = { 0 };
+    uint64_t sum[GP_ST_COUNT];
 
-    for (int i = 0; i < GP_STAT_SHARDS; i++)
-        for (int j = 0; j < GP_ST_COUNT; j++)
-            sum[j] += atomic_load_explicit(&e->stats[i].v[j], memory_order_relaxed);
+    stats_sum(e, sum);
     out->ops = sum[GP_ST_OPS];
     out->bytes = sum[GP_ST_BYTES];
     out->cuda_ops = sum[GP_ST_EXEC_OPS + GP_EXEC_CUDA];
