@@ -135,6 +135,7 @@ typedef struct gp_queue_entry {
     const gp_async_notify *notify;   /* NULL: a synchronous caller waiting in gp_queue_submit; else
                                       * an async job, woken through this */
     uint64_t done_ns;            /* knob stats, async: when the leader woke the job */
+    struct gp_queue_entry *next_in;   /* async: the next older entry in the queue's inbox */
 } gp_queue_entry;
 
 #define GP_MAX_DISPATCHERS 8
@@ -159,11 +160,19 @@ typedef struct gp_queue {
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
     uint64_t last_done_ns;       /* when a batch last completed */
     _Atomic uint64_t events;     /* bumped per append and per completed batch: the dispatcher spins
-                                  * on it without the lock */
+                                  * on it (and on the inbox) without the lock */
+    /* Async jobs queue without the lock: they push their entry here (newest first), and whoever
+     * holds the lock moves the inbox into the pending batch (queue.c, drain_inbox). */
+    _Atomic(struct gp_queue_entry *) inbox;
     pthread_cond_t dispatch_cond;   /* wakes a dispatcher: async entry added, batch done, stop */
     pthread_t dispatchers[GP_MAX_DISPATCHERS];   /* one per batch the executor overlaps */
     int ndispatchers;
-    _Atomic int spinning;        /* a dispatcher is spinning (the others block) */
+    /* Who looks at the inbox: the watcher (one dispatcher at a time, spinning or deciding, which
+     * checks the inbox before it leads or blocks), or else a dispatcher blocked on dispatch_cond,
+     * which a pushing job wakes (queue.c, wake_dispatcher). */
+    _Atomic int watching;
+    _Atomic int asleep;          /* dispatchers blocked on dispatch_cond */
+    _Atomic unsigned dispatchers_live;   /* gp_fork_generation() + 1 while this process's run */
     /* Async jobs hand their own per-request work (prepare, staging) to their thread only once jobs
      * of two threads or more have queued (submit_async); stage_one_thread: test hook. */
     _Atomic uintptr_t async_thread;   /* the last thread an async request came from */

@@ -38,6 +38,14 @@
  *     but no longer than ASYNC_GATHER_MAX flush_us periods after the previous batch completed.
  * Synchronous callers in a batch with async entries may lead it too (mixed batches are plain
  * batches); their waits use the same deadline.
+ *
+ * A job queues without the queue's lock: it pushes its entry onto the inbox, a lock-free stack, and
+ * whoever next holds the lock (a dispatcher, or a synchronous submitter) moves the inbox into the
+ * pending batch. With 16 threads of jobs, taking the lock per request was ~17% of the application
+ * threads' CPU on the H200 host (bench/RESULTS.md, eleventh session). One dispatcher at a time is
+ * the watcher, which looks at the inbox again before it leads a batch or blocks; while there is
+ * one, a push costs one compare-and-swap; while there is none, the pushing job wakes a blocked
+ * dispatcher (wake_dispatcher).
  */
 #define ASYNC_GATHER_MAX 20
 
@@ -118,6 +126,10 @@ static void fork_child(void)
         q->active = 0;
         q->async_thread = 0;   /* the child has one thread */
         q->async_threads = 0;
+        /* Entries pushed by the parent's other threads: their jobs are not in this process. */
+        q->inbox = NULL;
+        q->watching = 0;
+        q->asleep = 0;
     }
     pthread_mutex_init(&queues_lock, NULL);
 }
@@ -337,36 +349,111 @@ static int append(gp_queue *q, gp_queue_entry *me)
     return 1;
 }
 
+/*
+ * Move the jobs' inbox into the pending batch, oldest first (lock held). An entry the array cannot
+ * take (out of memory) fails like any refused submission: it is completed with GP_REQ_FAILED, with
+ * the lock dropped meanwhile (the completion may call the application's callback).
+ */
+static void drain_inbox(gp_queue *q)
+{
+    gp_queue_entry *list = atomic_exchange_explicit(&q->inbox, NULL, memory_order_acquire), *fifo = NULL, *next;
+
+    for (; list != NULL; list = next) {   /* newest first -> oldest first */
+        next = list->next_in;
+        list->next_in = fifo;
+        fifo = list;
+    }
+    for (; fifo != NULL; fifo = next) {
+        next = fifo->next_in;
+        if (append(q, fifo)) {
+            q->npending_async++;
+            continue;
+        }
+        fifo->req->status = GP_REQ_FAILED;
+        pthread_mutex_unlock(&q->lock);
+        gp_async_complete(fifo->notify, &fifo->done);
+        pthread_mutex_lock(&q->lock);
+    }
+}
+
+/* Push an async entry onto the inbox (no lock). */
+static void push_inbox(gp_queue *q, gp_queue_entry *me)
+{
+    gp_queue_entry *head = atomic_load_explicit(&q->inbox, memory_order_relaxed);
+
+    do
+        me->next_in = head;
+    while (!atomic_compare_exchange_weak_explicit(&q->inbox, &head, me, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+}
+
+/*
+ * After a push: make sure some dispatcher will look at the inbox. The watcher will (it checks the
+ * inbox after it stops watching: dispatcher_unwatch), and so will one running a batch (it checks
+ * when it comes back); only when there is no watcher and some dispatcher is blocked does the job
+ * take the lock to signal it. Both sides are sequentially consistent, so either the job sees the
+ * watcher or a blocked dispatcher, or that dispatcher sees the pushed entry (a store-load pairing,
+ * as in Dekker's algorithm).
+ */
+static void wake_dispatcher(gp_queue *q)
+{
+    if (atomic_load_explicit(&q->watching, memory_order_seq_cst)
+        || atomic_load_explicit(&q->asleep, memory_order_seq_cst) == 0)
+        return;
+    pthread_mutex_lock(&q->lock);
+    pthread_cond_signal(&q->dispatch_cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
 /* ---- the dispatcher: runs batches that hold async entries ---- */
+
+/* The watcher stops watching (lock held): from here on pushes wake a blocked dispatcher, and what
+ * was pushed before joins the pending batch now. */
+static void dispatcher_unwatch(gp_queue *q, int *watcher)
+{
+    if (!*watcher)
+        return;
+    *watcher = 0;
+    atomic_store_explicit(&q->watching, 0, memory_order_seq_cst);
+    drain_inbox(q);
+}
 
 /*
  * Wait for the next event (lock held, released meanwhile) until `deadline`. Jobs come back within
  * microseconds of each other while the application resumes them, and a sleeping thread can take
  * far longer than that to wake (tens to hundreds of µs on a VM), so unless wait = block the
- * dispatcher first spins spin_us after the latest event, without the lock, watching the counter.
+ * dispatcher first spins spin_us after the latest event, without the lock, watching the counter
+ * and the inbox. Returns early, without blocking, when the inbox is not empty.
  */
-static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
+static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *watcher)
 {
     uint64_t seen = atomic_load_explicit(&q->events, memory_order_relaxed);
     uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
     uint64_t t = gp_now_ns();
 
-    /* One dispatcher spins at a time; the others block (an event wakes one with a signal). */
+    /* One dispatcher spins at a time, as the watcher; the others block (an event wakes one). */
     if (e->knobs.wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
         && t < spin_until
-        && atomic_exchange_explicit(&q->spinning, 1, memory_order_acquire) == 0) {
+        && (*watcher || atomic_exchange_explicit(&q->watching, 1, memory_order_seq_cst) == 0)) {
+        *watcher = 1;
         if (spin_until > deadline)
             spin_until = deadline;
         pthread_mutex_unlock(&q->lock);
-        for (unsigned i = 1; atomic_load_explicit(&q->events, memory_order_relaxed) == seen; i++) {
+        for (unsigned i = 1; atomic_load_explicit(&q->events, memory_order_relaxed) == seen
+                             && atomic_load_explicit(&q->inbox, memory_order_relaxed) == NULL; i++) {
             if ((i & 63) == 0) {
                 if (gp_now_ns() >= spin_until)
                     break;
                 sched_yield();
             }
         }
-        atomic_store_explicit(&q->spinning, 0, memory_order_release);
         pthread_mutex_lock(&q->lock);
+        return;
+    }
+    dispatcher_unwatch(q, watcher);
+    atomic_fetch_add_explicit(&q->asleep, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&q->inbox, memory_order_seq_cst) != NULL) {
+        atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);
         return;
     }
     if (deadline == UINT64_MAX) {
@@ -376,24 +463,31 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline)
 
         pthread_cond_timedwait(&q->dispatch_cond, &q->lock, &ts);
     }
+    atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);
 }
 
 static void *dispatcher_main(void *arg)
 {
     gp_engine *e = arg;
     gp_queue *q = &e->queue;
+    int watcher = 0;
 
     /* Wait contexts keep a pointer to our fd cleanup function: stay mapped (done here, on a
      * thread's stack, rather than on the job's). */
     gp_async_pin_module();
     pthread_mutex_lock(&q->lock);
-    while (!q->dispatcher_stop || q->npending_async > 0) {
+    for (;;) {
         uint64_t deadline = UINT64_MAX;
 
+        drain_inbox(q);
+        if (q->dispatcher_stop && q->npending_async == 0)
+            break;
         if (q->npending_async > 0) {
             int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(e, q, gp_now_ns());
 
             if (why != FLUSH_NO) {
+                /* Busy for a whole batch: another dispatcher watches meanwhile. */
+                dispatcher_unwatch(q, &watcher);
                 count_flush(e, q, why);
                 lead(e, q);
                 continue;
@@ -401,8 +495,9 @@ static void *dispatcher_main(void *arg)
             if (q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
                 deadline = flush_deadline(e, q);
         }
-        dispatcher_wait(e, q, deadline);
+        dispatcher_wait(e, q, deadline, &watcher);
     }
+    dispatcher_unwatch(q, &watcher);
     pthread_mutex_unlock(&q->lock);
     return NULL;
 }
@@ -421,7 +516,8 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
         return q->dispatcher_state == 1;
     q->dispatcher_fork_gen = gen;
     q->dispatcher_stop = 0;
-    atomic_store(&q->spinning, 0);
+    atomic_store(&q->watching, 0);
+    atomic_store(&q->asleep, 0);
     if (want < 1)
         want = 1;
     if (want > GP_MAX_DISPATCHERS)
@@ -434,6 +530,8 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
             break;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     q->dispatcher_state = q->ndispatchers > 0 ? 1 : -1;
+    if (q->dispatcher_state == 1)
+        atomic_store_explicit(&q->dispatchers_live, gen + 1, memory_order_release);
     return q->dispatcher_state == 1;
 }
 
@@ -445,6 +543,7 @@ void gp_queue_stop_dispatcher(gp_engine *e)
     pthread_mutex_lock(&q->lock);
     join = q->dispatcher_state == 1 && q->dispatcher_fork_gen == gp_fork_generation();
     q->dispatcher_stop = 1;
+    atomic_store(&q->dispatchers_live, 0);
     pthread_cond_broadcast(&q->dispatch_cond);
     pthread_mutex_unlock(&q->lock);
     if (join)
@@ -550,18 +649,21 @@ static int submit_async(gp_engine *e, gp_request *r)
         prepare(e, r);
         stage_in(e, r, &st);
     }
-    pthread_mutex_lock(&q->lock);
-    if (!dispatcher_ensure(e, q) || !append(q, &me)) {
+    if (atomic_load_explicit(&q->dispatchers_live, memory_order_acquire) != gp_fork_generation() + 1) {
+        int ok;
+
+        pthread_mutex_lock(&q->lock);
+        ok = dispatcher_ensure(e, q);
         pthread_mutex_unlock(&q->lock);
-        stage_out(r, &st);
-        return GP_REQ_FAILED;
+        if (!ok) {
+            stage_out(r, &st);
+            return GP_REQ_FAILED;
+        }
     }
-    q->npending_async++;
+    /* Counted before the push: once a dispatcher has the entry, the share rule counts it in. */
     atomic_fetch_add_explicit(&q->async_waiting, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&q->lock);
-    /* After the unlock: a dispatcher woken here finds the lock free. It cannot miss the append: it
-     * either checked the queue after it, or is waiting and gets this signal. */
-    pthread_cond_signal(&q->dispatch_cond);
+    push_inbox(q, &me);
+    wake_dispatcher(q);
     if (e->knobs.stats)
         gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
 
@@ -597,9 +699,11 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
     gen = q->generation;
 
     while (!atomic_load_explicit(&me.done, memory_order_acquire)) {
-        int pending = q->generation == gen;   /* still in the batch being gathered */
+        int pending, why;
 
-        int why = pending ? should_flush(e, q, gp_now_ns()) : FLUSH_NO;
+        drain_inbox(q);   /* jobs queued meanwhile join the batch this caller may lead */
+        pending = q->generation == gen;   /* still in the batch being gathered */
+        why = pending ? should_flush(e, q, gp_now_ns()) : FLUSH_NO;
 
         if (why != FLUSH_NO) {
             count_flush(e, q, why);
