@@ -614,12 +614,12 @@ gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen
 {
     gp_key *k;
 
-    (void)e;
     if (keylen > sizeof(k->raw))
         return NULL;
     k = OPENSSL_secure_zalloc(sizeof(*k));
     if (k == NULL)
         return NULL;
+    k->engine = e;
     k->id = atomic_fetch_add(&next_key_id, 1);
     k->alg = alg;
     k->keylen = keylen;
@@ -661,6 +661,7 @@ gp_key *gp_key_dup(const gp_key *k)
     d->id = atomic_fetch_add(&next_key_id, 1);
     d->ecb = NULL;   /* the copy makes its own on first use */
     d->ghmma = NULL;
+    memset(d->table_slot, 0, sizeof(d->table_slot));   /* the original's slots stay the original's */
     return d;
 }
 
@@ -673,6 +674,9 @@ void gp_key_free(gp_key *k)
 {
     if (k == NULL)
         return;
+    for (int i = 0; i < GP_EXEC_COUNT; i++)
+        if (executors[i] != NULL && executors[i]->key_forget != NULL && k->engine != NULL)
+            executors[i]->key_forget(k->engine, k);   /* the device's copy of the schedule */
     EVP_CIPHER_CTX_free(k->ecb);                    /* cleanses its key schedule */
     OPENSSL_secure_clear_free(k->ghmma, sizeof(*k->ghmma));   /* linear in H: secret */
     OPENSSL_secure_clear_free(k, sizeof(*k));       /* round keys, H and the raw key are secret */

@@ -38,6 +38,9 @@ typedef struct gp_executor {
     /* Per-message work a data request's own thread does before it queues, so that the batch's
      * leader or dispatcher, one thread for the whole batch, does not; NULL: none. */
     void (*prepare)(gp_engine *e, gp_request *r);
+    /* The key is being freed: drop what the executor keeps of it (cuda: its resident schedule);
+     * NULL: nothing kept. May run on an async job's stack. */
+    void (*key_forget)(gp_engine *e, gp_key *k);
 } gp_executor;
 
 extern const gp_executor gp_exec_host;
@@ -66,7 +69,12 @@ typedef struct gp_cpu_direct {
     size_t ivlen;                /* the cipher's default IV length (a new context starts there) */
 } gp_cpu_direct;
 
+/* GPUs whose key tables a key may have a slot in (batching/key_table.h); further ones carry it in
+ * every batch. */
+#define GP_KEY_TABLE_GPUS 8
+
 struct gp_key {
+    gp_engine *engine;
     uint64_t id;                 /* unique per scheduled key: the cpu executor re-keys on change */
     uint32_t alg;
     size_t keylen;
@@ -76,6 +84,8 @@ struct gp_key {
     EVP_CIPHER_CTX *ecb;         /* GCM, host/cuda: the default provider's AES-ECB under this key,
                                   * for E_K(J0) at each message start (made on first use) */
     gp_ghash_mma *ghmma;         /* GCM, cuda: the tensor-core GHASH matrix (made on first use) */
+    uint32_t table_slot[GP_KEY_TABLE_GPUS];   /* cuda: slot + 1 in each GPU's key table, 0: none
+                                               * (changed under that table's lock) */
 };
 
 /* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */

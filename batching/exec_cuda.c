@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 
 #include "engine_internal.h"
+#include "key_table.h"
 #include "kernels/launch.h"
 
 #define ARENA_MIN (1u << 20)
@@ -20,7 +21,10 @@
 #define NO_MMA SIZE_MAX            /* a request without a GHASH matrix (kernels/ghash_mma.h) */
 #define MMA_DEDUP 32               /* how far back a request looks for its key's matrix */
 #define KEY_STRIDE ALIGN16(GP_KEY_SCHED_DEVICE_BYTES)
+#define POWS_STRIDE ALIGN16(sizeof(gp_mac_pows))
 #define STAGE_POOL_MAX (256u << 20)   /* mapped pinned memory for staged requests at most */
+#define KEY_TABLE_MAX_SLOTS 65536u    /* resident keys per GPU (key_table.h): 150 MB at most */
+#define WIPES_PER_BATCH 64            /* freed keys' slots a batch clears at most */
 #define GP_GPU_STEPS 5                /* copy in, staged in, kernel, staged out, copy out */
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
@@ -51,7 +55,22 @@ typedef struct gp_cuda_slot {
     size_t *order, *rank, *wave, order_cap;
     gp_job *jobs;
     size_t *mma;                 /* per request: its GHASH matrix's index in the batch, or NO_MMA */
+    uint8_t *where;              /* per request: enum gp_key_where of its key */
+    uint32_t *kslot;             /* per request: its key's table slot, where it has one */
+    uint32_t *uploads;           /* a batch's UPLOAD slots */
+    uint32_t wipes[WIPES_PER_BATCH];
 } gp_cuda_slot;
+
+/* One GPU's table of resident keys (key_table.h) and what clears its slots. */
+typedef struct gp_cuda_keys {
+    gp_key_table table;
+    int ready;
+    int device;
+    cudaStream_t wipe_stream;    /* clears a freed key's slot right away (gp_key_table ops) */
+    cudaEvent_t wiped;           /* recorded after each such clear */
+    uint8_t *zeros;              /* KEY_STRIDE zero bytes on the device: what a batch copies over a
+                                  * freed key's slot when the freeing thread could not clear it */
+} gp_cuda_keys;
 
 typedef struct gp_cuda {
     gp_cuda_slot *slots;
@@ -67,11 +86,14 @@ typedef struct gp_cuda {
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
     atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out, st_staged;
+    atomic_uint_fast64_t st_ns_issue;   /* of st_ns_gpu: issuing the batch's CUDA calls */
     atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
     gp_stage_pool stage;
     int stage_ready;
-    int stage_device;
+    int stage_device;            /* also the first GPU: key tables are indexed from it */
+    unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
+    gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
 } gp_cuda;
 
 /* Report a CUDA failure once per process, clear the sticky error where there is one. */
@@ -160,6 +182,132 @@ static void stage_release(void *ctx, void *mem, size_t bytes)
     cudaFreeHost(mem);
 }
 
+/* ---- resident keys: the device side of key_table.h ---- */
+
+/* Make `dev` the calling thread's current device, keeping the one it had in *saved for
+ * device_leave to put back: these run on the application's threads too, which may use CUDA. */
+static int device_enter(int dev, int *saved)
+{
+    if (cudaGetDevice(saved) != cudaSuccess)
+        *saved = -1;
+    return cudaSetDevice(dev) == cudaSuccess;
+}
+
+static void device_leave(int saved)
+{
+    if (saved >= 0)
+        (void)cudaSetDevice(saved);
+}
+
+static uint64_t keys_chunk_alloc(void *ctx, size_t bytes)
+{
+    gp_cuda_keys *k = ctx;
+    void *p = NULL;
+    int saved;
+
+    if (!device_enter(k->device, &saved) || cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p = NULL;
+    }
+    device_leave(saved);
+    return (uint64_t)(uintptr_t)p;
+}
+
+static void keys_chunk_free(void *ctx, uint64_t dev, size_t bytes)
+{
+    gp_cuda_keys *k = ctx;
+    int saved;
+
+    if (device_enter(k->device, &saved)) {
+        (void)cudaMemset((void *)(uintptr_t)dev, 0, bytes);   /* synchronous: cleared before the free */
+        (void)cudaFree((void *)(uintptr_t)dev);
+    }
+    (void)cudaGetLastError();
+    device_leave(saved);
+}
+
+static int keys_wipe_now(void *ctx, uint64_t dev, size_t bytes)
+{
+    gp_cuda_keys *k = ctx;
+    int saved, ok;
+
+    ok = device_enter(k->device, &saved)
+         && cudaMemsetAsync((void *)(uintptr_t)dev, 0, bytes, k->wipe_stream) == cudaSuccess
+         && cudaEventRecord(k->wiped, k->wipe_stream) == cudaSuccess;
+    if (!ok)
+        (void)cudaGetLastError();
+    device_leave(saved);
+    return ok;
+}
+
+static int keys_wipes_done(void *ctx)
+{
+    gp_cuda_keys *k = ctx;
+    cudaError_t err = cudaEventQuery(k->wiped);
+
+    if (err != cudaSuccess && err != cudaErrorNotReady)
+        (void)cudaGetLastError();
+    return err == cudaSuccess;
+}
+
+static const gp_key_table_ops keys_ops = {
+    .chunk_alloc = keys_chunk_alloc,
+    .chunk_free = keys_chunk_free,
+    .wipe_now = keys_wipe_now,
+    .wipes_done = keys_wipes_done,
+};
+
+/* GPU `dev`'s key table (current device: dev); without one, keys go in every batch as before. */
+static void keys_open(gp_cuda_keys *k, int dev)
+{
+    k->device = dev;
+    if (cudaStreamCreateWithFlags(&k->wipe_stream, cudaStreamNonBlocking) != cudaSuccess
+        || cudaEventCreateWithFlags(&k->wiped, cudaEventDisableTiming) != cudaSuccess
+        || cudaMalloc((void **)&k->zeros, KEY_STRIDE) != cudaSuccess
+        || cudaMemset(k->zeros, 0, KEY_STRIDE) != cudaSuccess
+        || !gp_key_table_init(&k->table, KEY_STRIDE, KEY_TABLE_MAX_SLOTS, &keys_ops, k)) {
+        (void)cudaGetLastError();
+        return;
+    }
+    k->ready = 1;
+}
+
+static void keys_close(gp_cuda_keys *k)
+{
+    if (k->ready)
+        gp_key_table_cleanup(&k->table);   /* clears and frees every chunk */
+    k->ready = 0;
+    if (k->zeros != NULL)
+        cudaFree(k->zeros);
+    if (k->wiped != NULL)
+        cudaEventDestroy(k->wiped);
+    if (k->wipe_stream != NULL)
+        cudaStreamDestroy(k->wipe_stream);
+    memset(k, 0, sizeof(*k));
+}
+
+/* The table of the GPU a slot runs on, or NULL. */
+static gp_cuda_keys *keys_of(gp_cuda *g, const gp_cuda_slot *sl)
+{
+    int d = sl->device - g->stage_device;
+
+    return d >= 0 && d < GP_KEY_TABLE_GPUS && g->keys[d].ready ? &g->keys[d] : NULL;
+}
+
+/* gp_executor.key_forget: the key's slots are cleared (from here when this thread may call CUDA,
+ * i.e. not on an async job's small stack, else by the next batch on that GPU) and reused. */
+static void cuda_key_forget(gp_engine *e, gp_key *k)
+{
+    gp_cuda *g = e->cuda;
+    int may_call = !gp_async_in_job();
+
+    if (g == NULL || g->open_gen != gp_fork_generation())
+        return;
+    for (int d = 0; d < GP_KEY_TABLE_GPUS; d++)
+        if (k->table_slot[d] != 0 && g->keys[d].ready)
+            gp_key_table_forget(&g->keys[d].table, &k->table_slot[d], k->id, may_call);
+}
+
 static gp_stage_pool *cuda_stage_pool(gp_engine *e)
 {
     gp_cuda *g = e->cuda;
@@ -215,6 +363,7 @@ static int cuda_open(gp_engine *e)
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
     c->stage_device = first;
+    c->open_gen = gp_fork_generation();
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
@@ -240,6 +389,8 @@ static int cuda_open(gp_engine *e)
             cuda_close(e);
             return 0;
         }
+        if (i % per_gpu == 0 && i / per_gpu < GP_KEY_TABLE_GPUS)
+            keys_open(&c->keys[i / per_gpu], sl->device);
     }
     /* The queue may now flush a batch while others run (queue.c). */
     atomic_store(&e->max_inflight, c->nslots);
@@ -281,8 +432,9 @@ static void cuda_close(gp_engine *e)
                     "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
                     (double)atomic_load(&c->st_staged) / nb, (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
-        gp_log_line("gpuprov cuda: per batch on the GPU: copy_in_us=%.1f staged_in_us=%.1f kernel_us=%.1f "
-                    "staged_out_us=%.1f copy_out_us=%.1f\n", (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
+        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f copy_in_us=%.1f staged_in_us=%.1f kernel_us=%.1f "
+                    "staged_out_us=%.1f copy_out_us=%.1f\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
+                    (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
     }
@@ -303,8 +455,13 @@ static void cuda_close(gp_engine *e)
         OPENSSL_free(sl->wave);
         OPENSSL_free(sl->jobs);
         OPENSSL_free(sl->mma);
+        OPENSSL_free(sl->where);
+        OPENSSL_free(sl->kslot);
+        OPENSSL_free(sl->uploads);
         pthread_mutex_destroy(&sl->lock);
     }
+    for (int d = 0; d < GP_KEY_TABLE_GPUS; d++)
+        keys_close(&c->keys[d]);
     if (c->stage_ready)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     OPENSSL_free(c->slots);
@@ -351,12 +508,19 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
     OPENSSL_free(c->wave);
     OPENSSL_free(c->jobs);
     OPENSSL_free(c->mma);
+    OPENSSL_free(c->where);
+    OPENSSL_free(c->kslot);
+    OPENSSL_free(c->uploads);
     c->order = OPENSSL_malloc(cap * sizeof(*c->order));
     c->rank = OPENSSL_malloc(cap * sizeof(*c->rank));
     c->wave = OPENSSL_malloc(cap * sizeof(*c->wave));
     c->jobs = OPENSSL_malloc(cap * sizeof(*c->jobs));
     c->mma = OPENSSL_malloc(cap * sizeof(*c->mma));
-    c->order_cap = c->order && c->rank && c->wave && c->jobs && c->mma ? cap : 0;
+    c->where = OPENSSL_malloc(cap * sizeof(*c->where));
+    c->kslot = OPENSSL_malloc(cap * sizeof(*c->kslot));
+    c->uploads = OPENSSL_malloc(cap * sizeof(*c->uploads));
+    c->order_cap = c->order && c->rank && c->wave && c->jobs && c->mma && c->where && c->kslot && c->uploads
+                   ? cap : 0;
     return c->order_cap != 0;
 }
 
@@ -366,24 +530,35 @@ static int staged_on_gpu(const gp_request *r)
     return r->kind == GP_REQ_CRYPT && r->stage != NULL && r->stage->dev != 0 && r->len > 0;
 }
 
+/* Whether request r's units take powers of r made for its message (ChaCha20-Poly1305), which the
+ * batch carries beside the key (gp_work.pows_off). */
+static int carries_pows(const gp_request *r, const gp_job *j)
+{
+    return j->nunits > 0 && r->msg->st.alg == GP_ALG_CHACHA20_POLY1305;
+}
+
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][staged copies][inputs: carried AAD, data][key schedules]
+ * has now. Arena: [unit refs][work][copies][inputs: carried AAD, data][key schedules, powers of r]
  * [GHASH matrices][states][outputs][partials][staged data]. One copy takes everything up to the
  * outputs to the GPU, one brings states and outputs back; the host waits for that copy (an event),
  * and the device's keys, matrices, states, outputs, partial MACs and staged data are then cleared
  * by one memset that runs after it, off the caller's path. A staged request's data skips both
  * copies and the host arena: gp_copy_kernel brings it from its chunk into the device-only region at
  * the end before the batch kernel, where the kernel works on it in place, and takes the result to
- * the chunk's output half after.
+ * the chunk's output half after. A key resident in the GPU's key table (key_table.h) is not in the
+ * arena at all; one the table takes now is, once, and the same copy kernel puts it in its slot
+ * (and clears freed keys' slots) before the batch kernel runs.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_cuda *g = e->cuda;
     size_t nrefs = 0, off, refs_off = 0, work_off, copies_off, in_off, keys_off, mma_off, states_off, out_off;
-    size_t part_off, stage_off, nmma = 0, ncopies = 0;
+    size_t part_off, stage_off, nmma = 0, ncopies = 0, nup = 0, nwipes = 0;
+    gp_cuda_keys *kt = keys_of(g, c);
+    uint64_t kbatch = 0;
     size_t total = 0;
-    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0;
+    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
     unsigned int flags = 0;
     gp_unit_ref *refs;
     gp_work *work;
@@ -399,6 +574,23 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
         ncopies += staged_on_gpu(r);
+    }
+    /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
+    if (kt != NULL) {
+        int d = c->device - g->stage_device;
+
+        kbatch = gp_key_table_batch_begin(&kt->table);
+        for (size_t i = 0; i < m; i++) {
+            gp_key *k = reqs[idx[i]].msg->key;
+
+            c->where[i] = (uint8_t)gp_key_table_lookup(&kt->table, &k->table_slot[d], k->id, kbatch, &c->kslot[i]);
+            if (c->where[i] == GP_KEY_UPLOAD)
+                c->uploads[nup++] = c->kslot[i];
+        }
+        nwipes = gp_key_table_take_wipes(&kt->table, kbatch, c->wipes, WIPES_PER_BATCH);
+        gp_key_table_batch_unlock(&kt->table);
+    } else {
+        memset(c->where, GP_KEY_INLINE, m * sizeof(*c->where));
     }
     for (size_t i = 0; i < m; i++) {
         const gp_request *r = &reqs[idx[i]];
@@ -421,13 +613,17 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     }
     work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
     copies_off = ALIGN16(work_off + m * sizeof(gp_work));
-    in_off = ALIGN16(copies_off + ncopies * sizeof(gp_copy));
+    in_off = ALIGN16(copies_off + (ncopies + nup + nwipes) * sizeof(gp_copy));
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
                + (staged_on_gpu(&reqs[idx[i]]) ? 0 : data_bytes(&c->jobs[i]));
     keys_off = ALIGN128(off);
-    mma_off = ALIGN128(keys_off + m * KEY_STRIDE);
+    off = keys_off;
+    for (size_t i = 0; i < m; i++)
+        off += (c->where[i] != GP_KEY_RESIDENT ? KEY_STRIDE : 0)
+               + (carries_pows(&reqs[idx[i]], &c->jobs[i]) ? POWS_STRIDE : 0);
+    mma_off = ALIGN128(off);
     states_off = mma_off + nmma * sizeof(gp_ghash_mma);
     out_off = states_off + m * STATE_STRIDE;
     off = out_off;
@@ -452,14 +648,14 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     work = (gp_work *)(c->host + work_off);
     {
         size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, stage_pos = stage_off, ref = 0, mma_put = 0;
+        size_t key_pos = keys_off;
         gp_copy *copies = (gp_copy *)(c->host + copies_off);
-        size_t ncopy = 0;
+        size_t ncopy = 0, nup_put = ncopies;   /* staged requests' copies first, then uploads, wipes */
 
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
             gp_work *w = &work[i];
             size_t pad = body_pad(&c->jobs[i]);
-            gp_key_sched *dk;
 
             memset(w, 0, sizeof(*w));
             w->job = c->jobs[i];
@@ -468,7 +664,6 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 memcpy(c->host + in_pos, r->aad, w->job.aad_len);
                 in_pos += ALIGN16(w->job.aad_len);
             }
-            w->key_off = keys_off + i * KEY_STRIDE;
             w->state_off = states_off + i * STATE_STRIDE;
             w->partials_off = part_pos;
             if (staged_on_gpu(r)) {   /* in place, in the device-only region */
@@ -487,12 +682,27 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 in_pos += data_bytes(&w->job);
                 out_pos += r->kind == GP_REQ_CRYPT ? data_bytes(&w->job) : r->kind == GP_REQ_AAD ? 0 : 16;
             }
-            /* The key as the device reads it (not the host's bitsliced round keys); a Poly1305
-             * request's units take its message's powers of r in the key's table. */
-            dk = (gp_key_sched *)(c->host + w->key_off);
-            memcpy(dk, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
-            if (w->job.nunits > 0 && dk->alg == GP_ALG_CHACHA20_POLY1305)
-                memcpy(&dk->mac_pows, gp_kstate_pows(r->msg, dk), sizeof(dk->mac_pows));
+            /* The key as the device reads it (not the host's bitsliced round keys): in its table
+             * slot, or here; a Poly1305 request's units take its message's powers of r. */
+            if (c->where[i] != GP_KEY_RESIDENT) {
+                memcpy(c->host + key_pos, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
+                w->key_off = key_pos;
+                if (c->where[i] == GP_KEY_UPLOAD) {
+                    copies[nup_put].host_in = (uint64_t)(uintptr_t)(c->dev + key_pos);
+                    copies[nup_put].host_out = 0;
+                    copies[nup_put].dev = gp_key_table_addr(&kt->table, c->kslot[i]);
+                    copies[nup_put++].len = GP_KEY_SCHED_DEVICE_BYTES;
+                }
+                key_pos += KEY_STRIDE;
+            }
+            if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
+                w->key_off = gp_key_table_addr(&kt->table, c->kslot[i]) - (uint64_t)(uintptr_t)c->dev;
+            if (carries_pows(r, &w->job)) {
+                memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key)),
+                       sizeof(gp_mac_pows));
+                w->pows_off = key_pos;
+                key_pos += POWS_STRIDE;
+            }
             if (c->mma[i] != NO_MMA) {
                 w->ghmma_off = mma_off + c->mma[i] * sizeof(gp_ghash_mma);
                 if (c->mma[i] == mma_put) {   /* the key's first request in the batch */
@@ -514,6 +724,12 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
         refs[ref].unit = 0;
+        for (size_t i = 0; i < nwipes; i++, nup_put++) {   /* freed keys' slots, cleared */
+            copies[nup_put].host_in = (uint64_t)(uintptr_t)kt->zeros;
+            copies[nup_put].host_out = 0;
+            copies[nup_put].dev = gp_key_table_addr(&kt->table, c->wipes[i]);
+            copies[nup_put].len = KEY_STRIDE;
+        }
     }
 
     /* Every call checked: a failure leaves the callers' buffers and message states untouched. */
@@ -524,9 +740,11 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
         const gp_copy *dcopies = (const gp_copy *)(c->dev + copies_off);
-        unsigned int nc = (unsigned int)ncopies, to_dev = 0, to_host = 1;
-        void *in_args[] = { &dcopies, &nc, &to_dev }, *out_args[] = { &dcopies, &nc, &to_host };
+        unsigned int nc = (unsigned int)ncopies, nc_in = (unsigned int)(ncopies + nup + nwipes);
+        unsigned int to_dev = 0, to_host = 1;
+        void *in_args[] = { &dcopies, &nc_in, &to_dev }, *out_args[] = { &dcopies, &nc, &to_host };
         dim3 block, grid, copy_grid = { nc < GP_COPY_MAX_GRID ? nc : GP_COPY_MAX_GRID, 1, 1 };
+        dim3 copy_in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
         dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
         size_t smem;
 
@@ -545,8 +763,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
-        if ((nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, in_args, 0,
-                                               c->stream)) != cudaSuccess)
+        if ((nc_in > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_in_grid, copy_block, in_args,
+                                                  0, c->stream)) != cudaSuccess)
             || (err = step_mark(c, 2)) != cudaSuccess
             || (err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess
             || (err = step_mark(c, 3)) != cudaSuccess
@@ -568,6 +786,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "device cleanse", err);
             goto out;
         }
+        if (e->knobs.stats)
+            t_issued = gp_now_ns();
         if ((err = wait_for_gpu(e, c->copied)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
@@ -615,6 +835,8 @@ out:
         gp_wipe(c->host + keys_off, out_off - keys_off);
     }
     gp_wipe(c->jobs, m * sizeof(*c->jobs));
+    if (kbatch != 0)
+        gp_key_table_batch_end(&kt->table, kbatch, ok, c->uploads, nup, c->wipes, nwipes);
     if (e->knobs.stats && ok) {
         uint64_t t3 = gp_now_ns();
 
@@ -623,6 +845,7 @@ out:
         atomic_fetch_add_explicit(&g->st_staged, ncopies, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_in, t1 - t0, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_issue, t_issued - t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_out, t3 - t2, memory_order_relaxed);
     }
     return ok;
@@ -697,4 +920,5 @@ const gp_executor gp_exec_cuda = {
     .msg_clear = NULL,
     .stage_pool = cuda_stage_pool,
     .prepare = gp_kstate_prepare,
+    .key_forget = cuda_key_forget,
 };

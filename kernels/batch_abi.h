@@ -116,13 +116,17 @@ typedef struct gp_job {
  * last of them to finish (counted in `done`) folds the partials.
  */
 typedef struct gp_work {
-    uint64_t key_off;             /* gp_key_sched */
+    /* gp_key_sched: its address minus the arena's, modulo 2^64, so that it may lie in the arena or
+     * in the cuda executor's table of resident keys (batching/exec_cuda.c) */
+    uint64_t key_off;
     uint64_t state_off;           /* gp_msg_state */
     uint64_t in_off;              /* request input (AAD or data) */
     uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG */
     uint64_t partials_off;        /* job.nunits partial MACs of GP_PARTIAL_BYTES */
     uint64_t ghmma_off;           /* GCM with GP_GHASH_MMA_MIN_UNITS units or more: the key's tensor-core
                                    * GHASH matrix (kernels/ghash_mma.h); 0: none, integer GHASH */
+    uint64_t pows_off;            /* the request's MAC powers (gp_mac_pows) in the arena; 0: the key's
+                                   * own (GCM; ChaCha20-Poly1305's depend on the message's r) */
     uint32_t done;                /* units finished; zero at launch */
     uint32_t reserved;
     gp_job job;
@@ -156,7 +160,7 @@ typedef struct gp_copy {
 # define GP_STATIC_ASSERT _Static_assert
 #endif
 GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and device");
-GP_STATIC_ASSERT(sizeof(gp_work) == 120, "gp_work layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte

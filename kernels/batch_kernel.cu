@@ -38,17 +38,18 @@ static __device__ __noinline__ void batch_lead(gp_msg_state *st, const gp_key_sc
 }
 
 static __device__ __noinline__ void batch_fold(const gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
-                                               const uint8_t *partials, uint32_t lane, gp_lane_mac *t)
+                                               const gp_mac_pows *pw, const uint8_t *partials, uint32_t lane,
+                                               gp_lane_mac *t)
 {
     gp_lane_mac xlead;
 
     gp_state_mac(k->alg, st, &xlead);   /* from L2: the lead may run in another block */
-    gp_fold_lane(k->alg, j, &k->mac_pows, &xlead, partials, lane, t);
+    gp_fold_lane(k->alg, j, pw, &xlead, partials, lane, t);
 }
 
 static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
-                                                 const uint8_t *partials, const gp_lane_mac *t,
-                                                 const uint8_t *in, uint8_t *out)
+                                                 const gp_mac_pows *pw, const uint8_t *partials,
+                                                 const gp_lane_mac *t, const uint8_t *in, uint8_t *out)
 {
     /* The state from L2 in 8-byte loads, all issued before the first is used (states are
      * 128-byte aligned; byte-wise dependent loads cost one L2 latency each, ~30 us in all). */
@@ -63,16 +64,17 @@ static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_
 #pragma unroll
     for (int i = 0; i < NW; i++)
         ((uint2 *)&local)[i] = tmp[i];
-    gp_unit_finish_serial(&local, k, j, &k->mac_pows, partials, t, in + j->head_len + j->body_len,
+    gp_unit_finish_serial(&local, k, j, pw, partials, t, in + j->head_len + j->body_len,
                           out + j->head_len + j->body_len);
     *st = local;
     gp_state_wipe(&local, sizeof(local));
 }
 
 static __device__ __noinline__ void batch_finish_fast(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
-                                                      const uint8_t *partials, const gp_lane_mac *t)
+                                                      const gp_mac_pows *pw, const uint8_t *partials,
+                                                      const gp_lane_mac *t)
 {
-    gp_unit_finish_fast(st, k, j, &k->mac_pows, partials, t);
+    gp_unit_finish_fast(st, k, j, pw, partials, t);
 }
 
 /* m = sum of the lane group's values, in lane 0 (the other lanes end with partial sums). */
@@ -93,7 +95,9 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
                                                  gp_work *work, uint8_t *arena)
 {
     gp_work *w = &work[ref->work];
-    const gp_key_sched *k = (const gp_key_sched *)(arena + w->key_off);
+    /* Unsigned arithmetic: key_off wraps modulo 2^64 when the key is in the resident table. */
+    const gp_key_sched *k = (const gp_key_sched *)((uintptr_t)arena + w->key_off);
+    const gp_mac_pows *pw = w->pows_off != 0 ? (const gp_mac_pows *)(arena + w->pows_off) : &k->mac_pows;
     gp_msg_state *st = (gp_msg_state *)(arena + w->state_off);
     const uint8_t *in = arena + w->in_off, *partials = arena + w->partials_off;
     uint8_t *out = arena + w->out_off;
@@ -110,7 +114,7 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         const gp_ghash_mma *mx = w->ghmma_off != 0 ? (const gp_ghash_mma *)(arena + w->ghmma_off) : NULL;
         gp_lane_mac m;
 
-        gp_unit_lane(&w->job, k, &k->mac_pows, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
+        gp_unit_lane(&w->job, k, pw, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
         if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
             group_sum(alg, mask, &m);
             if (lane == 0)
@@ -131,14 +135,14 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
 
         gp_lane_mac_zero(&tsum);
         if (gp_alg_is_aead(alg)) {
-            batch_fold(st, k, &w->job, partials, lane, &tsum);
+            batch_fold(st, k, &w->job, pw, partials, lane, &tsum);
             group_sum(alg, mask, &tsum);
         }
         if (lane == 0) {
             if (w->job.len == w->job.head_len + w->job.body_len)
-                batch_finish_fast(st, k, &w->job, partials, &tsum);   /* no tail: words only */
+                batch_finish_fast(st, k, &w->job, pw, partials, &tsum);   /* no tail: words only */
             else
-                batch_finish(st, k, &w->job, partials, &tsum, in, out);
+                batch_finish(st, k, &w->job, pw, partials, &tsum, in, out);
         }
     }
 }
