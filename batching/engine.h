@@ -39,7 +39,7 @@ typedef struct gp_knobs {
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
     int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
-                            * device arenas and async dispatcher thread (0: the default, 3) */
+                            * device arenas and async dispatcher thread (0: the default, 4) */
     /* Batching (host and cuda executors): a batch flushes at max_batch_ops requests or
      * max_batch_bytes bytes, flush_us after its first request, or when every active submitter
      * is waiting in it. */

@@ -353,7 +353,7 @@ static int cuda_open(gp_engine *e)
     }
     first = e->knobs.device == GP_DEVICE_ALL ? 0 : e->knobs.device;
     ngpus = e->knobs.device == GP_DEVICE_ALL ? n : 1;
-    per_gpu = e->knobs.streams > 0 ? e->knobs.streams : 3;
+    per_gpu = e->knobs.streams > 0 ? e->knobs.streams : 4;
     if ((c = OPENSSL_zalloc(sizeof(*c))) == NULL
         || (c->slots = OPENSSL_zalloc((size_t)ngpus * (size_t)per_gpu * sizeof(*c->slots))) == NULL) {
         OPENSSL_free(c);

@@ -196,7 +196,7 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
 {
     if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
         return FLUSH_SIZE;
-    /* While the executor is busy with as many batches as it can overlap (cuda: three per GPU, the
+    /* While the executor is busy with as many batches as it can overlap (cuda: four per GPU, the
      * next copying in while one computes), flushing only puts a batch in line: keep gathering
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))

@@ -158,7 +158,7 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     /* Three slots a GPU: on the H200 host a third took evp_bench 16 threads x 32 jobs x 16 KiB from
      * 8.7-9.1 to 11.2-11.6 GB/s (AES-256-GCM) and speed -async_jobs 64 from 3.3 to 3.7-4.1
      * (bench/RESULTS.md, tenth session); a fourth made 4 threads x 32 jobs collapse to 2.3-3.3. */
-    k->streams = parse_count("streams", knob_value("streams", streams, env, sizeof(env)), 3, 8);
+    k->streams = parse_count("streams", knob_value("streams", streams, env, sizeof(env)), 4, 8);
     if (k->streams == 0)
         k->streams = 1;
     k->max_batch_ops = parse_count("max_batch_ops", knob_value("max_batch_ops", max_ops, env, sizeof(env)),
