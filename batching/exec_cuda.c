@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The cuda executor: a batch of requests as one pinned arena, one copy in, one launch, one copy out. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__linux__)
+# include <sys/prctl.h>
+#endif
 
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
@@ -55,6 +60,7 @@ typedef struct gp_cuda_slot {
     size_t *order, *rank, *wave, order_cap;
     gp_job *jobs;
     size_t *mma;                 /* per request: its GHASH matrix's index in the batch, or NO_MMA */
+    uint64_t expect_ns;          /* how long this slot's batches take on the GPU (wait_for_gpu) */
     uint8_t *where;              /* per request: enum gp_key_where of its key */
     uint32_t *kslot;             /* per request: its key's table slot, where it has one */
     uint32_t *uploads;           /* a batch's UPLOAD slots */
@@ -397,25 +403,84 @@ static int cuda_open(gp_engine *e)
     return 1;
 }
 
+/* Sleep until CLOCK_MONOTONIC reaches `t` (ns). */
+static void sleep_until_ns(uint64_t t)
+{
+    struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
 /*
  * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
  * the dispatcher spins for the whole batch: one core per slot busy through copies and kernel,
  * counted in the process's CPU seconds per GB. spin: poll the event; block: sleep in the driver
- * until the GPU signals (the event is made with cudaEventBlockingSync, which costs a wake-up of a
- * few microseconds); adaptive: poll for spin_us (a lone 16 KiB message's round trip fits), then
- * sleep.
+ * until the GPU signals (the event is made with cudaEventBlockingSync); adaptive: poll for spin_us
+ * (a lone 16 KiB message's round trip fits), then sleep in the driver. A batch expected to take
+ * longer than twice spin_us (the slot's recent batches, from `start`, its first CUDA call: a
+ * dispatcher's batch of async jobs) sleeps three quarters of that first and then polls every
+ * GP_GPU_POLL_US: the driver's wake-up came ~25 µs after the GPU had finished on the H200 host
+ * under 16 busy threads (gpu_us 308 -> 283 µs a batch with this, bench/RESULTS.md, eleventh
+ * session). Only a thread whose sleeps end on time does this: the dispatchers set a 1 µs timer
+ * slack (queue.c); an application thread leading its own batch has the default 50 µs, which would
+ * make a 5 µs poll step late, and keeps spinning.
  */
-static cudaError_t wait_for_gpu(gp_engine *e, cudaEvent_t done)
+#define GP_GPU_POLL_US 5
+
+static int sleeps_precisely(void)
 {
-    uint64_t until;
+#if defined(PR_GET_TIMERSLACK)
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+
+    return slack >= 0 && slack <= 10000;
+#else
+    return 0;
+#endif
+}
+
+static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start)
+{
+    uint64_t spin = (uint64_t)e->knobs.spin_us * 1000u, until, expect = c->expect_ns, t;
     cudaError_t err;
 
     if (e->knobs.wait == GP_WAIT_BLOCK)
-        return cudaEventSynchronize(done);
-    until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
-    while ((err = cudaEventQuery(done)) == cudaErrorNotReady)
-        if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_now_ns() >= until)
-            return cudaEventSynchronize(done);
+        return cudaEventSynchronize(c->copied);
+    if (e->knobs.wait == GP_WAIT_ADAPTIVE && expect > 2 * spin && sleeps_precisely()) {
+        int polls = 0;
+
+        sleep_until_ns(start + expect / 4 * 3);
+        until = start + 2 * expect + spin;
+        while ((err = cudaEventQuery(c->copied)) == cudaErrorNotReady) {
+            if ((t = gp_now_ns()) >= until) {
+                err = cudaEventSynchronize(c->copied);
+                break;
+            }
+            polls++;
+            sleep_until_ns(t + GP_GPU_POLL_US * 1000u);
+        }
+        /* Done at the first look: it may have been done long before, so how long it took is not
+         * known; expect a little less next time rather than what the sleep itself made it. */
+        if (err == cudaSuccess && polls == 0) {
+            c->expect_ns = expect / 8 * 7;
+            return err;
+        }
+    } else {
+        until = gp_now_ns() + spin;
+        while ((err = cudaEventQuery(c->copied)) == cudaErrorNotReady) {
+            if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_now_ns() >= until) {
+                err = cudaEventSynchronize(c->copied);
+                break;
+            }
+        }
+    }
+    /* What the next batch in this slot expects: a running mean of what this one took as seen here
+     * (a batch that blocked reads long, and the mean forgets it in a few batches). */
+    if (err == cudaSuccess) {
+        uint64_t took = gp_now_ns() - start;
+
+        c->expect_ns = expect == 0 ? took : (7 * expect + took) / 8;
+    }
     return err;
 }
 
@@ -558,7 +623,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     gp_cuda_keys *kt = keys_of(g, c);
     uint64_t kbatch = 0;
     size_t total = 0;
-    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
+    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0, t_start = 0;
     unsigned int flags = 0;
     gp_unit_ref *refs;
     gp_work *work;
@@ -751,8 +816,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
-        if (e->knobs.stats)
-            t1 = gp_now_ns();
+        t_start = gp_now_ns();
+        t1 = t_start;
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
             goto out;
@@ -788,7 +853,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         if (e->knobs.stats)
             t_issued = gp_now_ns();
-        if ((err = wait_for_gpu(e, c->copied)) != cudaSuccess) {
+        if ((err = wait_for_gpu(e, c, t_start)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }

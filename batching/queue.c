@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+# include <sys/prctl.h>
+#endif
 
 #include "engine_internal.h"
 #include "mutex.h"
@@ -475,6 +478,11 @@ static void *dispatcher_main(void *arg)
     /* Wait contexts keep a pointer to our fd cleanup function: stay mapped (done here, on a
      * thread's stack, rather than on the job's). */
     gp_async_pin_module();
+#if defined(PR_SET_TIMERSLACK)
+    /* Our own thread: its timed sleeps (the cuda executor polls a batch's end in 5 µs steps) end
+     * on time rather than up to the default 50 µs late. */
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
     pthread_mutex_lock(&q->lock);
     for (;;) {
         uint64_t deadline = UINT64_MAX;
