@@ -623,7 +623,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     gp_cuda_keys *kt = keys_of(g, c);
     uint64_t kbatch = 0;
     size_t total = 0;
-    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0, t_start = 0;
+    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
     unsigned int flags = 0;
     gp_unit_ref *refs;
     gp_work *work;
@@ -642,7 +642,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     }
     /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
     if (kt != NULL) {
-        int d = c->device - g->stage_device;
+        int d = (int)(kt - g->keys);
 
         kbatch = gp_key_table_batch_begin(&kt->table);
         for (size_t i = 0; i < m; i++) {
@@ -816,8 +816,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
-        t_start = gp_now_ns();
-        t1 = t_start;
+        t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
             goto out;
@@ -853,7 +852,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         if (e->knobs.stats)
             t_issued = gp_now_ns();
-        if ((err = wait_for_gpu(e, c, t_start)) != cudaSuccess) {
+        if ((err = wait_for_gpu(e, c, t1)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }
