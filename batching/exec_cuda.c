@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The cuda executor: a batch of requests as one pinned arena, one copy in, one launch, one copy out. */
+/* The cuda executor: a batch of requests as one pinned arena, a copy kernel in, the batch kernel, a copy kernel out. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,7 +30,11 @@
 #define STAGE_POOL_MAX (256u << 20)   /* mapped pinned memory for staged requests at most */
 #define KEY_TABLE_MAX_SLOTS 65536u    /* resident keys per GPU (key_table.h): 150 MB at most */
 #define WIPES_PER_BATCH 64            /* freed keys' slots a batch clears at most */
-#define GP_GPU_STEPS 5                /* copy in, staged in, kernel, staged out, copy out */
+#define GP_GPU_STEPS 5                /* DMA in, copy kernel in, kernel, copy kernel out, DMA out */
+/* A batch whose descriptors and inputs, and whose results, are each at most this many bytes has
+ * them moved by its copy kernels (no copy calls); a larger one by the copy engines, which move
+ * large buffers faster. */
+#define FOLD_MAX (1u << 20)
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
 static void gp_wipe(void *p, size_t n)
@@ -50,10 +54,10 @@ typedef struct gp_cuda_slot {
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
-    /* Knob stats: timing events around a batch's steps on the GPU (copy in, staged data in, kernel,
-     * staged data out, copy out); NULL without stats. */
+    /* Knob stats: timing events around a batch's steps on the GPU (DMA in, copy kernel in, batch
+     * kernel, copy kernel out, DMA out); NULL without stats. */
     cudaEvent_t step[GP_GPU_STEPS + 1];
-    uint8_t *host;               /* pinned, `cap` bytes */
+    uint8_t *host;               /* pinned, `cap` bytes, mapped: the GPU reads it at this address */
     uint8_t *dev;                /* device, `cap` bytes */
     size_t cap;
     /* Scratch for one batch's layout, grown with the batch. */
@@ -74,8 +78,6 @@ typedef struct gp_cuda_keys {
     int device;
     cudaStream_t wipe_stream;    /* clears a freed key's slot right away (gp_key_table ops) */
     cudaEvent_t wiped;           /* recorded after each such clear */
-    uint8_t *zeros;              /* KEY_STRIDE zero bytes on the device: what a batch copies over a
-                                  * freed key's slot when the freeing thread could not clear it */
 } gp_cuda_keys;
 
 typedef struct gp_cuda {
@@ -146,9 +148,18 @@ static int arena_reserve(gp_engine *e, gp_cuda_slot *c, size_t need)
     arena_free(c);
     if ((err = cudaSetDevice(c->device)) != cudaSuccess)
         return cuda_failed(e, "cudaSetDevice", err);
-    if ((err = cudaHostAlloc((void **)&c->host, cap, cudaHostAllocDefault)) != cudaSuccess) {
+    if ((err = cudaHostAlloc((void **)&c->host, cap, cudaHostAllocMapped)) != cudaSuccess) {
         c->host = NULL;
         return cuda_failed(e, "cudaHostAlloc", err);
+    }
+    {
+        /* The copy kernels read their lists and the batch's descriptors from here (unified
+         * addressing, every 64-bit Linux CUDA platform: the GPU's address is the host's). */
+        void *d = NULL;
+
+        if ((err = cudaHostGetDevicePointer(&d, c->host, 0)) != cudaSuccess || d != (void *)c->host)
+            return cuda_failed(e, "mapping the pinned arena at its host address",
+                               err != cudaSuccess ? err : cudaErrorNotSupported);
     }
     if ((err = cudaMalloc((void **)&c->dev, cap)) != cudaSuccess) {
         c->dev = NULL;
@@ -269,8 +280,6 @@ static void keys_open(gp_cuda_keys *k, int dev)
     k->device = dev;
     if (cudaStreamCreateWithFlags(&k->wipe_stream, cudaStreamNonBlocking) != cudaSuccess
         || cudaEventCreateWithFlags(&k->wiped, cudaEventDisableTiming) != cudaSuccess
-        || cudaMalloc((void **)&k->zeros, KEY_STRIDE) != cudaSuccess
-        || cudaMemset(k->zeros, 0, KEY_STRIDE) != cudaSuccess
         || !gp_key_table_init(&k->table, KEY_STRIDE, KEY_TABLE_MAX_SLOTS, &keys_ops, k)) {
         (void)cudaGetLastError();
         return;
@@ -283,8 +292,6 @@ static void keys_close(gp_cuda_keys *k)
     if (k->ready)
         gp_key_table_cleanup(&k->table);   /* clears and frees every chunk */
     k->ready = 0;
-    if (k->zeros != NULL)
-        cudaFree(k->zeros);
     if (k->wiped != NULL)
         cudaEventDestroy(k->wiped);
     if (k->wipe_stream != NULL)
@@ -497,8 +504,8 @@ static void cuda_close(gp_engine *e)
                     "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
                     (double)atomic_load(&c->st_staged) / nb, (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
-        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f copy_in_us=%.1f staged_in_us=%.1f kernel_us=%.1f "
-                    "staged_out_us=%.1f copy_out_us=%.1f\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
+        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f dma_in_us=%.1f copy_in_us=%.1f kernel_us=%.1f "
+                    "copy_out_us=%.1f dma_out_us=%.1f\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
@@ -602,24 +609,54 @@ static int carries_pows(const gp_request *r, const gp_job *j)
     return j->nunits > 0 && r->msg->st.alg == GP_ALG_CHACHA20_POLY1305;
 }
 
+/* Pieces of at most GP_COPY_PIECE that `len` bytes take in a copy list. */
+static size_t copy_pieces(uint64_t len)
+{
+    return (size_t)((len + GP_COPY_PIECE - 1) / GP_COPY_PIECE);
+}
+
+/* Append src -> dst (src 0: zeros) to a copy list as copy_pieces(len) entries. */
+static void copy_add(gp_copy *list, size_t *n, uint64_t src, uint64_t dst, uint64_t len, uint32_t flags)
+{
+    for (uint64_t o = 0; o < len; o += GP_COPY_PIECE) {
+        gp_copy *p = &list[(*n)++];
+
+        p->src = src != 0 ? src + o : 0;
+        p->dst = dst + o;
+        p->len = len - o < GP_COPY_PIECE ? len - o : GP_COPY_PIECE;
+        p->flags = flags;
+        p->reserved = 0;
+    }
+}
+
+static uint64_t gpu_addr(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
 /*
  * One wave: at most one request per message, so every request starts from the state its message
- * has now. Arena: [unit refs][work][copies][inputs: carried AAD, data][key schedules, powers of r]
- * [GHASH matrices][states][outputs][partials][staged data]. One copy takes everything up to the
- * outputs to the GPU, one brings states and outputs back; the host waits for that copy (an event),
- * and the device's keys, matrices, states, outputs, partial MACs and staged data are then cleared
- * by one memset that runs after it, off the caller's path. A staged request's data skips both
- * copies and the host arena: gp_copy_kernel brings it from its chunk into the device-only region at
- * the end before the batch kernel, where the kernel works on it in place, and takes the result to
- * the chunk's output half after. A key resident in the GPU's key table (key_table.h) is not in the
- * arena at all; one the table takes now is, once, and the same copy kernel puts it in its slot
- * (and clears freed keys' slots) before the batch kernel runs.
+ * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules, powers of r]
+ * [GHASH matrices][states][outputs][partials][staged data], and in the pinned arena only, after
+ * all of that, the two copy lists (kernels/batch_abi.h gp_copy), which the copy kernels read there.
+ * Three launches: the first copy kernel takes everything up to the outputs to the GPU, staged
+ * requests' data from their chunks into the device-only region at the end (where the batch kernel
+ * works on it in place), and keys the GPU's key table (key_table.h) takes now into their slots,
+ * and clears freed keys' slots; the batch kernel; the second copy kernel brings states and outputs
+ * back, takes staged results to their chunks' output halves, and clears everything of the batch
+ * on the device (keys, matrices, states, outputs, partial MACs, staged data). The host waits for
+ * that (an event). A batch larger than FOLD_MAX each way moves its descriptors and inputs, and its
+ * results, by copy calls instead (DMA), and the device is cleared by a memset that runs after the
+ * event, off the caller's path. A key resident in the key table is not in the arena at all.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_cuda *g = e->cuda;
-    size_t nrefs = 0, off, refs_off = 0, work_off, copies_off, in_off, keys_off, mma_off, states_off, out_off;
-    size_t part_off, stage_off, nmma = 0, ncopies = 0, nup = 0, nwipes = 0;
+    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off;
+    size_t part_off, stage_off, lists_off, nmma = 0, nstaged = 0, staged_pieces = 0, nup = 0, nwipes = 0;
+    size_t nin_cap, nin = 0, nout = 0;
+    gp_copy *in_list = NULL, *out_list = NULL;
+    int fold;
     gp_cuda_keys *kt = keys_of(g, c);
     uint64_t kbatch = 0;
     size_t total = 0;
@@ -638,7 +675,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         nrefs += 1 + c->jobs[i].nunits;
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
-        ncopies += staged_on_gpu(r);
+        if (staged_on_gpu(r)) {
+            nstaged++;
+            staged_pieces += copy_pieces(r->len);
+        }
     }
     /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
     if (kt != NULL) {
@@ -677,8 +717,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
     }
     work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
-    copies_off = ALIGN16(work_off + m * sizeof(gp_work));
-    in_off = ALIGN16(copies_off + (ncopies + nup + nwipes) * sizeof(gp_copy));
+    in_off = ALIGN16(work_off + m * sizeof(gp_work));
     off = in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
@@ -706,16 +745,22 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         if (staged_on_gpu(&reqs[idx[i]]))
             off += data_bytes(&c->jobs[i]);
     total = off;
-    if (!arena_reserve(e, c, total))
+    /* The copy lists, sized for the most entries they can take. */
+    fold = out_off <= FOLD_MAX && part_off - states_off <= FOLD_MAX;
+    nin_cap = (fold ? copy_pieces(out_off) : 0) + staged_pieces + nup + nwipes;
+    lists_off = ALIGN16(total);
+    if (!arena_reserve(e, c, lists_off + (nin_cap + staged_pieces + copy_pieces(states_off - keys_off)
+                                          + copy_pieces(part_off - states_off) + copy_pieces(stage_off - part_off))
+                                         * sizeof(gp_copy)))
         goto out;
+    in_list = (gp_copy *)(c->host + lists_off);
+    out_list = in_list + nin_cap;
 
     refs = (gp_unit_ref *)(c->host + refs_off);
     work = (gp_work *)(c->host + work_off);
     {
         size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, stage_pos = stage_off, ref = 0, mma_put = 0;
         size_t key_pos = keys_off;
-        gp_copy *copies = (gp_copy *)(c->host + copies_off);
-        size_t ncopy = 0, nup_put = ncopies;   /* staged requests' copies first, then uploads, wipes */
 
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
@@ -733,11 +778,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             w->partials_off = part_pos;
             if (staged_on_gpu(r)) {   /* in place, in the device-only region */
                 w->in_off = w->out_off = stage_pos + pad;
-                copies[ncopy].host_in = r->stage->dev;
+                copy_add(in_list, &nin, r->stage->dev, gpu_addr(c->dev + w->in_off), w->job.len, 0);
                 /* The chunk's output half: its input half must survive a batch that fails. */
-                copies[ncopy].host_out = r->stage->dev + GP_STAGE_MAX_BYTES;
-                copies[ncopy].dev = (uint64_t)(uintptr_t)(c->dev + w->in_off);
-                copies[ncopy++].len = w->job.len;
+                copy_add(out_list, &nout, gpu_addr(c->dev + w->in_off), r->stage->dev + GP_STAGE_MAX_BYTES,
+                         w->job.len, fold ? GP_COPY_WIPE_SRC : 0);
                 stage_pos += data_bytes(&w->job);
             } else {
                 w->in_off = in_pos + pad;
@@ -752,12 +796,9 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             if (c->where[i] != GP_KEY_RESIDENT) {
                 memcpy(c->host + key_pos, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
                 w->key_off = key_pos;
-                if (c->where[i] == GP_KEY_UPLOAD) {
-                    copies[nup_put].host_in = (uint64_t)(uintptr_t)(c->dev + key_pos);
-                    copies[nup_put].host_out = 0;
-                    copies[nup_put].dev = gp_key_table_addr(&kt->table, c->kslot[i]);
-                    copies[nup_put++].len = GP_KEY_SCHED_DEVICE_BYTES;
-                }
+                if (c->where[i] == GP_KEY_UPLOAD)   /* from the pinned arena: the arena's copy may not be there yet */
+                    copy_add(in_list, &nin, gpu_addr(c->host + key_pos), gp_key_table_addr(&kt->table, c->kslot[i]),
+                             GP_KEY_SCHED_DEVICE_BYTES, 0);
                 key_pos += KEY_STRIDE;
             }
             if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
@@ -789,11 +830,15 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
         refs[ref].unit = 0;
-        for (size_t i = 0; i < nwipes; i++, nup_put++) {   /* freed keys' slots, cleared */
-            copies[nup_put].host_in = (uint64_t)(uintptr_t)kt->zeros;
-            copies[nup_put].host_out = 0;
-            copies[nup_put].dev = gp_key_table_addr(&kt->table, c->wipes[i]);
-            copies[nup_put].len = KEY_STRIDE;
+        for (size_t i = 0; i < nwipes; i++)   /* freed keys' slots, cleared */
+            copy_add(in_list, &nin, 0, gp_key_table_addr(&kt->table, c->wipes[i]), KEY_STRIDE, 0);
+        if (fold) {
+            /* Descriptors and inputs in; results back, and what is left of the batch cleared. */
+            copy_add(in_list, &nin, gpu_addr(c->host), gpu_addr(c->dev), out_off, 0);
+            copy_add(out_list, &nout, 0, gpu_addr(c->dev + keys_off), states_off - keys_off, 0);
+            copy_add(out_list, &nout, gpu_addr(c->dev + states_off), gpu_addr(c->host + states_off),
+                     part_off - states_off, GP_COPY_WIPE_SRC);
+            copy_add(out_list, &nout, 0, gpu_addr(c->dev + part_off), stage_off - part_off, 0);
         }
     }
 
@@ -804,15 +849,19 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         unsigned int nr = (unsigned int)nrefs;
         uint8_t *darena = c->dev;
         void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
-        const gp_copy *dcopies = (const gp_copy *)(c->dev + copies_off);
-        unsigned int nc = (unsigned int)ncopies, nc_in = (unsigned int)(ncopies + nup + nwipes);
-        unsigned int to_dev = 0, to_host = 1;
-        void *in_args[] = { &dcopies, &nc_in, &to_dev }, *out_args[] = { &dcopies, &nc, &to_host };
-        dim3 block, grid, copy_grid = { nc < GP_COPY_MAX_GRID ? nc : GP_COPY_MAX_GRID, 1, 1 };
-        dim3 copy_in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
-        dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
+        const gp_copy *lin = in_list, *lout = out_list;   /* read by the GPU where they are: mapped */
+        unsigned int nc_in = (unsigned int)nin, nc_out = (unsigned int)nout;
+        gp_copy_head hin, hout;
+        void *in_args[] = { &hin, &lin, &nc_in }, *out_args[] = { &hout, &lout, &nc_out };
+        dim3 block, grid, copy_block = { GP_COPY_BLOCK, 1, 1 };
+        dim3 in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
+        dim3 out_grid = { nc_out < GP_COPY_MAX_GRID ? nc_out : GP_COPY_MAX_GRID, 1, 1 };
         size_t smem;
 
+        memset(&hin, 0, sizeof(hin));
+        memset(&hout, 0, sizeof(hout));
+        memcpy(hin.e, in_list, (nin < GP_COPY_INLINE ? nin : GP_COPY_INLINE) * sizeof(gp_copy));
+        memcpy(hout.e, out_list, (nout < GP_COPY_INLINE ? nout : GP_COPY_INLINE) * sizeof(gp_copy));
         gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
@@ -822,31 +871,33 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             goto out;
         }
         if ((err = step_mark(c, 0)) != cudaSuccess
-            || (err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream)) != cudaSuccess
+            || (!fold && (err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream))
+                             != cudaSuccess)
             || (err = step_mark(c, 1)) != cudaSuccess) {
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
-        if ((nc_in > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_in_grid, copy_block, in_args,
+        if ((nc_in > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, in_grid, copy_block, in_args,
                                                   0, c->stream)) != cudaSuccess)
             || (err = step_mark(c, 2)) != cudaSuccess
             || (err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess
             || (err = step_mark(c, 3)) != cudaSuccess
-            || (nc > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, copy_grid, copy_block, out_args, 0,
-                                                  c->stream)) != cudaSuccess)
+            || (nc_out > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,
+                                                      c->stream)) != cudaSuccess)
             || (err = step_mark(c, 4)) != cudaSuccess) {
             cuda_failed(e, "kernel launch", err);
             goto out;
         }
-        if ((err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, part_off - states_off,
-                                   cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess
+        if ((!fold && (err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, part_off - states_off,
+                                             cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
             || (err = step_mark(c, 5)) != cudaSuccess
             || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
             cuda_failed(e, "copy from the GPU", err);
             goto out;
         }
-        /* Keys, states and partial MACs do not stay on the device after the batch. */
-        if ((err = cudaMemsetAsync(c->dev + keys_off, 0, total - keys_off, c->stream)) != cudaSuccess) {
+        /* Keys, states and partial MACs do not stay on the device after the batch (a folded batch's
+         * second copy kernel cleared them already). */
+        if (!fold && (err = cudaMemsetAsync(c->dev + keys_off, 0, total - keys_off, c->stream)) != cudaSuccess) {
             cuda_failed(e, "device cleanse", err);
             goto out;
         }
@@ -889,6 +940,14 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     }
     ok = 1;
 out:
+    if (!ok && t1 != 0) {
+        /* A batch that failed once its CUDA calls began: let what was queued finish before the
+         * pinned arena is cleared under it, then clear the device's copy (best effort: after a
+         * sticky error neither can run). */
+        (void)cudaStreamSynchronize(c->stream);
+        (void)cudaMemsetAsync(c->dev, 0, total, c->stream);
+        (void)cudaGetLastError();
+    }
     if (total != 0 && total <= c->cap) {
         /* Plans (counters), keys, states and tags must not linger in pinned memory; data buffers
          * are the callers' own bytes and are cleansed when the arena is freed. */
@@ -906,7 +965,7 @@ out:
 
         atomic_fetch_add_explicit(&g->st_batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_reqs, m, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_staged, ncopies, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_staged, nstaged, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_in, t1 - t0, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_issue, t_issued - t1, memory_order_relaxed);

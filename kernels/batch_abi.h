@@ -143,16 +143,30 @@ typedef struct gp_unit_ref {
 } gp_unit_ref;
 
 /*
- * Staged requests (batching/stage.h): an async job's data waits in a chunk of mapped pinned host
- * memory, which gp_copy_kernel moves into the arena before the batch kernel runs and back after it,
- * so the application's threads, not the batch's dispatcher, copy the bytes on the host side.
+ * gp_copy_kernel's work list (kernels/batch_kernel.cu): host and device memory as the GPU addresses
+ * it (mapped pinned host memory has the host's address). Before the batch kernel it brings the
+ * arena's descriptors and inputs, staged requests' data (batching/stage.h: an async job's data
+ * waits in a chunk of mapped pinned memory) and keys for the resident table; after it, results and
+ * staged outputs go back and what the device held of the batch is cleared, so that a batch is
+ * three launches and no copy calls (batching/exec_cuda.c).
  */
+#define GP_COPY_WIPE_SRC 1u           /* after copying, zero the source (device memory) */
+
 typedef struct gp_copy {
-    uint64_t host_in;             /* the input in its chunk, as the GPU addresses it */
-    uint64_t host_out;            /* where the output goes in the chunk */
-    uint64_t dev;                 /* the request's data in the device arena (worked on in place) */
+    uint64_t src;                 /* 0: write zeros */
+    uint64_t dst;
     uint64_t len;
+    uint32_t flags;               /* GP_COPY_* */
+    uint32_t reserved;
 } gp_copy;
+
+/* The first entries of a copy list travel in the launch itself (a kernel parameter), so that a
+ * small batch's copy kernel does not first fetch its list across PCIe: one round trip less. */
+#define GP_COPY_INLINE 8u
+
+typedef struct gp_copy_head {
+    gp_copy e[GP_COPY_INLINE];
+} gp_copy_head;
 
 #if defined(__cplusplus)
 # define GP_STATIC_ASSERT static_assert
@@ -163,6 +177,7 @@ GP_STATIC_ASSERT(sizeof(gp_job) == 64, "gp_job layout is shared by host and devi
 GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
+GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

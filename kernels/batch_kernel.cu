@@ -183,29 +183,66 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
 }
 
 /*
- * Staged requests' data between their host chunks and the arena (kernels/batch_abi.h gp_copy):
- * to_host 0 before the batch kernel, 1 after it, in the same stream. A block per entry, striding;
- * each warp moves 512 contiguous bytes per step, so reads of host memory cross PCIe as whole
- * 128-byte lines. Entries whose two ends are not both 16-byte aligned (a streaming request whose
- * body starts mid-block) go byte by byte.
+ * A copy list (kernels/batch_abi.h gp_copy) of pieces of at most GP_COPY_PIECE bytes: a block per
+ * piece, striding over the list; its first GP_COPY_INLINE entries come with the launch (`head`),
+ * the rest from wherever the host left them (mapped host memory too). Each warp moves 512 contiguous bytes per step, so reads of host memory cross PCIe as whole
+ * 128-byte lines, and a thread has four loads in flight before its first store: one PCIe round
+ * trip moves a whole piece, where one load at a time took four (a lone message's latency). Pieces
+ * whose two ends are not both 16-byte aligned (a streaming request whose body starts mid-block) go
+ * byte by byte. GP_COPY_WIPE_SRC zeroes the source once every thread of the block has read it.
  */
-extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK)
-gp_copy_kernel(const gp_copy *list, unsigned int n, unsigned int to_host)
+static __device__ __forceinline__ void copy_piece(const gp_copy &c)
 {
-    for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
-        const gp_copy c = list[i];
-        const uint8_t *src = (const uint8_t *)(uintptr_t)(to_host ? c.dev : c.host_in);
-        uint8_t *dst = (uint8_t *)(uintptr_t)(to_host ? c.host_out : c.dev);
-        uint64_t done = 0;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)c.src;
+    uint8_t *dst = (uint8_t *)(uintptr_t)c.dst;
+    const unsigned int bd = blockDim.x;
+    uint64_t done = 0;
 
-        if ((((uintptr_t)src | (uintptr_t)dst) & 15u) == 0) {
-            const uint64_t nv = c.len / 16;
+    if (((c.src | c.dst) & 15u) == 0) {
+        const uint64_t nv = c.len / 16;
+        const uint4 *s = (const uint4 *)src;
+        uint4 *d = (uint4 *)dst;
+        uint64_t v = threadIdx.x;
 
-            for (uint64_t v = threadIdx.x; v < nv; v += blockDim.x)
-                ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
-            done = nv * 16;
+        if (c.src == 0) {
+            for (; v < nv; v += bd)
+                d[v] = make_uint4(0, 0, 0, 0);
+        } else {
+            for (; v + 3 * bd < nv; v += 4 * bd) {
+                const uint4 a = s[v], b = s[v + bd], e = s[v + 2 * bd], f = s[v + 3 * bd];
+
+                d[v] = a;
+                d[v + bd] = b;
+                d[v + 2 * bd] = e;
+                d[v + 3 * bd] = f;
+            }
+            for (; v < nv; v += bd)
+                d[v] = s[v];
         }
-        for (uint64_t b = done + threadIdx.x; b < c.len; b += blockDim.x)
-            dst[b] = src[b];
+        done = nv * 16;
+    }
+    for (uint64_t b = done + threadIdx.x; b < c.len; b += bd)
+        dst[b] = c.src != 0 ? src[b] : 0;
+}
+
+extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK)
+gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
+{
+    __shared__ gp_copy cur;
+
+    for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
+        if (threadIdx.x == 0)   /* from parameter space, or one read that may cross PCIe */
+            cur = i < GP_COPY_INLINE ? head.e[i] : list[i];
+        __syncthreads();
+        const gp_copy c = cur;
+
+        copy_piece(c);
+        if (c.flags & GP_COPY_WIPE_SRC) {
+            __syncthreads();   /* every thread's reads of the source are done */
+            const gp_copy z = { 0, c.src, c.len, 0, 0 };
+
+            copy_piece(z);
+        }
+        __syncthreads();   /* before `cur` is overwritten */
     }
 }

@@ -11,9 +11,9 @@
 
 /* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
 void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags);
-/* Staged requests' data in (to_host 0) or out (1): blocks of GP_COPY_BLOCK, one per entry up to
- * GP_COPY_MAX_GRID. */
-void gp_copy_kernel(const gp_copy *list, unsigned int n, unsigned int to_host);
+/* A copy list (kernels/batch_abi.h gp_copy), its first GP_COPY_INLINE entries also in `head`: blocks
+ * of GP_COPY_BLOCK, one per entry up to GP_COPY_MAX_GRID. */
+void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
  * the grid cap. */

@@ -159,7 +159,12 @@ GP_KFN void gp_chunk_store(uint8_t *p, const uint32_t w[16])
                                      * (a multiple of 32; the wide one's block is several of these,
                                      * kernels/launch.h) */
 #define GP_COPY_BLOCK 256u          /* threads per block of gp_copy_kernel */
-#define GP_COPY_MAX_GRID 1024u      /* its blocks at most (they stride over the entries) */
+/* gp_copy_kernel's blocks at most (they stride over the entries). A copy block waits on PCIe most
+ * of its life, and the batch kernel's wide-table block (the whole register file) cannot share an
+ * SM with it: capped at 32 rather than 1024, other slots' batch kernels keep ~100 SMs, and 16
+ * threads x 32 jobs x 16 KiB AES-256-GCM rose ~7% on the H200 (bench/RESULTS.md, twelfth session). */
+#define GP_COPY_MAX_GRID 32u
+#define GP_COPY_PIECE (16u << 10)   /* bytes of one entry at most: a block moves it in one pass */
 GP_STATIC_ASSERT(GP_UNIT_BYTES % 64u == 0 && GP_UNIT_LANES >= 1 && GP_UNIT_LANES <= 32
                  && (GP_UNIT_LANES & (GP_UNIT_LANES - 1)) == 0,
                  "unit_bytes must be 64 times a power of two, at most 2048 (a lane per chunk)");
