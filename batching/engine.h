@@ -85,6 +85,8 @@ typedef struct gp_request {
     /* Set by the queue for an async job's data request: `in` and `out` are then this chunk, which
      * the cuda executor's GPU reads and writes directly (batching/stage.h). */
     struct gp_stage_chunk *stage;
+    /* Set by the cuda executor's prepare: the request's MAC powers are in `stage` (stage.h). */
+    int stage_pows;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 

@@ -35,6 +35,7 @@
  * them moved by its copy kernels (no copy calls); a larger one by the copy engines, which move
  * large buffers faster. */
 #define FOLD_MAX (1u << 20)
+_Static_assert(sizeof(gp_mac_pows) <= GP_STAGE_POWS_BYTES, "a staging chunk holds a request's powers of r");
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
 static void gp_wipe(void *p, size_t n)
@@ -603,10 +604,16 @@ static int staged_on_gpu(const gp_request *r)
 }
 
 /* Whether request r's units take powers of r made for its message (ChaCha20-Poly1305), which the
- * batch carries beside the key (gp_work.pows_off). */
+ * batch carries beside the key (gp_work.pows_off)... */
 static int carries_pows(const gp_request *r, const gp_job *j)
 {
     return j->nunits > 0 && r->msg->st.alg == GP_ALG_CHACHA20_POLY1305;
+}
+
+/* ...or fetches from its staging chunk, where its job's thread wrote them (cuda_prepare). */
+static int pows_staged(const gp_request *r, const gp_job *j)
+{
+    return carries_pows(r, j) && r->stage_pows && staged_on_gpu(r);
 }
 
 /* Pieces of at most GP_COPY_PIECE that `len` bytes take in a copy list. */
@@ -637,14 +644,15 @@ static uint64_t gpu_addr(const void *p)
 /*
  * One wave: at most one request per message, so every request starts from the state its message
  * has now. Arena: [unit refs][work][inputs: carried AAD, data][key schedules, powers of r]
- * [GHASH matrices][states][outputs][partials][staged data], and in the pinned arena only, after
- * all of that, the two copy lists (kernels/batch_abi.h gp_copy), which the copy kernels read there.
+ * [GHASH matrices][states][outputs][partials][staged powers of r][staged data], and in the pinned
+ * arena only, after all of that, the two copy lists (kernels/batch_abi.h gp_copy), which the copy
+ * kernels read there.
  * Three launches: the first copy kernel takes everything up to the outputs to the GPU, staged
  * requests' data from their chunks into the device-only region at the end (where the batch kernel
  * works on it in place), and keys the GPU's key table (key_table.h) takes now into their slots,
  * and clears freed keys' slots; the batch kernel; the second copy kernel brings states and outputs
  * back, takes staged results to their chunks' output halves, and clears everything of the batch
- * on the device (keys, matrices, states, outputs, partial MACs, staged data). The host waits for
+ * on the device (keys, matrices, states, outputs, partial MACs, staged powers and data). The host waits for
  * that (an event). A batch larger than FOLD_MAX each way moves its descriptors and inputs, and its
  * results, by copy calls instead (DMA), and the device is cleared by a memset that runs after the
  * event, off the caller's path. A key resident in the key table is not in the arena at all.
@@ -653,7 +661,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
 {
     gp_cuda *g = e->cuda;
     size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off;
-    size_t part_off, stage_off, lists_off, nmma = 0, nstaged = 0, staged_pieces = 0, nup = 0, nwipes = 0;
+    size_t part_off, spows_off, stage_off, lists_off, nmma = 0, nstaged = 0, staged_pieces = 0, nup = 0, nwipes = 0;
+    size_t nspows = 0;
     size_t nin_cap, nin = 0, nout = 0;
     gp_copy *in_list = NULL, *out_list = NULL;
     int fold;
@@ -679,6 +688,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             nstaged++;
             staged_pieces += copy_pieces(r->len);
         }
+        nspows += pows_staged(r, &c->jobs[i]);
     }
     /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
     if (kt != NULL) {
@@ -726,7 +736,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     off = keys_off;
     for (size_t i = 0; i < m; i++)
         off += (c->where[i] != GP_KEY_RESIDENT ? KEY_STRIDE : 0)
-               + (carries_pows(&reqs[idx[i]], &c->jobs[i]) ? POWS_STRIDE : 0);
+               + (carries_pows(&reqs[idx[i]], &c->jobs[i]) && !pows_staged(&reqs[idx[i]], &c->jobs[i])
+                  ? POWS_STRIDE : 0);
     mma_off = ALIGN128(off);
     states_off = mma_off + nmma * sizeof(gp_ghash_mma);
     out_off = states_off + m * STATE_STRIDE;
@@ -739,6 +750,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     off = part_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
+    spows_off = ALIGN128(off);   /* staged powers: device only, like staged data */
+    off = spows_off + nspows * POWS_STRIDE;
     stage_off = ALIGN128(off);
     off = stage_off;
     for (size_t i = 0; i < m; i++)
@@ -747,7 +760,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     total = off;
     /* The copy lists, sized for the most entries they can take. */
     fold = out_off <= FOLD_MAX && part_off - states_off <= FOLD_MAX;
-    nin_cap = (fold ? copy_pieces(out_off) : 0) + staged_pieces + nup + nwipes;
+    nin_cap = (fold ? copy_pieces(out_off) : 0) + staged_pieces + nspows * copy_pieces(sizeof(gp_mac_pows))
+              + nup + nwipes;
     lists_off = ALIGN16(total);
     if (!arena_reserve(e, c, lists_off + (nin_cap + staged_pieces + copy_pieces(states_off - keys_off)
                                           + copy_pieces(part_off - states_off) + copy_pieces(stage_off - part_off))
@@ -760,7 +774,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     work = (gp_work *)(c->host + work_off);
     {
         size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, stage_pos = stage_off, ref = 0, mma_put = 0;
-        size_t key_pos = keys_off;
+        size_t key_pos = keys_off, spows_pos = spows_off;
 
         for (size_t i = 0; i < m; i++) {
             const gp_request *r = &reqs[idx[i]];
@@ -803,7 +817,12 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             }
             if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
                 w->key_off = gp_key_table_addr(&kt->table, c->kslot[i]) - (uint64_t)(uintptr_t)c->dev;
-            if (carries_pows(r, &w->job)) {
+            if (pows_staged(r, &w->job)) {
+                copy_add(in_list, &nin, r->stage->dev + GP_STAGE_POWS_OFF, gpu_addr(c->dev + spows_pos),
+                         sizeof(gp_mac_pows), 0);
+                w->pows_off = spows_pos;
+                spows_pos += POWS_STRIDE;
+            } else if (carries_pows(r, &w->job)) {
                 memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key)),
                        sizeof(gp_mac_pows));
                 w->pows_off = key_pos;
@@ -974,6 +993,20 @@ out:
     return ok;
 }
 
+/* gp_executor.prepare, on the submitter's thread: a staged ChaCha20-Poly1305 request's powers of r
+ * go straight into its chunk (stage.h), where the batch's copy kernel fetches them. */
+static void cuda_prepare(gp_engine *e, gp_request *r)
+{
+    if (r->kind == GP_REQ_CRYPT && r->stage != NULL && r->stage->dev != 0 && r->len >= 64
+        && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305) {
+        (void)gp_request_pows(gp_key_sched_get(r->msg->key), &r->msg->st,
+                              (gp_mac_pows *)(r->stage->host + GP_STAGE_POWS_OFF));
+        r->stage_pows = 1;
+        return;
+    }
+    gp_kstate_prepare(e, r);
+}
+
 /*
  * A batch runs in waves: wave w holds the w-th request of each message (requests of one message
  * run in order, each from the state the previous left). Real batches have one request per message
@@ -1042,6 +1075,6 @@ const gp_executor gp_exec_cuda = {
     .msg_copy = NULL,
     .msg_clear = NULL,
     .stage_pool = cuda_stage_pool,
-    .prepare = gp_kstate_prepare,
+    .prepare = cuda_prepare,
     .key_forget = cuda_key_forget,
 };

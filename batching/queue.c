@@ -13,6 +13,8 @@
 # include <sys/prctl.h>
 #endif
 
+#include <openssl/crypto.h>
+
 #include "engine_internal.h"
 #include "mutex.h"
 
@@ -598,9 +600,12 @@ static void stage_out(gp_request *r, stage_ctx *s)
         return;
     if (r->status == GP_REQ_OK)
         memcpy(s->out, s->chunk->host + GP_STAGE_MAX_BYTES, r->len);
+    if (r->stage_pows)   /* powers of the message's one-time key */
+        OPENSSL_cleanse(s->chunk->host + GP_STAGE_POWS_OFF, GP_STAGE_POWS_BYTES);
     r->in = s->in;
     r->out = s->out;
     r->stage = NULL;
+    r->stage_pows = 0;
     gp_stage_put(s->pool, s->chunk);
 }
 
@@ -654,8 +659,8 @@ static int submit_async(gp_engine *e, gp_request *r)
         return GP_REQ_FAILED;
     st.chunk = NULL;
     if (async_own_work(q)) {
-        prepare(e, r);
         stage_in(e, r, &st);
+        prepare(e, r);   /* after staging: the cuda executor's may write into the chunk */
     }
     if (atomic_load_explicit(&q->dispatchers_live, memory_order_acquire) != gp_fork_generation() + 1) {
         int ok;

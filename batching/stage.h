@@ -23,9 +23,15 @@
 #define GP_STAGE_MAX_BYTES (32u * 1024u)     /* a TLS record (16 KiB + 256) and speed's 16 KiB fit */
 #define GP_STAGE_MIN_BYTES 2048u             /* below a unit the dispatcher's own copy costs little */
 /* Input in the first half, output in the second: a batch that fails after the GPU wrote its output
- * is re-run on the host from the input, which must still be there. */
-#define GP_STAGE_CHUNK_BYTES (2u * GP_STAGE_MAX_BYTES)
-#define GP_STAGE_SLAB_CHUNKS 64u             /* 4 MiB a slab */
+ * is re-run on the host from the input, which must still be there. After them, room for a
+ * ChaCha20-Poly1305 request's powers of r (kernels/batch_abi.h gp_mac_pows, made from the message's
+ * one-time key), which the job's thread writes there (the cuda executor's prepare) so that the GPU
+ * fetches them with the data: copied by the dispatcher, they made its part of a batch ~4x GCM's
+ * (bench/RESULTS.md, eleventh session). The job clears them when it takes its result. */
+#define GP_STAGE_POWS_OFF (2u * GP_STAGE_MAX_BYTES)
+#define GP_STAGE_POWS_BYTES 2048u
+#define GP_STAGE_CHUNK_BYTES (2u * GP_STAGE_MAX_BYTES + GP_STAGE_POWS_BYTES)
+#define GP_STAGE_SLAB_CHUNKS 64u             /* 4.1 MiB a slab */
 
 typedef struct gp_stage_chunk {
     uint8_t *host;               /* GP_STAGE_CHUNK_BYTES, 16-byte aligned; output at + GP_STAGE_MAX_BYTES */
