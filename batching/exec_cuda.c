@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The cuda executor: a batch of requests as one pinned arena, a copy kernel in, the batch kernel, a copy kernel out. */
+/* The cuda executor: a batch as one pinned arena and three launches: copy in, kernel, copy out. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -647,23 +647,25 @@ static uint64_t gpu_addr(const void *p)
  * [GHASH matrices][states][outputs][partials][staged powers of r][staged data], and in the pinned
  * arena only, after all of that, the two copy lists (kernels/batch_abi.h gp_copy), which the copy
  * kernels read there.
- * Three launches: the first copy kernel takes everything up to the outputs to the GPU, staged
- * requests' data from their chunks into the device-only region at the end (where the batch kernel
- * works on it in place), and keys the GPU's key table (key_table.h) takes now into their slots,
- * and clears freed keys' slots; the batch kernel; the second copy kernel brings states and outputs
- * back, takes staged results to their chunks' output halves, and clears everything of the batch
- * on the device (keys, matrices, states, outputs, partial MACs, staged powers and data). The host waits for
- * that (an event). A batch larger than FOLD_MAX each way moves its descriptors and inputs, and its
- * results, by copy calls instead (DMA), and the device is cleared by a memset that runs after the
- * event, off the caller's path. A key resident in the key table is not in the arena at all.
+ *
+ * Three launches. The first copy kernel takes everything up to the outputs to the GPU, staged
+ * requests' data (and powers of r) from their chunks into the device-only region at the end (where
+ * the batch kernel works on the data in place), and keys the GPU's key table (key_table.h) takes
+ * now into their slots, and clears freed keys' slots. Then the batch kernel. The second copy kernel
+ * brings states and outputs back, takes staged results to their chunks' output halves, and clears
+ * everything of the batch on the device (keys, matrices, states, outputs, partial MACs, staged
+ * powers and data). The host waits for that (an event). With no copy calls a batch costs ~17 µs
+ * less to issue (bench/RESULTS.md, twelfth session). A batch larger than FOLD_MAX each way moves
+ * its descriptors and inputs, and its results, by copy calls instead (DMA), and the device is
+ * cleared by a memset that runs after the event, off the caller's path. A key resident in the key
+ * table is not in the arena at all.
  */
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_cuda *g = e->cuda;
     size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off;
-    size_t part_off, spows_off, stage_off, lists_off, nmma = 0, nstaged = 0, staged_pieces = 0, nup = 0, nwipes = 0;
-    size_t nspows = 0;
-    size_t nin_cap, nin = 0, nout = 0;
+    size_t part_off, spows_off, stage_off, lists_off, nmma = 0, nup = 0, nwipes = 0;
+    size_t nstaged = 0, staged_pieces = 0, nspows = 0, nin_cap, nout_cap, nin = 0, nout = 0;
     gp_copy *in_list = NULL, *out_list = NULL;
     int fold;
     gp_cuda_keys *kt = keys_of(g, c);
@@ -763,9 +765,9 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     nin_cap = (fold ? copy_pieces(out_off) : 0) + staged_pieces + nspows * copy_pieces(sizeof(gp_mac_pows))
               + nup + nwipes;
     lists_off = ALIGN16(total);
-    if (!arena_reserve(e, c, lists_off + (nin_cap + staged_pieces + copy_pieces(states_off - keys_off)
-                                          + copy_pieces(part_off - states_off) + copy_pieces(stage_off - part_off))
-                                         * sizeof(gp_copy)))
+    nout_cap = staged_pieces + copy_pieces(states_off - keys_off) + copy_pieces(part_off - states_off)
+               + copy_pieces(stage_off - part_off);
+    if (!arena_reserve(e, c, lists_off + (nin_cap + nout_cap) * sizeof(gp_copy)))
         goto out;
     in_list = (gp_copy *)(c->host + lists_off);
     out_list = in_list + nin_cap;
@@ -810,7 +812,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             if (c->where[i] != GP_KEY_RESIDENT) {
                 memcpy(c->host + key_pos, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
                 w->key_off = key_pos;
-                if (c->where[i] == GP_KEY_UPLOAD)   /* from the pinned arena: the arena's copy may not be there yet */
+                /* From the pinned arena: the device arena's copy is made by the same launch. */
+                if (c->where[i] == GP_KEY_UPLOAD)
                     copy_add(in_list, &nin, gpu_addr(c->host + key_pos), gp_key_table_addr(&kt->table, c->kslot[i]),
                              GP_KEY_SCHED_DEVICE_BYTES, 0);
                 key_pos += KEY_STRIDE;
