@@ -655,7 +655,7 @@ static uint64_t gpu_addr(const void *p)
  * brings states and outputs back, takes staged results to their chunks' output halves, and clears
  * everything of the batch on the device (keys, matrices, states, outputs, partial MACs, staged
  * powers and data). The host waits for that (an event). With no copy calls a batch costs ~17 µs
- * less to issue (bench/RESULTS.md, twelfth session). A batch larger than FOLD_MAX each way moves
+ * less to issue (bench/RESULTS.md, twelfth session). A batch larger than FOLD_MAX either way moves
  * its descriptors and inputs, and its results, by copy calls instead (DMA), and the device is
  * cleared by a memset that runs after the event, off the caller's path. A key resident in the key
  * table is not in the arena at all.

@@ -111,7 +111,7 @@ typedef struct gp_job {
 
 /*
  * A batch as the GPU sees it: one arena (descriptor tables, inputs, key schedules, message states,
- * outputs, partial MACs) addressed by offsets, so it crosses PCIe in one copy each way. A lane
+ * outputs, partial MACs) addressed by offsets, so it crosses PCIe in one copy launch each way. A lane
  * group per gp_unit_ref; each request (gp_work) has a lead and `job.nunits` body units, and the
  * last of them to finish (counted in `done`) folds the partials.
  */
