@@ -819,7 +819,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 key_pos += KEY_STRIDE;
             }
             if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
-                w->key_off = gp_key_table_addr(&kt->table, c->kslot[i]) - (uint64_t)(uintptr_t)c->dev;
+                w->key_off = gp_key_table_addr(&kt->table, c->kslot[i]) - gpu_addr(c->dev);
             if (pows_staged(r, &w->job)) {
                 copy_add(in_list, &nin, r->stage->dev + GP_STAGE_POWS_OFF, gpu_addr(c->dev + spows_pos),
                          sizeof(gp_mac_pows), 0);
@@ -1000,8 +1000,7 @@ out:
  * go straight into its chunk (stage.h), where the batch's copy kernel fetches them. */
 static void cuda_prepare(gp_engine *e, gp_request *r)
 {
-    if (r->kind == GP_REQ_CRYPT && r->stage != NULL && r->stage->dev != 0 && r->len >= 64
-        && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305) {
+    if (staged_on_gpu(r) && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305) {
         (void)gp_request_pows(gp_key_sched_get(r->msg->key), &r->msg->st,
                               (gp_mac_pows *)(r->stage->host + GP_STAGE_POWS_OFF));
         r->stage_pows = 1;
