@@ -152,6 +152,10 @@ int gp_queue_init(gp_queue *q)
     /* Test hook ($GPUPROV_TEST_STAGE_ONE_THREAD): jobs of a single thread do their own per-request
      * work too, so the suites' one-thread async drivers run that path. */
     q->stage_one_thread = getenv("GPUPROV_TEST_STAGE_ONE_THREAD") != NULL;
+    /* Test hook ($GPUPROV_TEST_UNWATCH_DELAY_US): the watcher pauses, lock held, between deciding
+     * to block and ceasing to watch, so that jobs push into that window (dispatcher_wait). */
+    if (getenv("GPUPROV_TEST_UNWATCH_DELAY_US") != NULL)
+        q->test_unwatch_delay_us = (unsigned)(strtoul(getenv("GPUPROV_TEST_UNWATCH_DELAY_US"), NULL, 10) % 1000000u);
     init_conds(q);
     pthread_once(&queue_atfork_once, register_queue_atfork);
     pthread_mutex_lock(&queues_lock);
@@ -455,7 +459,18 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
         pthread_mutex_lock(&q->lock);
         return;
     }
+    /* A watcher that stops here may drain entries pushed since the caller looked (they saw it
+     * watching, so they woke nobody): the deadline was computed without them (UINT64_MAX when
+     * nothing was pending), so go back and decide again rather than sleep on them. Sleeping on
+     * them hung async jobs three times in ~10,000 runs of the async-host test (thirteenth session). */
+    if (*watcher && q->test_unwatch_delay_us > 0) {
+        struct timespec d = { 0, (long)q->test_unwatch_delay_us * 1000L };
+
+        nanosleep(&d, NULL);
+    }
     dispatcher_unwatch(q, watcher);
+    if (atomic_load_explicit(&q->events, memory_order_relaxed) != seen || q->dispatcher_stop)
+        return;   /* (a drain that failed an entry dropped the lock: a stop may have come) */
     atomic_fetch_add_explicit(&q->asleep, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&q->inbox, memory_order_seq_cst) != NULL) {
         atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);

@@ -47,7 +47,7 @@ meson setup build-tsan --reconfigure -Dcuda=disabled -Db_sanitize=thread -Db_lun
   || meson setup build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false
 ninja -C build-tsan tests/unit/test_engine tests/unit/test_key_table tests/evp/evp-async provider/gpuprov.so
 TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
-  meson test -C build-tsan --no-rebuild engine-host key-table async-host --print-errorlogs --timeout-multiplier 4
+  meson test -C build-tsan --no-rebuild engine-host key-table async-host async-host-unwatch-race --print-errorlogs --timeout-multiplier 4
 # The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
 # without one, tests/gpu/run.sh says so and skips.
 GPU_STEPS=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck} \
