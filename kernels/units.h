@@ -20,7 +20,7 @@
  * ("+" is XOR for GHASH, addition mod 2^130 - 5 for Poly1305). T is a Horner sum over the
  * sequence X_lead, U_0, .., U_(n-2), which the finisher's L lanes split by stride: lane i takes
  * every L-th element counted from the end, steps by Q^L and shifts its sum by Q^i; the lanes' sums
- * add up to T. No chain of multiplications longer than ceil(n / L) + 2 runs on any thread.
+ * add up to T. No chain of multiplications longer than ceil(n / L) + 1 runs on any thread.
  * 64 bytes is a multiple of every block involved (AES 16, ChaCha20 64, GHASH/Poly1305 16), so at
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
  * Fixed-size units keep the threads of a warp doing the same work whatever the message lengths.
@@ -486,44 +486,65 @@ GP_KFN void gp_state_mac(uint32_t alg, const gp_msg_state *st, gp_lane_mac *m)
     }
 }
 
-/* The message's MAC after the body, from the finisher lanes' sum T: X = T * P^(4c) + U_(n-1). */
+/*
+ * Whether the finisher's lanes also apply the shift P^(4c) past the last unit. When that unit is
+ * whole (c = L), P^(4c) = Q, and lane i's Q^i * Q = Q^(i+1) is in the table (unit[i+1], or stride
+ * for the last lane): the finish then only adds U_(n-1), one multiplication fewer on its serial
+ * chain. Bodies of whole units (16 KiB TLS records, bulk updates) always take this.
+ */
+GP_KFN int gp_fold_shifts(const gp_job *j)
+{
+    return gp_unit_chunks(j, j->nunits - 1) == GP_UNIT_LANES;
+}
+
+/* The message's MAC after the body, from the finisher lanes' sum T: X = T * P^(4c) + U_(n-1)
+ * (the lanes applied P^(4c) already when gp_fold_shifts). */
 GP_KFN void gp_finish_mac(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
                           const gp_lane_mac *t, gp_lane_mac *x)
 {
     gp_lane_mac f, last;
 
     *x = *t;
-    gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
-    gp_mac_mul(alg, x, &f);
+    if (!gp_fold_shifts(j)) {
+        gp_mac_pow_get(&f, pw, GP_POW_FIN + gp_unit_chunks(j, j->nunits - 1) - 1);
+        gp_mac_mul(alg, x, &f);
+    }
     gp_partial_load(partials + (size_t)(j->nunits - 1) * GP_PARTIAL_BYTES, &last);
     gp_mac_add(alg, x, &last);
 }
 
 /*
  * Finisher lane i's share of T (see the top of this file): over the sequence E_0 = X_lead,
- * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i.
+ * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i
+ * (times Q^(i+1) when gp_fold_shifts). The Horner sum starts from its first element rather than
+ * from zero times Q^L: a message of up to L units (64 KiB) costs each lane one multiplication.
  * xlead: X_lead (read only by the lane that takes E_0).
  */
 GP_KFN void gp_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const gp_lane_mac *xlead,
                          const uint8_t *partials, uint32_t i, gp_lane_mac *t)
 {
     const uint32_t n = j->nunits;
+    uint32_t first;
     gp_lane_mac e, s;
 
     gp_lane_mac_zero(t);
     if (i >= n)
         return;
-    gp_mac_pow_get(&s, pw, GP_POW_STRIDE);
+    first = (n - 1 - i) % GP_UNIT_LANES;
+    if (n - 1 - i >= GP_UNIT_LANES)
+        gp_mac_pow_get(&s, pw, GP_POW_STRIDE);
     GP_NO_UNROLL
-    for (uint32_t k = (n - 1 - i) % GP_UNIT_LANES; k <= n - 1 - i; k += GP_UNIT_LANES) {
+    for (uint32_t k = first; k <= n - 1 - i; k += GP_UNIT_LANES) {
         if (k == 0)
             e = *xlead;
         else
             gp_partial_load(partials + (size_t)(k - 1) * GP_PARTIAL_BYTES, &e);
-        gp_mac_mul(alg, t, &s);     /* the first pass multiplies zero */
+        if (k != first)
+            gp_mac_mul(alg, t, &s);
         gp_mac_add(alg, t, &e);
     }
-    gp_mac_pow_get(&s, pw, GP_POW_UNIT + i);
+    gp_mac_pow_get(&s, pw, !gp_fold_shifts(j) ? GP_POW_UNIT + i
+                           : i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
     gp_mac_mul(alg, t, &s);
 }
 

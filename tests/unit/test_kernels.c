@@ -849,13 +849,17 @@ static void test_units_vs_serial(void **state)
         { GP_ALG_AES_CTR, 24, 16 }, { GP_ALG_AES_GCM, 32, 12 }, { GP_ALG_CHACHA20, 32, 16 },
         { GP_ALG_CHACHA20_POLY1305, 32, 12 },
     };
+    int shifted[4] = { 0 }, shifted_horner = 0;
+
     (void)state;
     for (int iter = 0; iter < 160; iter++) {
         size_t a = (size_t)iter % 4, pre = gptest_rand_range(0, 200), aad = gptest_rand_range(0, 40);
         /* Short, a few units, and (every 10th) more units than a finisher has lanes, so that
-         * its lanes take several partials each. */
+         * its lanes take several partials each; the 5th and 6th of every 10 a body of whole units
+         * (the finisher's lanes apply the last unit's shift: gp_fold_shifts), up to 3L of them. */
         size_t len = iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
                                       + gptest_rand_range(0, 300)
+                     : iter % 10 == 4 || iter % 10 == 5 ? (64 - pre % 64) % 64 + gptest_rand_range(1, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
                      : gptest_rand_range(0, 4) == 0 ? gptest_rand_range(0, 200)
                      : gptest_rand_range(0, 3 * GP_UNIT_BYTES + 300);
         /* Every 3rd request ends on a 64-byte text boundary: the finisher's word-only path. */
@@ -888,6 +892,10 @@ static void test_units_vs_serial(void **state)
         gp_msg_run(&s1, &ks, op, buf + pre, o1 + pre, len);
         gp_job_plan(&j, &s2, op, len, 0);
         pw = gp_request_pows(&ks, &s2, &pbuf);
+        if (j.nunits > 0 && gp_fold_shifts(&j)) {
+            shifted[a]++;
+            shifted_horner += aead && j.nunits > GP_UNIT_LANES;
+        }
         gp_unit_lead(&s2, &ks, &j, NULL, buf + pre, o2 + pre);
         for (uint32_t u = 0; u < j.nunits; u++)
             gp_unit_body(&j, &ks, pw, u, buf + pre + j.head_len, o2 + pre + j.head_len,
@@ -912,6 +920,10 @@ static void test_units_vs_serial(void **state)
         free(o2);
         free(part);
     }
+    /* Every algorithm met a body of whole units, and an AEAD one with more units than lanes. */
+    for (int a = 0; a < 4; a++)
+        assert_true(shifted[a] >= 4);
+    assert_true(shifted_horner >= 1);
 }
 
 /* A chunk's Horner sum Z = B_0 H^3 + B_1 H^2 + B_2 H + B_3 the integer way (gp_lane_mac_chunk's
