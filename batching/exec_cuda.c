@@ -338,6 +338,31 @@ static cudaError_t step_events_create(gp_engine *e, gp_cuda_slot *sl)
     return err;
 }
 
+/*
+ * Launch a kernel in the slot's stream; `early`: allowed to start before the kernel in front of it
+ * ends (programmatic dependent launch, kernels/batch_kernel.cu: it waits in griddepcontrol.wait
+ * before it reads what that kernel writes). Only where the shape says the code holds that wait.
+ */
+static cudaError_t launch(gp_cuda_slot *c, const void *fn, dim3 grid, dim3 block, void **args, size_t smem, int early)
+{
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg;
+
+    if (!early || !c->shape.early_launch)
+        return cudaLaunchKernel(fn, grid, block, args, smem, c->stream);
+    memset(&attr, 0, sizeof(attr));
+    memset(&cfg, 0, sizeof(cfg));
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, fn, args);
+}
+
 /* Knob stats: mark the end of step k - 1 (k = 0: the start) in the slot's stream. */
 static cudaError_t step_mark(gp_cuda_slot *c, int k)
 {
@@ -349,7 +374,7 @@ static void cuda_close(gp_engine *e);
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
-    int n = 0, first, ngpus, per_gpu;
+    int n = 0, first, ngpus, per_gpu, no_early;
     cudaError_t err = cudaGetDeviceCount(&n);
 
     if (err != cudaSuccess || n == 0) {
@@ -376,6 +401,8 @@ static int cuda_open(gp_engine *e)
     atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
+    /* Test hook ($GPUPROV_TEST_NO_EARLY_LAUNCH): every launch waits for the one before it ends. */
+    no_early = getenv("GPUPROV_TEST_NO_EARLY_LAUNCH") != NULL;
     c->stage_device = first;
     c->open_gen = gp_fork_generation();
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
@@ -399,6 +426,8 @@ static int cuda_open(gp_engine *e)
             cuda_close(e);
             return 0;
         }
+        if (no_early)
+            sl->shape.early_launch = 0;
         if (!arena_reserve(e, sl, ARENA_MIN)) {
             cuda_close(e);
             return 0;
@@ -501,9 +530,10 @@ static void cuda_close(gp_engine *e)
     if (e->knobs.stats && atomic_load(&c->st_batches) > 0) {
         double nb = (double)atomic_load(&c->st_batches);
 
-        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f staged=%.1f per batch: host_in_us=%.1f "
+        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f staged=%.1f early_launch=%d per batch: host_in_us=%.1f "
                     "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
-                    (double)atomic_load(&c->st_staged) / nb, (double)atomic_load(&c->st_ns_in) / nb / 1e3,
+                    (double)atomic_load(&c->st_staged) / nb, c->nslots > 0 && c->slots[0].shape.early_launch,
+                    (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
         gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f dma_in_us=%.1f copy_in_us=%.1f kernel_us=%.1f "
                     "copy_out_us=%.1f dma_out_us=%.1f\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
@@ -899,13 +929,17 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             cuda_failed(e, "copy to the GPU", err);
             goto out;
         }
-        if ((nc_in > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, in_grid, copy_block, in_args,
-                                                  0, c->stream)) != cudaSuccess)
+        /* The batch kernel right behind the copy kernel in, the copy kernel out right behind the
+         * batch kernel, may launch early (launch); behind a DMA copy a launch waits as usual, and
+         * with the stats' step events between them each step runs alone to be timed. */
+        if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
+                              != cudaSuccess)
             || (err = step_mark(c, 2)) != cudaSuccess
-            || (err = cudaLaunchKernel((const void *)gp_batch_kernel, grid, block, args, smem, c->stream)) != cudaSuccess
+            || (err = launch(c, (const void *)gp_batch_kernel, grid, block, args, smem, nc_in > 0 && !c->step[0]))
+                   != cudaSuccess
             || (err = step_mark(c, 3)) != cudaSuccess
-            || (nc_out > 0 && (err = cudaLaunchKernel((const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,
-                                                      c->stream)) != cudaSuccess)
+            || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,
+                                            !c->step[0])) != cudaSuccess)
             || (err = step_mark(c, 4)) != cudaSuccess) {
             cuda_failed(e, "kernel launch", err);
             goto out;

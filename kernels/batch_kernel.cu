@@ -157,6 +157,29 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
  * current ref runs, so its L2 round trip hides behind the work. A lane group's lanes take the same
  * refs, so the group-wide shuffles stay converged.
  */
+/*
+ * Programmatic dependent launch (sm_90+; PTX ISA griddepcontrol): the host launches the batch
+ * kernel and the copy kernel out with cudaLaunchAttributeProgrammaticStreamSerialization
+ * (batching/exec_cuda.c), so each may start once every block of the kernel before it has started
+ * (launch_dependents) instead of after that kernel has ended. Its blocks then set up what does
+ * not depend on that kernel (the batch kernel's AES table) and wait (griddepcontrol.wait: the
+ * kernel before has completed and its writes are visible) before they read anything it wrote.
+ * The launch gap and the table fill leave a lone call's chain. Launched plainly, both are no-ops.
+ */
+static __device__ __forceinline__ void grid_release_dependents(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void grid_wait_prerequisites(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void GP_KERNEL_BOUNDS
 gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
@@ -167,10 +190,12 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
                                              << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
     unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x;
 
+    grid_release_dependents();   /* the copy kernel out may launch and wait */
     if (flags & GP_BATCH_AES) {   /* uniform over the launch */
         gp_aes_tt_fill();
         __syncthreads();
     }
+    grid_wait_prerequisites();   /* the copy kernel in has brought the batch across */
     GP_NO_UNROLL
     while (r < nrefs) {
         unsigned int next = 0;
@@ -230,6 +255,8 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
 {
     __shared__ gp_copy cur;
 
+    grid_wait_prerequisites();   /* out: the batch kernel has finished */
+    grid_release_dependents();   /* in: the batch kernel may launch and fill its table */
     for (unsigned int i = blockIdx.x; i < n; i += gridDim.x) {
         if (threadIdx.x == 0)   /* from parameter space, or one read that may cross PCIe */
             cur = i < GP_COPY_INLINE ? head.e[i] : list[i];

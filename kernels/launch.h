@@ -25,6 +25,10 @@ typedef struct gp_kernel_shape {
     unsigned int max_grid;       /* blocks the whole GPU holds at once */
     /* A launch without (no table): blocks of GP_KERNEL_BLOCK, as many as the GPU holds. */
     unsigned int max_grid_plain;
+    /* The batch kernel and the copy kernel out may launch while the kernel before them in the
+     * stream still runs (programmatic dependent launch): the GPU is sm_90 or later and both
+     * kernels' code was compiled for it, so it holds their griddepcontrol.wait (batch_kernel.cu). */
+    int early_launch;
 } gp_kernel_shape;
 
 /*
@@ -40,15 +44,19 @@ typedef struct gp_kernel_shape {
  */
 static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
 {
-    struct cudaFuncAttributes fa;
-    int dev, sms, per_sm, optin;
+    struct cudaFuncAttributes fa, fc;
+    int dev, sms, per_sm, optin, major;
     cudaError_t err;
 
     if ((err = cudaGetDevice(&dev)) != cudaSuccess
         || (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess
         || (err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess
-        || (err = cudaFuncGetAttributes(&fa, (const void *)gp_batch_kernel)) != cudaSuccess)
+        || (err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) != cudaSuccess
+        || (err = cudaFuncGetAttributes(&fa, (const void *)gp_batch_kernel)) != cudaSuccess
+        || (err = cudaFuncGetAttributes(&fc, (const void *)gp_copy_kernel)) != cudaSuccess)
         return err;
+    /* ptxVersion: the virtual architecture the code was compiled for (its __CUDA_ARCH__). */
+    ks->early_launch = major >= 9 && fa.ptxVersion >= 90 && fc.ptxVersion >= 90;
     if (fa.maxThreadsPerBlock > (int)GP_KERNEL_BLOCK) {
         if ((size_t)optin < GP_AES_TT_WIDE_BYTES + fa.sharedSizeBytes)
             return cudaErrorNotSupported;
