@@ -167,6 +167,7 @@ typedef struct gp_queue {
                                      * when all of them are pending, no job could add another
                                      * (taken off without the lock) */
     size_t async_inflight;       /* async entries in batches being run */
+    size_t sync_inflight;        /* synchronous entries in batches being run */
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
     uint64_t last_done_ns;       /* when a batch last completed */
     _Atomic uint64_t events;     /* bumped per append and per completed batch: the dispatcher spins

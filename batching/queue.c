@@ -21,10 +21,15 @@
 /*
  * Flush policy, checked by every waiting submitter whose request is still pending:
  *   - the batch holds max_batch_ops requests or max_batch_bytes bytes;
- *   - no batch is running, and either flush_us have passed since its first request, or every
- *     active submitter is waiting in it: no one else could add anything, so waiting longer only
- *     adds latency (this is what makes a lone synchronous caller never wait on the timer).
- * While a batch runs the next one gathers, so batch sizes follow the executor's service time.
+ *   - the executor has a batch slot free (cuda: four per GPU; else one), and either flush_us have
+ *     passed since its first request, or it holds its share of the submitters that could still
+ *     add one (those not waiting in a running batch), that count divided by the free slots: with
+ *     one slot every such submitter is in it and no one else could add anything, so waiting
+ *     longer only adds latency (this is what makes a lone synchronous caller never wait on the
+ *     timer); with N threads and four free slots the batches settle at N/4 and overlap. Waiting
+ *     for all N took one batch at a time: 16 synchronous threads x 16 KiB AES-256-GCM read
+ *     ~1.5 GB/s on the H200 where a lone call takes ~36 µs (bench/RESULTS.md, thirteenth session).
+ * While the slots are busy the next batch gathers, so batch sizes follow the executor's service time.
  * The submitter that flushes becomes the batch's leader: it runs the batch with no lock held while
  * others keep queueing into the next one, then wakes the batch's waiters.
  *
@@ -35,9 +40,8 @@
  * in a forked child) flush and run every batch holding async entries by the same policy, with
  * these changes, because jobs come back one at a time as the application resumes them:
  *   - "everyone is in" counts the jobs that could still submit: those waiting for a result and not
- *     in a running batch. With free slots it is split over them: a batch flushes once it holds
- *     its share (that count divided by the free slots), so with N jobs and two free slots the batches
- *     settle at N/2 and one computes while the application resumes the jobs of the other;
+ *     in a running batch, split over the free slots as above (with N jobs and two free slots the
+ *     batches settle at N/2 and one computes while the application resumes the jobs of the other);
  *   - the timer runs from the last request that joined (or the last completion, whichever is
  *     later) rather than from the first, so a stream of jobs being resumed keeps joining one batch,
  *     but no longer than ASYNC_GATHER_MAX flush_us periods after the previous batch completed.
@@ -128,6 +132,7 @@ static void fork_child(void)
          * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
         q->inflight = 0;
         q->async_inflight = 0;
+        q->sync_inflight = 0;
         q->active = 0;
         q->async_thread = 0;   /* the child has one thread */
         q->async_threads = 0;
@@ -210,13 +215,16 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
         return FLUSH_NO;
-    /* Everyone is in: every synchronous submitter, and this batch's share of the jobs that could
+    /* Everyone is in: this batch's share of the synchronous submitters, and of the jobs, that could
      * still submit (see the top of this file). */
-    if (q->npending - q->npending_async == (size_t)q->active) {
+    {
         size_t free_slots = (size_t)(atomic_load_explicit(&e->max_inflight, memory_order_relaxed) - q->inflight);
+        size_t nsync = q->npending - q->npending_async;
+        size_t could_sync = (size_t)q->active - q->sync_inflight;
         size_t could = atomic_load_explicit(&q->async_waiting, memory_order_relaxed) - q->async_inflight;
 
-        if (q->npending_async == 0 || q->npending_async * free_slots >= could)
+        if ((nsync == 0 || nsync * free_slots >= could_sync)
+            && (q->npending_async == 0 || q->npending_async * free_slots >= could))
             return FLUSH_SHARE;
     }
     return t >= flush_deadline(e, q) ? FLUSH_TIMER : FLUSH_NO;
@@ -253,6 +261,7 @@ static void lead(gp_engine *e, gp_queue *q)
     q->generation++;
     q->inflight++;
     q->async_inflight += nasync;
+    q->sync_inflight += n - nasync;
     pthread_mutex_unlock(&q->lock);
 
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
@@ -282,6 +291,7 @@ static void lead(gp_engine *e, gp_queue *q)
     pthread_mutex_lock(&q->lock);
     q->inflight--;
     q->async_inflight -= nasync;
+    q->sync_inflight -= n - nasync;
     q->last_done_ns = gp_now_ns();
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     for (size_t i = nasync; i < n; i++)
