@@ -104,8 +104,8 @@ struct gp_msg {
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */
-    int pows_ready;              /* host/cuda, ChaCha20-Poly1305: `pows` holds this message's powers
-                                  * of r (made at its first request with body units) */
+    gp_pows_have pows_have;      /* host/cuda, ChaCha20-Poly1305: which of this message's powers of r
+                                  * `pows` holds (made as its requests need them: gp_kstate_pows) */
     gp_mac_pows pows;
     EVP_CIPHER_CTX *cpu_ctx;     /* cpu, EVP path: a default-provider context */
     void *cpu_algctx;            /* cpu, direct path: the default provider's own context */
@@ -319,11 +319,14 @@ int gp_cmp_request_by_msg(const void *a, const void *b, void *reqs);
 
 /* Message callbacks shared by the host and cuda executors (exec_host.c). */
 int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
-/* The MAC powers a message's body units use: its key's (GCM), or its own powers of r
- * (ChaCha20-Poly1305), made once per message. */
-const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks);
-/* The executors' prepare: a ChaCha20-Poly1305 message's powers of r, when its request has body
- * units (2.4 us a message on the H200 host: most of a 16-thread batch's planning, bench/RESULTS.md). */
+/* The MAC powers job j of message m reads: its key's (GCM), or the message's own powers of r
+ * (ChaCha20-Poly1305), each made the first time a request of the message needs it. */
+const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_job *j);
+/* The same for request r planned on its message's state now (the state it will run from). */
+const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r);
+/* The executors' prepare: a ChaCha20-Poly1305 request's powers of r, when it has body units, on
+ * the submitter's thread (the whole table took 2.4 us a message on the H200 host, most of a
+ * 16-thread batch's planning, bench/RESULTS.md; a 16 KiB body reads 41 of its 97 entries). */
 void gp_kstate_prepare(gp_engine *e, gp_request *r);
 
 /* Hybrid policy (hybrid.c): the executor for a message whose first data request is `len` bytes;

@@ -856,7 +856,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 w->pows_off = spows_pos;
                 spows_pos += POWS_STRIDE;
             } else if (carries_pows(r, &w->job)) {
-                memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key)),
+                memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &c->jobs[i]),
                        sizeof(gp_mac_pows));
                 w->pows_off = key_pos;
                 key_pos += POWS_STRIDE;
@@ -1041,8 +1041,7 @@ out:
 static void cuda_prepare(gp_engine *e, gp_request *r)
 {
     if (staged_on_gpu(r) && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305) {
-        (void)gp_request_pows(gp_key_sched_get(r->msg->key), &r->msg->st,
-                              (gp_mac_pows *)(r->stage->host + GP_STAGE_POWS_OFF));
+        memcpy(r->stage->host + GP_STAGE_POWS_OFF, gp_kstate_prepare_pows(r), sizeof(gp_mac_pows));
         r->stage_pows = 1;
         return;
     }

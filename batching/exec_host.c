@@ -25,7 +25,7 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
     if (j.nunits > 16 && (partials = OPENSSL_malloc((size_t)j.nunits * GP_PARTIAL_BYTES)) == NULL)
         return 0;
     if (j.nunits > 0) {
-        const gp_mac_pows *pw = gp_kstate_pows(m, ks);
+        const gp_mac_pows *pw = gp_kstate_pows(m, ks, &j);
         const uint8_t *body_in = r->in + j.head_len;
         uint8_t *body_out = r->out + j.head_len;
 
@@ -151,26 +151,48 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
      * lead instead, it cost AES-256-GCM 191 -> 150 GB/s in kernel_bench (bench/RESULTS.md). */
     if (ks->alg == GP_ALG_AES_GCM && !gp_cpu_aes_block(e, m->key, m->st.gcm_ekj0, m->st.gcm_ekj0))
         gp_aes_encrypt1(&ks->aes, m->st.gcm_ekj0, m->st.gcm_ekj0);
-    m->pows_ready = 0;
+    /* A new one-time key: the powers of the last one go. */
+    if (m->pows_have.lanes != 0)
+        OPENSSL_cleanse(&m->pows, sizeof(m->pows));
+    memset(&m->pows_have, 0, sizeof(m->pows_have));
     return 1;
 }
 
-const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks)
+/* The MAC powers job j of message m reads: GCM's made with the key; ChaCha20-Poly1305's from the
+ * message's r, each made the first time one of its requests needs it (kernels/units.h). */
+const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_job *j)
 {
+    gp_pows_have need;
+    gp_lane_mac p;
+
     if (ks->alg != GP_ALG_CHACHA20_POLY1305)
         return &ks->mac_pows;
-    if (!m->pows_ready) {
-        (void)gp_request_pows(ks, &m->st, &m->pows);
-        m->pows_ready = 1;
+    need = gp_pows_need(j);
+    if (!gp_pows_covers(&m->pows_have, &need)) {
+        gp_mac_key(&p, ks, &m->st);
+        gp_mac_pows_cover(&m->pows, &m->pows_have, ks->alg, &p, j);
+        OPENSSL_cleanse(&p, sizeof(p));
     }
     return &m->pows;
+}
+
+const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r)
+{
+    const gp_key_sched *ks = gp_key_sched_get(r->msg->key);
+    const gp_mac_pows *pw;
+    gp_job j;
+
+    gp_job_plan(&j, &r->msg->st, r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
+    pw = gp_kstate_pows(r->msg, ks, &j);
+    OPENSSL_cleanse(&j, sizeof(j));
+    return pw;
 }
 
 void gp_kstate_prepare(gp_engine *e, gp_request *r)
 {
     (void)e;
     if (r->kind == GP_REQ_CRYPT && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305)
-        (void)gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key));
+        (void)gp_kstate_prepare_pows(r);
 }
 
 /* ---- the worker pool ---- */

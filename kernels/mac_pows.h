@@ -113,6 +113,15 @@ GP_KFN void gp_mac_pow_set(gp_mac_pows *t, uint32_t idx, const gp_lane_mac *m)
         t->p[idx][i] = m->w[i];
 }
 
+/* Which entries of a gp_mac_pows made on demand hold their power (kernels/units.h,
+ * gp_mac_pows_cover); all zero: none. */
+typedef struct gp_pows_have {
+    uint32_t lanes;    /* lane entries L-lanes .. L-1 */
+    uint32_t units;    /* Q^0 .. Q^(units-1) */
+    uint32_t stride;   /* Q^L */
+    uint32_t fin;      /* bit c-1: P^(4c) */
+} gp_pows_have;
+
 /* The table of gp_mac_pows for MAC key P (done on the host: once per key for GCM, once per
  * request for ChaCha20-Poly1305), 3L + 1 multiplications. */
 GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
