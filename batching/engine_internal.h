@@ -322,7 +322,8 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
 /* The MAC powers job j of message m reads: its key's (GCM), or the message's own powers of r
  * (ChaCha20-Poly1305), each made the first time a request of the message needs it. */
 const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_job *j);
-/* The same for request r planned on its message's state now (the state it will run from). */
+/* The same for request r planned on its message's state now (the state it will run from); NULL
+ * unless it is a ChaCha20-Poly1305 data request that may have body units. */
 const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r);
 /* The executors' prepare: a ChaCha20-Poly1305 request's powers of r, when it has body units, on
  * the submitter's thread (the whole table took 2.4 us a message on the H200 host, most of a

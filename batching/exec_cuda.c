@@ -1040,12 +1040,13 @@ out:
  * go straight into its chunk (stage.h), where the batch's copy kernel fetches them. */
 static void cuda_prepare(gp_engine *e, gp_request *r)
 {
-    if (staged_on_gpu(r) && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305) {
-        memcpy(r->stage->host + GP_STAGE_POWS_OFF, gp_kstate_prepare_pows(r), sizeof(gp_mac_pows));
+    const gp_mac_pows *pw = gp_kstate_prepare_pows(r);
+
+    (void)e;
+    if (pw != NULL && staged_on_gpu(r)) {
+        memcpy(r->stage->host + GP_STAGE_POWS_OFF, pw, sizeof(gp_mac_pows));
         r->stage_pows = 1;
-        return;
     }
-    gp_kstate_prepare(e, r);
 }
 
 /*

@@ -178,10 +178,13 @@ const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_jo
 
 const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r)
 {
-    const gp_key_sched *ks = gp_key_sched_get(r->msg->key);
+    const gp_key_sched *ks;
     const gp_mac_pows *pw;
     gp_job j;
 
+    if (r->kind != GP_REQ_CRYPT || r->len < 64 || r->msg->key->alg != GP_ALG_CHACHA20_POLY1305)
+        return NULL;
+    ks = gp_key_sched_get(r->msg->key);
     gp_job_plan(&j, &r->msg->st, r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
     pw = gp_kstate_pows(r->msg, ks, &j);
     OPENSSL_cleanse(&j, sizeof(j));
@@ -191,8 +194,7 @@ const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r)
 void gp_kstate_prepare(gp_engine *e, gp_request *r)
 {
     (void)e;
-    if (r->kind == GP_REQ_CRYPT && r->len >= 64 && r->msg->key->alg == GP_ALG_CHACHA20_POLY1305)
-        (void)gp_kstate_prepare_pows(r);
+    (void)gp_kstate_prepare_pows(r);
 }
 
 /* ---- the worker pool ---- */

@@ -630,14 +630,14 @@ GP_KFN void gp_mac_pows_cover(gp_mac_pows *t, gp_pows_have *have, uint32_t alg, 
         }
         gp_state_wipe(&q, sizeof(q));
     }
-    for (uint32_t c = 1; c <= L; c++) {                          /* P^(4c) = P^(4(c-1)+1) * P^2 * P */
-        if ((need.fin & ~have->fin) & (1u << (c - 1))) {
-            gp_mac_pow_get(&x, t, GP_POW_LANE + L - c);          /* made: need.lanes >= c */
-            gp_mac_mul(alg, &x, &p2);
-            gp_mac_mul(alg, &x, p);
-            gp_mac_pow_set(t, GP_POW_FIN + c - 1, &x);
-            have->fin |= 1u << (c - 1);
-        }
+    if (need.fin & ~have->fin) {                                 /* the short last unit's c chunks */
+        const uint32_t c = gp_unit_chunks(j, j->nunits - 1);
+
+        gp_mac_pow_get(&x, t, GP_POW_LANE + L - c);              /* P^(4(c-1)+1): need.lanes >= c */
+        gp_mac_mul(alg, &x, &p2);
+        gp_mac_mul(alg, &x, p);                                  /* P^(4c) */
+        gp_mac_pow_set(t, GP_POW_FIN + c - 1, &x);
+        have->fin |= need.fin;
     }
     gp_state_wipe(&p2, sizeof(p2));
     gp_state_wipe(&p4, sizeof(p4));
