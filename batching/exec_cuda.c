@@ -713,7 +713,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         uint64_t len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
 
         gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len, (uint32_t)r->aad_len);
-        nrefs += 1 + c->jobs[i].nunits;
+        nrefs += !gp_lead_idle(&c->jobs[i], &r->msg->st) + c->jobs[i].nunits;
         if (gp_alg_is_aes(r->msg->st.alg))
             flags |= GP_BATCH_AES;
         if (staged_on_gpu(r)) {
@@ -869,6 +869,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 }
             }
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
+            if (gp_lead_idle(&w->job, &r->msg->st)) {   /* no lead ref: counted done already */
+                gp_lead_skip((gp_msg_state *)(c->host + w->state_off));
+                w->done = 1;
+            }
             part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
             /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
              * lane of serial work) beside a unit in the same warp waited out the unit's whole
@@ -877,8 +881,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 refs[ref].work = (uint32_t)i;
                 refs[ref++].unit = u;
             }
-            refs[ref].work = (uint32_t)i;
-            refs[ref++].unit = GP_UNIT_LEAD;
+            if (w->done == 0) {
+                refs[ref].work = (uint32_t)i;
+                refs[ref++].unit = GP_UNIT_LEAD;
+            }
         }
         refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
         refs[ref].unit = 0;

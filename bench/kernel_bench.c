@@ -158,7 +158,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     memset(iv, 0, sizeof(iv));
     gp_msg_begin(&st, &ks, iv, ivlen);
     gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
-    nrefs = nmsg * (1 + job.nunits);
+    nrefs = nmsg * (!gp_lead_idle(&job, &st) + job.nunits);   /* as exec_cuda.c plans it */
     /* One key schedule per message: ChaCha20-Poly1305's carries its message's powers of r, as
      * the engine's batches do (batching/exec_cuda.c); the others are copies of one. */
     key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
@@ -200,13 +200,19 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].out_off = out_off + i * msg;
         work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
         work[i].ghmma_off = use_mma ? mma_off : 0;
+        if (gp_lead_idle(&job, &st)) {   /* no lead ref: counted done already */
+            gp_lead_skip(&st);
+            work[i].done = 1;
+        }
         memcpy(host + work[i].state_off, &st, sizeof(st));
         for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */
             refs[r].work = (uint32_t)i;
             refs[r++].unit = u;
         }
-        refs[r].work = (uint32_t)i;
-        refs[r++].unit = GP_UNIT_LEAD;
+        if (work[i].done == 0) {
+            refs[r].work = (uint32_t)i;
+            refs[r++].unit = GP_UNIT_LEAD;
+        }
     }
     refs[nrefs].work = 0;   /* the claim counter (kernels/batch_abi.h) */
     refs[nrefs].unit = 0;

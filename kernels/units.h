@@ -110,6 +110,24 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
 }
 
 /*
+ * Whether request j's lead, on state st, would only mark the text begun (in_text): a data request
+ * with body units, no carried AAD, no head (the text starts or goes on at a 64-byte boundary, so no
+ * keystream or MAC block is half used) and no AAD bytes waiting to be padded. Its planner then
+ * makes that one change to the state itself and leaves the lead out (gp_lead_skip): the GPU saves
+ * a ref per request, a warp that would claim it, load the state and store it back for nothing.
+ */
+GP_KFN int gp_lead_idle(const gp_job *j, const gp_msg_state *st)
+{
+    return j->nunits > 0 && j->aad_len == 0 && j->head_len == 0 && st->mac_pend_len == 0;
+}
+
+/* What an idle lead (gp_lead_idle) would have done. */
+GP_KFN void gp_lead_skip(gp_msg_state *st)
+{
+    st->in_text = 1;
+}
+
+/*
  * 64 bytes between memory and a thread's own buffer, as 16 little-endian words. On the GPU that is
  * four 16-byte vector accesses when the address allows (the cuda planner places every body on a
  * 16-byte boundary), so the byte-level work happens in registers and lane-local memory rather than
