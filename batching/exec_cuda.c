@@ -869,10 +869,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 }
             }
             memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
-            if (gp_lead_idle(&w->job, &r->msg->st)) {   /* no lead ref: counted done already */
-                gp_lead_skip((gp_msg_state *)(c->host + w->state_off));
-                w->done = 1;
-            }
+            const int lead = gp_work_plan_lead(w, (gp_msg_state *)(c->host + w->state_off));
             part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
             /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
              * lane of serial work) beside a unit in the same warp waited out the unit's whole
@@ -881,7 +878,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                 refs[ref].work = (uint32_t)i;
                 refs[ref++].unit = u;
             }
-            if (w->done == 0) {
+            if (lead) {
                 refs[ref].work = (uint32_t)i;
                 refs[ref++].unit = GP_UNIT_LEAD;
             }

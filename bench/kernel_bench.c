@@ -200,16 +200,14 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].out_off = out_off + i * msg;
         work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
         work[i].ghmma_off = use_mma ? mma_off : 0;
-        if (gp_lead_idle(&job, &st)) {   /* no lead ref: counted done already */
-            gp_lead_skip(&st);
-            work[i].done = 1;
-        }
+        const int lead = gp_work_plan_lead(&work[i], &st);   /* as exec_cuda.c */
+
         memcpy(host + work[i].state_off, &st, sizeof(st));
         for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */
             refs[r].work = (uint32_t)i;
             refs[r++].unit = u;
         }
-        if (work[i].done == 0) {
+        if (lead) {
             refs[r].work = (uint32_t)i;
             refs[r++].unit = GP_UNIT_LEAD;
         }

@@ -127,6 +127,18 @@ GP_KFN void gp_lead_skip(gp_msg_state *st)
     st->in_text = 1;
 }
 
+/* A planner's side of gp_lead_idle for request w on st, the state copy it will run from: an idle
+ * lead is done here and counted done, so the last unit still finishes the request. Returns whether
+ * the request still needs its lead ref. */
+GP_KFN int gp_work_plan_lead(gp_work *w, gp_msg_state *st)
+{
+    if (!gp_lead_idle(&w->job, st))
+        return 1;
+    gp_lead_skip(st);
+    w->done = 1;
+    return 0;
+}
+
 /*
  * 64 bytes between memory and a thread's own buffer, as 16 little-endian words. On the GPU that is
  * four 16-byte vector accesses when the address allows (the cuda planner places every body on a
