@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "async_wait.h"
+#include "engine_internal.h"
 
 /*
  * The job's stack is 32 KiB and it runs on the application's thread: nothing here allocates more
@@ -75,7 +76,7 @@ int gp_async_prepare(gp_async_notify *n)
     return 1;
 }
 
-void gp_async_wait(const gp_async_notify *n, atomic_int *done)
+int gp_async_wait(const gp_async_notify *n, atomic_int *done, unsigned fork_gen)
 {
     while (!atomic_load_explicit(done, memory_order_acquire)) {
         /*
@@ -84,11 +85,17 @@ void gp_async_wait(const gp_async_notify *n, atomic_int *done)
          * once. Pause again; the fd is not drained here because in fd mode the completer writes it
          * just before publishing done, and a drained fd would never wake the job again.
          */
+        if (gp_fork_generation() != fork_gen)
+            return 0;
         if (!ASYNC_pause_job())
             sched_yield();   /* cannot switch: the dispatcher still completes the request */
         else if (!atomic_load_explicit(done, memory_order_acquire))
             sched_yield();
     }
+    /* A copy of the job in a forked child, its result set before the fork: the fd is shared with
+     * the parent's copy, whose wake-up a drain here would take. */
+    if (gp_fork_generation() != fork_gen)
+        return 0;
     if (n->fd >= 0) {
         uint64_t v;
 
@@ -96,6 +103,7 @@ void gp_async_wait(const gp_async_notify *n, atomic_int *done)
         while (read(n->fd, &v, sizeof(v)) < 0 && errno == EINTR)
             ;
     }
+    return 1;
 }
 
 void gp_async_complete(const gp_async_notify *np, atomic_int *done)

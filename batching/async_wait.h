@@ -27,8 +27,11 @@ int gp_async_in_job(void);
  * and registering that fd on first use. Returns 0 (n unusable) if the fd cannot be made. */
 int gp_async_prepare(gp_async_notify *n);
 
-/* The job's side: pause until *done is set, then drain the fd. Spurious resumes pause again. */
-void gp_async_wait(const gp_async_notify *n, atomic_int *done);
+/* The job's side: pause until *done is set, then drain the fd, and return 1. Spurious resumes
+ * pause again. Returns 0, with the fd left alone, once the process is not the one that queued the
+ * request (gp_fork_generation() differs from fork_gen): a child of fork() resuming its copy of the
+ * job, whose request only the parent runs (batching/queue.c, fork_child). */
+int gp_async_wait(const gp_async_notify *n, atomic_int *done, unsigned fork_gen);
 
 /* The completer's side, for a request whose status is final: wake its job and publish *done.
  * Nothing is read from n or written to done after this returns; the job may have gone already. */

@@ -136,7 +136,19 @@ static void fork_child(void)
         q->active = 0;
         q->async_thread = 0;   /* the child has one thread */
         q->async_threads = 0;
-        /* Entries pushed by the parent's other threads: their jobs are not in this process. */
+        /*
+         * The parent's queued requests, pending or pushed: the synchronous callers and most jobs
+         * that made them are the parent's other threads, and a staged request's bytes are in
+         * pinned memory, which the CUDA driver may keep out of a child. The parent runs them all;
+         * run here too they would be run twice, from memory that may not be there. The forking
+         * thread's own paused jobs, if the child resumes them, fail (submit_async). Their count
+         * starts again from zero, as no job of this process has queued yet.
+         */
+        q->npending = 0;
+        q->npending_async = 0;
+        q->pending_bytes = 0;
+        q->generation++;
+        atomic_store_explicit(&q->async_waiting, 0, memory_order_relaxed);
         q->inbox = NULL;
         q->watching = 0;
         q->asleep = 0;
@@ -678,6 +690,7 @@ static int submit_async(gp_engine *e, gp_request *r)
     gp_async_notify n;
     gp_queue_entry me = { .req = r, .notify = &n, .done_ns = 0 };
     stage_ctx st;
+    unsigned fork_gen;
 
     atomic_init(&me.done, 0);
     if (!gp_async_prepare(&n))
@@ -699,13 +712,25 @@ static int submit_async(gp_engine *e, gp_request *r)
         }
     }
     /* Counted before the push: once a dispatcher has the entry, the share rule counts it in. */
+    fork_gen = gp_fork_generation();
     atomic_fetch_add_explicit(&q->async_waiting, 1, memory_order_relaxed);
     push_inbox(q, &me);
     wake_dispatcher(q);
     if (e->knobs.stats)
         gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
 
-    gp_async_wait(&n, &me.done);
+    if (!gp_async_wait(&n, &me.done, fork_gen)) {
+        /* This is a forked child's copy of the job: the child dropped the request with the rest of
+         * the parent's queue (fork_child) and its count; a staged request's chunk may be pinned
+         * memory the child does not have, so it is neither read nor returned. */
+        if (st.chunk != NULL) {
+            r->in = st.in;
+            r->out = st.out;
+            r->stage = NULL;
+            r->stage_pows = 0;
+        }
+        return GP_REQ_FAILED;
+    }
     if (e->knobs.stats && me.done_ns != 0)
         gp_stat_add(e, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
 

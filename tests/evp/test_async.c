@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,10 +114,15 @@ static void job_release(job_arg *a)
     }
 }
 
+/* A forked child stops its copy of a job at the first failure (test_jobs_paused_across_fork). */
+static int g_stop_at_failure;
+
 #define JOB_CHECK(cond)                       \
     do {                                      \
         if (!(cond) && a->failed == 0)        \
             a->failed = __LINE__;             \
+        if (a->failed != 0 && g_stop_at_failure) \
+            goto out;                         \
     } while (0)
 
 /* Runs on the job's 32 KiB stack: EVP calls only, each a gpuprov request that pauses the job. */
@@ -163,6 +169,7 @@ static int job_main(void *argp)
             JOB_CHECK(ok == 1);
         }
     }
+out:
     EVP_CIPHER_CTX_free(c);
     return a->failed == 0;
 }
@@ -218,26 +225,33 @@ static int step(ASYNC_JOB **job, ASYNC_WAIT_CTX *w, job_arg *a, drive_result *r)
 /*
  * fd mode, the way openssl speed 3.0 runs -async_jobs: start every job, then poll on the one fd of
  * each paused job's wait context and resume those that are readable. Returns driver errors.
+ * The three steps are separate so that a test may fork between starting and polling.
  */
-static drive_result drive_fds(job_arg *args, int n)
-{
-    ASYNC_JOB *jobs[MAX_JOBS] = { 0 };
+typedef struct job_set {
+    ASYNC_JOB *jobs[MAX_JOBS];
     ASYNC_WAIT_CTX *w[MAX_JOBS];
     OSSL_ASYNC_FD first_fd[MAX_JOBS];
-    drive_result r = { 0, 0, 0 };
-    int inprogress = 0;
+    int inprogress;
+} job_set;
 
+static void jobs_start(job_set *s, job_arg *args, int n, drive_result *r)
+{
+    memset(s, 0, sizeof(*s));
     for (int i = 0; i < n; i++) {
-        w[i] = ASYNC_WAIT_CTX_new();
-        first_fd[i] = -1;
-        if (w[i] == NULL) {
-            r.errors++;
-            return r;
+        s->w[i] = ASYNC_WAIT_CTX_new();
+        s->first_fd[i] = -1;
+        if (s->w[i] == NULL) {
+            r->errors++;
+            return;
         }
     }
     for (int i = 0; i < n; i++)
-        inprogress += step(&jobs[i], w[i], &args[i], &r);
-    while (inprogress > 0 && r.errors == 0) {
+        s->inprogress += step(&s->jobs[i], s->w[i], &args[i], r);
+}
+
+static void jobs_poll(job_set *s, job_arg *args, int n, drive_result *r)
+{
+    while (s->inprogress > 0 && r->errors == 0) {
         struct pollfd pfd[MAX_JOBS];
         int who[MAX_JOBS], np = 0, rc;
 
@@ -245,47 +259,62 @@ static drive_result drive_fds(job_arg *args, int n)
             size_t num = 0;
             OSSL_ASYNC_FD fd;
 
-            if (jobs[i] == NULL)
+            if (s->jobs[i] == NULL)
                 continue;
-            if (!ASYNC_WAIT_CTX_get_all_fds(w[i], NULL, &num) || num != 1) {
+            if (!ASYNC_WAIT_CTX_get_all_fds(s->w[i], NULL, &num) || num != 1) {
                 fprintf(stderr, "test_async: job %d paused with %zu wait fds (want 1)\n", i, num);
-                r.errors++;
+                r->errors++;
                 break;
             }
-            ASYNC_WAIT_CTX_get_all_fds(w[i], &fd, &num);
-            if (first_fd[i] < 0)
-                first_fd[i] = fd;
-            if (fd != first_fd[i]) {
-                fprintf(stderr, "test_async: job %d: wait fd changed from %d to %d\n", i, first_fd[i], fd);
-                r.errors++;
+            ASYNC_WAIT_CTX_get_all_fds(s->w[i], &fd, &num);
+            if (s->first_fd[i] < 0)
+                s->first_fd[i] = fd;
+            if (fd != s->first_fd[i]) {
+                fprintf(stderr, "test_async: job %d: wait fd changed from %d to %d\n", i, s->first_fd[i], fd);
+                r->errors++;
             }
-            r.max_fds = r.max_fds > (int)num ? r.max_fds : (int)num;
+            r->max_fds = r->max_fds > (int)num ? r->max_fds : (int)num;
             pfd[np] = (struct pollfd){ .fd = fd, .events = POLLIN };
             who[np++] = i;
         }
-        if (r.errors != 0)
+        if (r->errors != 0)
             break;
         rc = poll(pfd, (nfds_t)np, 30000);
         if (rc <= 0) {
             fprintf(stderr, "test_async: poll %s with %d jobs paused\n", rc == 0 ? "timed out" : "failed",
-                    inprogress);
-            r.errors++;
+                    s->inprogress);
+            r->errors++;
             break;
         }
         for (int k = 0; k < np; k++)
             if (pfd[k].revents & POLLIN)
-                inprogress -= !step(&jobs[who[k]], w[who[k]], &args[who[k]], &r);
+                s->inprogress -= !step(&s->jobs[who[k]], s->w[who[k]], &args[who[k]], r);
     }
+}
+
+static void jobs_end(job_set *s, int n, drive_result *r)
+{
     for (int i = 0; i < n; i++) {
-        if (jobs[i] != NULL)
-            r.errors++;   /* never leave a paused job behind: its stack holds a queued request */
-        ASYNC_WAIT_CTX_free(w[i]);
+        if (s->jobs[i] != NULL)
+            r->errors++;   /* never leave a paused job behind: its stack holds a queued request */
+        ASYNC_WAIT_CTX_free(s->w[i]);
         /* The wait context's cleanup closed gpuprov's eventfd. */
-        if (first_fd[i] >= 0 && fcntl(first_fd[i], F_GETFD) != -1) {
-            fprintf(stderr, "test_async: fd %d still open after ASYNC_WAIT_CTX_free\n", first_fd[i]);
-            r.errors++;
+        if (s->first_fd[i] >= 0 && fcntl(s->first_fd[i], F_GETFD) != -1) {
+            fprintf(stderr, "test_async: fd %d still open after ASYNC_WAIT_CTX_free\n", s->first_fd[i]);
+            r->errors++;
         }
     }
+}
+
+static drive_result drive_fds(job_arg *args, int n)
+{
+    job_set s;
+    drive_result r = { 0, 0, 0 };
+
+    jobs_start(&s, args, n, &r);
+    if (r.errors == 0)
+        jobs_poll(&s, args, n, &r);
+    jobs_end(&s, n, &r);
     return r;
 }
 
@@ -580,6 +609,64 @@ static void test_jobs_after_fork(void **state)
     free(args);
 }
 
+/*
+ * fork() while this thread's jobs are paused with their requests queued (batching/queue.c
+ * fork_child): the parent runs those requests and its jobs finish exactly; the child dropped its
+ * copy of the queue, so a copy of a job that the child resumes fails that request at once rather
+ * than wait forever. (The child stops each job at its failure: its wait fds are the parent's too,
+ * and a request of its own would drain the parent's wake-ups.)
+ */
+static void test_jobs_paused_across_fork(void **state)
+{
+    enum { N = 16 };
+    job_arg *args = calloc(N, sizeof(*args));
+    drive_result r = { 0, 0, 0 };
+    job_set s;
+    int status = 0, paused;
+    pid_t pid;
+
+    (void)state;
+    assert_non_null(args);
+    for (int i = 0; i < N; i++)
+        job_prepare(&args[i], 200 + i, 0);
+    jobs_start(&s, args, N, &r);
+    assert_int_equal(r.errors, 0);
+    paused = s.inprogress;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int bad = 0, was_paused[N];
+
+        alarm(120);   /* a job waiting forever ends the child, and fails the test */
+        g_stop_at_failure = 1;
+        for (int i = 0; i < N; i++) {
+            was_paused[i] = s.jobs[i] != NULL;
+            while (s.jobs[i] != NULL && step(&s.jobs[i], s.w[i], &args[i], &r))
+                sched_yield();
+            bad += s.jobs[i] != NULL;
+        }
+        jobs_end(&s, N, &r);
+        /* Every job paused at the fork was in a request the child does not run. */
+        for (int i = 0; i < N; i++)
+            bad += was_paused[i] && args[i].failed == 0;
+        fprintf(stderr, "test_async: child: %d jobs paused at the fork, %d driver errors, %d not failed\n", paused,
+                r.errors, bad);
+        _exit(r.errors == 0 && bad == 0 ? 0 : 1);
+    }
+    jobs_poll(&s, args, N, &r);
+    jobs_end(&s, N, &r);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(r.errors, 0);
+    check_results(args, N);
+    if (g_kernel_executor)
+        assert_int_equal(paused, N);
+    for (int i = 0; i < N; i++)
+        job_release(&args[i]);
+    free(args);
+}
+
 static int group_setup(void **state)
 {
     int rc = evp_group_setup(state);
@@ -657,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_jobs_bad_tag),
         cmocka_unit_test(test_jobs_with_sync_threads),
         cmocka_unit_test(test_jobs_after_fork),
+        cmocka_unit_test(test_jobs_paused_across_fork),
         cmocka_unit_test(test_jobs_second_thread_stages),   /* last: see its comment */
     };
     int failed;

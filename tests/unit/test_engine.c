@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <openssl/core_names.h>
@@ -726,6 +732,157 @@ static void test_limits(void **state)
     assert_false(gp_aead_aad_fits(GP_ALG_CHACHA20_POLY1305, UINT64_MAX - 1, 2));
 }
 
+/*
+ * fork() while another thread's request waits in the pending batch (batching/queue.c fork_child):
+ * the child must not run it. Its bytes are in memory the child does not have (MADV_DONTFORK, as
+ * the CUDA driver may treat the pinned chunks async jobs stage into), so running it there would
+ * fault. The child's own request runs alone, and the parent's batch still completes. The long
+ * request holds the host executor's one batch slot, so the short one stays pending; a round
+ * counts only if the long one was still running well after the fork.
+ */
+typedef struct {
+    gp_engine *e;
+    const alg_desc *a;
+    uint8_t key[32], iv[16];
+    const uint8_t *in;
+    uint8_t *out;
+    size_t len;
+    atomic_int done;
+    uint64_t end_ns;
+    int ok;
+} fork_side;
+
+static void *fork_side_main(void *v)
+{
+    fork_side *s = v;
+    gp_key *k = gp_key_new(s->e, s->a->alg, s->key, s->a->keylen);
+    gp_msg *m = gp_msg_new(s->e);
+
+    s->ok = k != NULL && m != NULL && gp_msg_start(m, k, s->iv, s->a->ivlen, 1)
+            && gp_msg_crypt(m, s->in, s->out, s->len);
+    gp_msg_free(m);
+    gp_key_free(k);
+    s->end_ns = gp_now_ns();
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void fork_side_init(fork_side *s, gp_engine *e, const alg_desc *a, const uint8_t *in, uint8_t *out,
+                           size_t len)
+{
+    memset(s, 0, sizeof(*s));
+    s->e = e;
+    s->a = a;
+    s->in = in;
+    s->out = out;
+    s->len = len;
+    gptest_rand_bytes(s->key, sizeof(s->key));
+    gptest_rand_bytes(s->iv, sizeof(s->iv));
+    atomic_init(&s->done, 0);
+}
+
+/* In the child: no cmocka (its asserts would unwind into the parent's copy of the runner). */
+static int child_message_ok(gp_engine *e, OSSL_LIB_CTX *lib)
+{
+    const alg_desc *a = &algs[0];   /* AES-128-CTR */
+    uint8_t key[16] = { 1 }, iv[16] = { 2 }, in[4096], out[4096], ref[4096];
+    EVP_CIPHER *c = EVP_CIPHER_fetch(lib, a->name, "provider=default");
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    gp_key *k = gp_key_new(e, a->alg, key, a->keylen);
+    gp_msg *m = gp_msg_new(e);
+    int outl = 0, ok;
+
+    memset(in, 0x5a, sizeof(in));
+    ok = c != NULL && ctx != NULL && EVP_EncryptInit_ex2(ctx, c, key, iv, NULL)
+         && EVP_EncryptUpdate(ctx, ref, &outl, in, (int)sizeof(in)) && outl == (int)sizeof(in)
+         && k != NULL && m != NULL && gp_msg_start(m, k, iv, a->ivlen, 1) && gp_msg_crypt(m, in, out, sizeof(in))
+         && memcmp(out, ref, sizeof(in)) == 0;
+    gp_msg_free(m);
+    gp_key_free(k);
+    EVP_CIPHER_CTX_free(ctx);
+    EVP_CIPHER_free(c);
+    return ok;
+}
+
+static void test_fork_drops_parent_queue(void **state)
+{
+    enum { SMALL = 4096 };
+    OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
+    OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t map_len = ((2 * SMALL + (size_t)page - 1) / (size_t)page) * (size_t)page;
+    int conclusive = 0;
+
+    (void)state;
+    for (int round = 0; round < 4 && !conclusive; round++) {
+        const size_t big = (size_t)32 << (20 + round);   /* 32 MiB, doubling while inconclusive */
+        gp_knobs knobs = knobs_for(GP_BACKEND_HOST);
+        gp_engine *e = gp_engine_new(&knobs, lib);
+        uint8_t *big_in = malloc(big), *big_out = malloc(big), *big_ref = malloc(big + 16), tag[16];
+        uint8_t *small = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t small_ref[SMALL + 16];
+        fork_side longer, shorter;
+        pthread_t tl, ts;
+        uint64_t fork_ns;
+        int status = 0;
+        pid_t pid;
+
+        assert_non_null(e);
+        assert_non_null(big_in);
+        assert_non_null(big_out);
+        assert_non_null(big_ref);
+        assert_true(small != MAP_FAILED);
+        assert_int_equal(madvise(small, map_len, MADV_DONTFORK), 0);
+        memset(big_in, 0x3c, big);
+        gptest_rand_bytes(small, SMALL);
+        fork_side_init(&longer, e, &algs[4], big_in, big_out, big);   /* AES-256-GCM */
+        fork_side_init(&shorter, e, &algs[0], small, small + SMALL, SMALL);
+        assert_int_equal(pthread_create(&tl, NULL, fork_side_main, &longer), 0);
+        while (atomic_load(&e->queue.inflight) == 0 && !atomic_load(&longer.done))
+            sched_yield();
+        assert_int_equal(pthread_create(&ts, NULL, fork_side_main, &shorter), 0);
+        while (atomic_load(&e->queue.pending_bytes) == 0 && !atomic_load(&shorter.done))
+            sched_yield();
+        fork_ns = gp_now_ns();
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int bad;
+
+            alarm(120);   /* a hang in the child ends it, and the test, instead of the whole run */
+            signal(SIGSEGV, SIG_DFL);   /* die of the fault: cmocka's handler would resume its runner */
+            signal(SIGBUS, SIG_DFL);
+            bad = e->queue.npending != 0 || atomic_load(&e->queue.pending_bytes) != 0;
+            if (!bad && !child_message_ok(e, lib))
+                bad = 2;
+            _exit(bad);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_int_equal(pthread_join(ts, NULL), 0);
+        assert_int_equal(pthread_join(tl, NULL), 0);
+        assert_true(WIFEXITED(status));   /* a signal here: the child touched the parent's request */
+        assert_int_equal(WEXITSTATUS(status), 0);
+        assert_true(shorter.ok);
+        assert_true(longer.ok);
+        reference(lib, shorter.a, shorter.key, shorter.iv, NULL, 0, small, SMALL, small_ref, tag);
+        assert_memory_equal(small + SMALL, small_ref, SMALL);
+        reference(lib, longer.a, longer.key, longer.iv, NULL, 0, big_in, big, big_ref, tag);
+        assert_memory_equal(big_out, big_ref, big);
+        /* The short request was pending at the fork if the long batch still ran well after it. */
+        conclusive = !atomic_load(&shorter.done) || longer.end_ns > fork_ns + 20000000u;
+        fprintf(stderr, "test_engine: fork round %d: %zu MiB batch ran %.1f ms past the fork%s\n", round,
+                big >> 20, (double)(int64_t)(longer.end_ns - fork_ns) / 1e6, conclusive ? "" : " (again)");
+        gp_engine_free(e);
+        munmap(small, map_len);
+        free(big_in);
+        free(big_out);
+        free(big_ref);
+    }
+    assert_true(conclusive);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(lib);
+}
+
 /* Knobs: environment values are parsed, bad ones fall back to the defaults. */
 static void test_knobs_from_env(void **state)
 {
@@ -814,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_ekj0_aesni_matches_kernel),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_knobs_from_env),
+        cmocka_unit_test(test_fork_drops_parent_queue),
     };
     int failed = cmocka_run_group_tests(per_executor, NULL, NULL);
 
