@@ -91,10 +91,13 @@ typedef struct gp_cuda {
     /* Test hook ($GPUPROV_TEST_GHASH_MMA_ANY_BATCH): GCM's tensor-core GHASH for batches of any
      * size, so that the gpu suite's small batches run it (only with build option ghash_mma). */
     int mma_any_batch;
+    /* $GPUPROV_LONE_LAUNCH=0: small batches take the three launches too (A/B measurements). */
+    int lone_off;
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
     atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out, st_staged;
+    atomic_uint_fast64_t st_lone;       /* batches run as one launch (gp_lone_kernel) */
     atomic_uint_fast64_t st_ns_issue;   /* of st_ns_gpu: issuing the batch's CUDA calls */
     atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
@@ -363,6 +366,51 @@ static cudaError_t launch(gp_cuda_slot *c, const void *fn, dim3 grid, dim3 block
     return cudaLaunchKernelExC(&cfg, fn, args);
 }
 
+/*
+ * A small batch runs as one launch (kernels/batch_kernel.cu gp_lone_kernel) when it is the only
+ * batch in flight and needs nothing but its arena image moved: no staged data or powers, no key
+ * uploads or slot clears, no GHASH matrix, descriptors and results small enough for the copy
+ * kernels, and refs few enough that the cluster's blocks take them in one pass with at most
+ * LONE_REFS_PER_BLOCK each. Its cluster is as many blocks as it has refs, up to
+ * GP_LONE_MAX_BLOCKS. Beside other batches a cluster waits for SMs of one GPC to be free
+ * together, where separate blocks start on any: H200, evp_bench 16 threads x 16 KiB synchronous
+ * AES-256-GCM read 1.44-1.66 GB/s with it there against 1.54-1.72 without (bench/RESULTS.md).
+ */
+#define LONE_REFS_PER_BLOCK 3u
+
+static unsigned int lone_blocks(gp_engine *e, const gp_cuda *g, const gp_cuda_slot *c, size_t nrefs, int fold,
+                                size_t nstaged, size_t nspows, size_t nup, size_t nwipes, size_t nmma)
+{
+    const unsigned int most = c->shape.lone_blocks;
+
+    if (g->lone_off || most == 0 || !fold || nstaged + nspows + nup + nwipes + nmma != 0
+        || nrefs > (size_t)most * LONE_REFS_PER_BLOCK
+        || atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) > 1)
+        return 0;
+    return nrefs == 0 ? 1u : nrefs < most ? (unsigned int)nrefs : most;
+}
+
+static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned int blocks)
+{
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg;
+    void *args[] = { (void *)a };
+
+    memset(&attr, 0, sizeof(attr));
+    memset(&cfg, 0, sizeof(cfg));
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = blocks;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = (dim3){ blocks, 1, 1 };
+    cfg.blockDim = (dim3){ c->shape.block, 1, 1 };
+    cfg.dynamicSmemBytes = c->shape.aes_smem;
+    cfg.stream = c->stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, (const void *)gp_lone_kernel, args);
+}
+
 /* Knob stats: mark the end of step k - 1 (k = 0: the start) in the slot's stream. */
 static cudaError_t step_mark(gp_cuda_slot *c, int k)
 {
@@ -401,6 +449,7 @@ static int cuda_open(gp_engine *e)
     atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
+    c->lone_off = getenv("GPUPROV_LONE_LAUNCH") != NULL && strcmp(getenv("GPUPROV_LONE_LAUNCH"), "0") == 0;
     /* Test hook ($GPUPROV_TEST_NO_EARLY_LAUNCH): every launch waits for the one before it ends. */
     no_early = getenv("GPUPROV_TEST_NO_EARLY_LAUNCH") != NULL;
     c->stage_device = first;
@@ -530,8 +579,9 @@ static void cuda_close(gp_engine *e)
     if (e->knobs.stats && atomic_load(&c->st_batches) > 0) {
         double nb = (double)atomic_load(&c->st_batches);
 
-        gp_log_line("gpuprov cuda: batches=%.0f mean_reqs=%.1f staged=%.1f early_launch=%d per batch: host_in_us=%.1f "
-                    "gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_reqs) / nb,
+        gp_log_line("gpuprov cuda: batches=%.0f lone_launches=%.0f mean_reqs=%.1f staged=%.1f early_launch=%d per batch: "
+                    "host_in_us=%.1f gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_lone),
+                    (double)atomic_load(&c->st_reqs) / nb,
                     (double)atomic_load(&c->st_staged) / nb, c->nslots > 0 && c->slots[0].shape.early_launch,
                     (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
@@ -917,9 +967,12 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         memset(&hout, 0, sizeof(hout));
         memcpy(hin.e, in_list, (nin < GP_COPY_INLINE ? nin : GP_COPY_INLINE) * sizeof(gp_copy));
         memcpy(hout.e, out_list, (nout < GP_COPY_INLINE ? nout : GP_COPY_INLINE) * sizeof(gp_copy));
+        const unsigned int lone = lone_blocks(e, g, c, nrefs, fold, nstaged, nspows, nup, nwipes, nmma);
+        unsigned int lone_grid = lone;
+
         gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
-            grid.x = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+            grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
@@ -941,7 +994,20 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const int early = grid.x * 4 <= (flags & GP_BATCH_AES ? c->shape.max_grid : c->shape.max_grid_plain)
                           && c->step[0] == NULL;
 
-        if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
+        if (lone > 0) {
+            /* One launch: copy in, refs and copy out as the phases of one cluster (the stats see
+             * it all as the kernel step). */
+            const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), work_off, out_off, states_off,
+                                      part_off - states_off, keys_off, stage_off - keys_off, nr, flags };
+
+            if ((err = step_mark(c, 2)) != cudaSuccess || (err = launch_lone(c, &la, lone_grid)) != cudaSuccess
+                || (err = step_mark(c, 3)) != cudaSuccess || (err = step_mark(c, 4)) != cudaSuccess) {
+                cuda_failed(e, "kernel launch", err);
+                goto out;
+            }
+            if (e->knobs.stats)
+                atomic_fetch_add_explicit(&g->st_lone, 1, memory_order_relaxed);
+        } else if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
                               != cudaSuccess)
             || (err = step_mark(c, 2)) != cudaSuccess
             || (err = launch(c, (const void *)gp_batch_kernel, grid, block, args, smem, early && nc_in > 0))

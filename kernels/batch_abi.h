@@ -168,6 +168,24 @@ typedef struct gp_copy_head {
     gp_copy e[GP_COPY_INLINE];
 } gp_copy_head;
 
+/*
+ * gp_lone_kernel's parameters (kernels/batch_kernel.cu): a small batch's arena, laid out as for
+ * gp_batch_kernel, run by one launch of one thread block cluster. Addresses as the GPU sees them.
+ */
+#define GP_LONE_MAX_BLOCKS 8u         /* a portable cluster: resident together on one GPC */
+
+typedef struct gp_lone_args {
+    uint64_t dev;                 /* the device arena */
+    uint64_t host;                /* the pinned arena (mapped): the image before, the results after */
+    uint64_t work_off;            /* gp_work table (refs at offset 0) */
+    uint64_t in_len;              /* [0, in_len): descriptors, inputs, keys and states, brought in */
+    uint64_t res_off, res_len;    /* states and outputs, taken back */
+    uint64_t wipe_off, wipe_len;  /* keys, states, outputs and partials, cleared on the device (it
+                                   * holds the results region); all five 16-byte multiples */
+    uint32_t nrefs;
+    uint32_t flags;               /* GP_BATCH_* */
+} gp_lone_args;
+
 #if defined(__cplusplus)
 # define GP_STATIC_ASSERT static_assert
 #else
@@ -178,6 +196,7 @@ GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and d
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
+GP_STATIC_ASSERT(sizeof(gp_lone_args) == 72, "gp_lone_args is a kernel parameter");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

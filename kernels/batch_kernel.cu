@@ -2,6 +2,10 @@
 /* The batch kernel: every unit of a batch arena (leads, body units, finishes) on the GPU. */
 #include "units.h"
 
+#if __CUDA_ARCH__ >= 900
+# include <cooperative_groups.h>
+#endif
+
 /* The register budget (GP_KERNEL_MIN_BLOCKS, kernels/kdefs.h) as launch bounds: with the wide AES
  * table one block of GP_KERNEL_BLOCK * GP_KERNEL_MIN_BLOCKS threads per SM, with the narrow one
  * GP_KERNEL_MIN_BLOCKS blocks of GP_KERNEL_BLOCK (the same registers a thread either way).
@@ -272,4 +276,87 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
         }
         __syncthreads();   /* before `cur` is overwritten */
     }
+}
+
+/*
+ * A small batch in one launch (batching/exec_cuda.c, lone_blocks): a lone synchronous call's three
+ * launches (copy in, batch kernel, copy out) left two kernel handovers and the copy kernels' own
+ * starts on its path. Here one thread block cluster (sm_90) runs them as phases of one kernel
+ * with the cluster's hardware barrier between them: its blocks are resident together (one GPC),
+ * so the barrier cannot wait on a block that never starts, and its release/acquire makes one
+ * phase's global writes visible to the next. Launched in the AES shape (a block per SM, so a
+ * message's units still spread over SMs: packed into one, a lone message's lane work took twice
+ * as long, kernels/launch.h).
+ *   1. Each block loads its slice of the image [0, in_len) from the pinned arena, fills its AES
+ *      table while those loads cross PCIe, then stores the slice into the device arena.
+ *   2. The refs, dealt over the blocks as gp_batch_kernel's first pass deals them (the grid covers
+ *      them: no claiming).
+ *   3. Each block takes its slice of the results back to the pinned arena and clears it, and its
+ *      slices of the rest of the wipe region (keys, partials): no block reads another's.
+ */
+#if __CUDA_ARCH__ >= 900
+/* This block's share [*from, *from + return) of len bytes, in 16-byte multiples. */
+static __device__ __forceinline__ uint64_t lone_share(uint64_t len, uint64_t *from)
+{
+    const uint64_t per = (len + 16u * gridDim.x - 1) / (16u * gridDim.x) * 16u;
+
+    *from = per * blockIdx.x;
+    return *from < len ? (len - *from < per ? len - *from : per) : 0;
+}
+
+/* dst = src over this block's share of len bytes (src 0: zeros), then (wipe) src cleared. */
+static __device__ __forceinline__ void lone_move(uint64_t dst, uint64_t src, uint64_t len, int wipe)
+{
+    uint64_t from;
+    const uint64_t n = lone_share(len, &from);
+
+    if (n == 0)
+        return;
+    {
+        const gp_copy c = { src != 0 ? src + from : 0, dst + from, n, 0, 0 };
+
+        copy_piece(c);
+    }
+    if (wipe) {
+        const gp_copy z = { 0, src + from, n, 0, 0 };
+
+        __syncthreads();   /* every thread's reads of the share are done */
+        copy_piece(z);
+    }
+}
+#endif
+
+extern "C" __global__ void GP_KERNEL_BOUNDS
+gp_lone_kernel(const gp_lone_args a)
+{
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    uint8_t *arena = (uint8_t *)(uintptr_t)a.dev;
+    const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
+    const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
+                                             << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
+    const unsigned int groups = gridDim.x * (blockDim.x / GP_UNIT_LANES);
+    uint64_t from;
+    const uint64_t n = lone_share(a.in_len, &from), nv = n / 16;   /* in_len: 16-byte multiple */
+    const uint4 *src = (const uint4 *)(uintptr_t)(a.host + from);
+    uint4 *dst = (uint4 *)(arena + from), first = make_uint4(0, 0, 0, 0);
+
+    if (threadIdx.x < nv)
+        first = src[threadIdx.x];   /* in flight across PCIe during the fill */
+    if (a.flags & GP_BATCH_AES)
+        gp_aes_tt_fill();
+    if (threadIdx.x < nv)
+        dst[threadIdx.x] = first;
+    for (uint64_t v = threadIdx.x + blockDim.x; v < nv; v += blockDim.x)
+        dst[v] = src[v];
+    cluster.sync();
+    for (unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x; r < a.nrefs; r += groups)
+        batch_ref((gp_unit_ref *)arena + r, lane, mask, (gp_work *)(arena + a.work_off), arena);
+    cluster.sync();
+    lone_move(a.host + a.res_off, a.dev + a.res_off, a.res_len, 1);
+    lone_move(a.dev + a.wipe_off, 0, a.res_off - a.wipe_off, 0);
+    lone_move(a.dev + a.res_off + a.res_len, 0, a.wipe_off + a.wipe_len - a.res_off - a.res_len, 0);
+#else
+    (void)a;   /* never launched: kernels/launch.h gp_lone_prepare leaves lone launches off */
+#endif
 }

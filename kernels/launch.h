@@ -4,6 +4,7 @@
 #define GP_LAUNCH_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -14,6 +15,8 @@ void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8
 /* A copy list (kernels/batch_abi.h gp_copy), its first GP_COPY_INLINE entries also in `head`: blocks
  * of GP_COPY_BLOCK, one per entry up to GP_COPY_MAX_GRID. */
 void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n);
+/* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks, in the AES shape. */
+void gp_lone_kernel(const gp_lone_args a);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
  * the grid cap. */
@@ -29,7 +32,52 @@ typedef struct gp_kernel_shape {
      * stream still runs (programmatic dependent launch): the GPU is sm_90 or later and both
      * kernels' code was compiled for it, so it holds their griddepcontrol.wait (batch_kernel.cu). */
     int early_launch;
+    /* Blocks of a gp_lone_kernel cluster the GPU can hold (0: sm_89 or older, or code built for
+     * it: no lone launches). */
+    unsigned int lone_blocks;
 } gp_kernel_shape;
+
+/*
+ * Whether gp_lone_kernel runs here: its code built for sm_90 or later (it holds the cluster
+ * barriers) on such a GPU, and a cluster of GP_LONE_MAX_BLOCKS of its blocks fits. Not running
+ * it is no failure: batches then take the three launches.
+ */
+static inline cudaError_t gp_lone_prepare(gp_kernel_shape *ks, int major)
+{
+    struct cudaFuncAttributes fl;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    int clusters = 0;
+    cudaError_t err;
+
+    ks->lone_blocks = 0;
+    if ((err = cudaFuncGetAttributes(&fl, (const void *)gp_lone_kernel)) != cudaSuccess)
+        return err;
+    if (major < 9 || fl.ptxVersion < 90)
+        return cudaSuccess;
+    if ((err = cudaFuncSetAttribute((const void *)gp_lone_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)ks->aes_smem)) != cudaSuccess)
+        return err;
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&attr, 0, sizeof(attr));
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = GP_LONE_MAX_BLOCKS;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim.x = GP_LONE_MAX_BLOCKS;
+    cfg.gridDim.y = cfg.gridDim.z = 1;
+    cfg.blockDim.x = ks->block;
+    cfg.blockDim.y = cfg.blockDim.z = 1;
+    cfg.dynamicSmemBytes = ks->aes_smem;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)gp_lone_kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaSuccess;
+    }
+    ks->lone_blocks = clusters > 0 ? GP_LONE_MAX_BLOCKS : 0;
+    return cudaSuccess;
+}
 
 /*
  * Once per device, with that device current. The kernel's code for this GPU reads one AES table
@@ -76,7 +124,7 @@ static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
                                                              (int)GP_KERNEL_BLOCK, 0)) != cudaSuccess)
         return err;
     ks->max_grid_plain = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)(per_sm > 0 ? per_sm : 1);
-    return cudaSuccess;
+    return gp_lone_prepare(ks, major);
 }
 
 /* Warps the GPU runs at once in a launch with AES work (every GCM batch): a batch with fewer

@@ -660,7 +660,9 @@ static void test_jobs_paused_across_fork(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_int_equal(r.errors, 0);
     check_results(args, N);
-    if (g_kernel_executor)
+    /* On the host executor every request pauses its job; the cuda executor's may have fallen to
+     * the cpu one (the fault-injection run), which does not pause. */
+    if (g_kernel_executor && strcmp(gptest_executor(), "host") == 0)
         assert_int_equal(paused, N);
     for (int i = 0; i < N; i++)
         job_release(&args[i]);
