@@ -396,18 +396,7 @@ static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned 
     cudaLaunchConfig_t cfg;
     void *args[] = { (void *)a };
 
-    memset(&attr, 0, sizeof(attr));
-    memset(&cfg, 0, sizeof(cfg));
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = blocks;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = (dim3){ blocks, 1, 1 };
-    cfg.blockDim = (dim3){ c->shape.block, 1, 1 };
-    cfg.dynamicSmemBytes = c->shape.aes_smem;
-    cfg.stream = c->stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    gp_lone_config(&c->shape, blocks, c->stream, &cfg, &attr);
     return cudaLaunchKernelExC(&cfg, (const void *)gp_lone_kernel, args);
 }
 

@@ -37,6 +37,26 @@ typedef struct gp_kernel_shape {
     unsigned int lone_blocks;
 } gp_kernel_shape;
 
+/* A gp_lone_kernel launch of one cluster of `blocks` blocks in the AES shape (attr: its storage). */
+static inline void gp_lone_config(const gp_kernel_shape *ks, unsigned int blocks, cudaStream_t stream,
+                                  cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    memset(attr, 0, sizeof(*attr));
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = blocks;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg->gridDim.x = blocks;
+    cfg->gridDim.y = cfg->gridDim.z = 1;
+    cfg->blockDim.x = ks->block;
+    cfg->blockDim.y = cfg->blockDim.z = 1;
+    cfg->dynamicSmemBytes = ks->aes_smem;
+    cfg->stream = stream;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+}
+
 /*
  * Whether gp_lone_kernel runs here: its code built for sm_90 or later (it holds the cluster
  * barriers) on such a GPU, and a cluster of GP_LONE_MAX_BLOCKS of its blocks fits. Not running
@@ -58,19 +78,7 @@ static inline cudaError_t gp_lone_prepare(gp_kernel_shape *ks, int major)
     if ((err = cudaFuncSetAttribute((const void *)gp_lone_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)ks->aes_smem)) != cudaSuccess)
         return err;
-    memset(&cfg, 0, sizeof(cfg));
-    memset(&attr, 0, sizeof(attr));
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = GP_LONE_MAX_BLOCKS;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim.x = GP_LONE_MAX_BLOCKS;
-    cfg.gridDim.y = cfg.gridDim.z = 1;
-    cfg.blockDim.x = ks->block;
-    cfg.blockDim.y = cfg.blockDim.z = 1;
-    cfg.dynamicSmemBytes = ks->aes_smem;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    gp_lone_config(ks, GP_LONE_MAX_BLOCKS, 0, &cfg, &attr);
     if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)gp_lone_kernel, &cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         return cudaSuccess;
