@@ -53,6 +53,88 @@ typedef struct restore_plan {
 /* Block, AES table layout and grid cap (gp_kernel_prepare), as the cuda executor launches. */
 static gp_kernel_shape shape;
 
+#if defined(GP_PHASE_PROBE)
+/*
+ * Phase probes (kernels/probe.h; bench/kernel_variant.sh with GPU_DEFS=-DGP_PHASE_PROBE): each
+ * launch's stamps reduced over its warps, as offsets from its first block's start, and their
+ * medians over the timed launches of the last launch_median_ms().
+ */
+void *gp_probe_slots_address(void);   /* kernels/batch_kernel.cu, probe builds */
+
+static const char *const probe_names[GP_PROBE_N] = {
+    "block starts", "AES table filled", "ref starts", "keystream stored", "lane MAC made",
+    "partial stored", "unit counted", "lead ran", "fold share made", "fold summed", "finish ran",
+    "thread exits",
+};
+/* [it][k * GP_PROBE_N + i]: k = 0 earliest first pass (ns), 1 latest last pass (ns), 2 latest
+ * cycles since a block's start; -1: probe i never passed */
+static double probe_runs[64][3 * GP_PROBE_N];
+static int probe_nruns;
+static gp_probe_slot probe_got[GP_PROBE_N][GP_PROBE_WARPS];
+
+static void probe_reset(void)
+{
+    CHECK(cudaMemset(gp_probe_slots_address(), 0, sizeof(probe_got)));
+}
+
+static void probe_take(int it)
+{
+    unsigned long long base = ~0ULL;
+
+    CHECK(cudaMemcpy(probe_got, gp_probe_slots_address(), sizeof(probe_got), cudaMemcpyDeviceToHost));
+    if (it < 0 || it >= 64)
+        return;
+    for (unsigned int w = 0; w < GP_PROBE_WARPS; w++)
+        if (probe_got[GP_PROBE_ENTRY][w].first_ns != 0 && probe_got[GP_PROBE_ENTRY][w].first_ns < base)
+            base = probe_got[GP_PROBE_ENTRY][w].first_ns;
+    for (int i = 0; i < GP_PROBE_N; i++) {
+        unsigned long long first = ~0ULL, last = 0, cyc = 0;
+
+        for (unsigned int w = 0; w < GP_PROBE_WARPS; w++) {
+            const gp_probe_slot *sl = &probe_got[i][w];
+
+            if (sl->first_ns == 0)
+                continue;
+            first = sl->first_ns < first ? sl->first_ns : first;
+            last = sl->last_ns > last ? sl->last_ns : last;
+            cyc = sl->last_cycles > cyc ? sl->last_cycles : cyc;
+        }
+        probe_runs[it][i] = first != ~0ULL ? (double)(first - base) : -1;
+        probe_runs[it][GP_PROBE_N + i] = first != ~0ULL ? (double)(last - base) : -1;
+        probe_runs[it][2 * GP_PROBE_N + i] = first != ~0ULL ? (double)cyc : -1;
+    }
+    probe_nruns = it + 1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The medians of the last launches' stamps, a line per probe point that was passed. */
+static void probe_print(double clock_khz)
+{
+    double v[64];
+
+    printf("  phase probes, median of %d launches: first / last pass (ns from the first block's start), "
+           "last pass (cycles from its block's start, as ns at %.0f MHz)\n", probe_nruns, clock_khz / 1e3);
+    for (int i = 0; i < GP_PROBE_N; i++) {
+        double med[3];
+
+        for (int k = 0; k < 3; k++) {
+            for (int it = 0; it < probe_nruns; it++)
+                v[it] = probe_runs[it][k * GP_PROBE_N + i];
+            qsort(v, (size_t)probe_nruns, sizeof(double), cmp_double);
+            med[k] = v[probe_nruns / 2];
+        }
+        if (med[0] >= 0)
+            printf("  %-18s %9.0f %9.0f %9.0f\n", probe_names[i], med[0], med[1], med[2] / clock_khz * 1e6);
+    }
+}
+#endif
+
 /*
  * Median time (ms) of gp_batch_kernel(args) over `nrefs` refs (grid and shared memory as the cuda
  * executor launches it, kernels/launch.h), CUDA events around the launch alone, after two warm-up
@@ -79,6 +161,9 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
             CHECK(cudaMemcpy(rp->dev + rp->states_off, rp->backup + rp->states_off,
                              rp->out_off - rp->states_off, cudaMemcpyDeviceToDevice));
         }
+#if defined(GP_PHASE_PROBE)
+        probe_reset();
+#endif
         CHECK(cudaEventRecord(t0, 0));
         CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, blocks, block, args, smem, 0));
         CHECK(cudaEventRecord(t1, 0));
@@ -86,6 +171,9 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
         CHECK(cudaGetLastError());
         if (it >= 0)
             CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+#if defined(GP_PHASE_PROBE)
+        probe_take(it);
+#endif
     }
     qsort(ms, (size_t)iters, sizeof(float), cmp_float);
     med = ms[iters / 2];
@@ -335,6 +423,14 @@ int main(int argc, char **argv)
 
         printf("lone %zu KiB message: %-18s %8.1f us (%zu threads)\n", msg / 1024, ciphers[c].name,
                ms * 1000.0, units);
+#if defined(GP_PHASE_PROBE)
+        {
+            int khz = 0;
+
+            CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));   /* the peak SM clock */
+            probe_print((double)khz);
+        }
+#endif
     }
     printf("empty launch (no units): %.1f us; with the AES table fill: %.1f us\n",
            empty_launch_ms(0, iters) * 1000.0, empty_launch_ms(GP_BATCH_AES, iters) * 1000.0);

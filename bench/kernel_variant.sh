@@ -5,8 +5,10 @@
 # by side and timed in one GPU session.
 # usage: bench/kernel_variant.sh SOURCE_DIR OUTPUT [nvcc flags...]
 #   GPU_SM (default 90) and GPU_MIN_BLOCKS (default 4, as -Dgpu_min_blocks) as in the Meson build;
-#   GPU_DEFS: defines for both the kernel and kernel_bench (e.g. -DGP_AES_TT_NARROW_ONLY, or
-#     -DGP_GHASH_MMA for the tensor-core GHASH of build option ghash_mma);
+#   GPU_DEFS: defines for both the kernel and kernel_bench (e.g. -DGP_AES_TT_NARROW_ONLY,
+#     -DGP_GHASH_MMA for the tensor-core GHASH of build option ghash_mma (on in the Meson build:
+#     pass it to compare with the provider's kernel), or -DGP_PHASE_PROBE for the lone launches'
+#     phase stamps, kernels/probe.h);
 #   GPU_UNIT_BYTES (default 2048, as -Dunit_bytes)
 #   e.g. bench/kernel_variant.sh . /tmp/kb_a && bench/kernel_variant.sh ../variant /tmp/kb_b
 #        /tmp/kb_a 256 16 10; /tmp/kb_b 256 16 10

@@ -6,6 +6,22 @@
 # include <cooperative_groups.h>
 #endif
 
+#if defined(GP_PHASE_PROBE)   /* kernels/probe.h: kernel_bench's phase stamps (definitions) */
+extern "C" {
+__device__ gp_probe_slot gp_probe_slots[GP_PROBE_N][GP_PROBE_WARPS];
+__device__ long long gp_probe_block_start[GP_PROBE_BLOCKS];
+}
+
+/* The slots' device address for kernel_bench (a variable's host symbol is private to this file);
+ * the one host function here, in probe builds only. */
+extern "C" void *gp_probe_slots_address(void)
+{
+    void *p = NULL;
+
+    return cudaGetSymbolAddress(&p, gp_probe_slots) == cudaSuccess ? p : NULL;
+}
+#endif
+
 /* The register budget (GP_KERNEL_MIN_BLOCKS, kernels/kdefs.h) as launch bounds: with the wide AES
  * table one block of GP_KERNEL_BLOCK * GP_KERNEL_MIN_BLOCKS threads per SM, with the narrow one
  * GP_KERNEL_MIN_BLOCKS blocks of GP_KERNEL_BLOCK (the same registers a thread either way).
@@ -108,9 +124,11 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
     const uint32_t alg = k->alg;
     unsigned int done = 0;
 
+    GP_PROBE(GP_PROBE_REF);
     if (ref->unit == GP_UNIT_LEAD) {
         if (lane == 0)
             batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
+        GP_PROBE(GP_PROBE_LEAD);
         if (w->job.nunits == 0)
             return;   /* the lead alone finished the request */
     } else {
@@ -119,10 +137,12 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         gp_lane_mac m;
 
         gp_unit_lane(&w->job, k, pw, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
+        GP_PROBE(GP_PROBE_LANE);
         if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
             group_sum(alg, mask, &m);
             if (lane == 0)
                 gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
+            GP_PROBE(GP_PROBE_PARTIAL);
         }
     }
     if (lane == 0) {
@@ -130,6 +150,7 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         done = atomicAdd(&w->done, 1u);
     }
     done = __shfl_sync(mask, done, 0, GP_UNIT_LANES);
+    GP_PROBE(GP_PROBE_COUNTED);
     if (done != w->job.nunits)
         return;
     /* The last of the request's units: finish it as a group. */
@@ -140,13 +161,16 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         gp_lane_mac_zero(&tsum);
         if (gp_alg_is_aead(alg)) {
             batch_fold(st, k, &w->job, pw, partials, lane, &tsum);
+            GP_PROBE(GP_PROBE_FOLD);
             group_sum(alg, mask, &tsum);
+            GP_PROBE(GP_PROBE_FOLDSUM);
         }
         if (lane == 0) {
             if (w->job.len == w->job.head_len + w->job.body_len)
                 batch_finish_fast(st, k, &w->job, pw, partials, &tsum);   /* no tail: words only */
             else
                 batch_finish(st, k, &w->job, pw, partials, &tsum, in, out);
+            GP_PROBE(GP_PROBE_FINISH);
         }
     }
 }
@@ -194,10 +218,13 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
                                              << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
     unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x;
 
+    GP_PROBE_BLOCK_START();
+    GP_PROBE(GP_PROBE_ENTRY);
     grid_release_dependents();   /* the copy kernel out may launch and wait */
     if (flags & GP_BATCH_AES) {   /* uniform over the launch */
         gp_aes_tt_fill();
         __syncthreads();
+        GP_PROBE(GP_PROBE_TABLE);
     }
     grid_wait_prerequisites();   /* the copy kernel in has brought the batch across */
     GP_NO_UNROLL
@@ -209,6 +236,7 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
         batch_ref(&refs[r], lane, mask, work, arena);
         r = __shfl_sync(mask, next, 0, GP_UNIT_LANES);
     }
+    GP_PROBE(GP_PROBE_EXIT);
 }
 
 /*
@@ -341,6 +369,8 @@ gp_lone_kernel(const gp_lone_args a)
     const uint4 *src = (const uint4 *)(uintptr_t)(a.host + from);
     uint4 *dst = (uint4 *)(arena + from), first = make_uint4(0, 0, 0, 0);
 
+    GP_PROBE_BLOCK_START();
+    GP_PROBE(GP_PROBE_ENTRY);
     if (threadIdx.x < nv)
         first = src[threadIdx.x];   /* in flight across PCIe during the fill */
     if (a.flags & GP_BATCH_AES)

@@ -5,6 +5,7 @@
 
 #include "msg_unit.h"
 #include "ghash_mma.h"
+#include "probe.h"
 
 /*
  * A data request of a message runs as:
@@ -413,6 +414,7 @@ GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_po
     if (!present)
         return;
     gp_lane_crypt(j, k, chunk, in, out, c);
+    GP_PROBE(GP_PROBE_CRYPT);
     if (gp_alg_is_aead(alg))
         gp_lane_mac_chunk(alg, pw, lane, c, m);
 #if !defined(__CUDA_ARCH__)
