@@ -55,6 +55,10 @@ typedef struct gp_mac_pows {
     uint32_t pad_[4u - GP_POW_COUNT * 5u % 4u];   /* whole 16-byte lines */
 } gp_mac_pows;
 
+/* GCM's tag powers Q^(i+1) H, i = 0..GP_TAG_POWS-1, as GHASH words (gp_lane_mac words 0-3): a
+ * finisher whose lanes also make the tag's product (kernels/units.h, gp_fold_dual) reads them. */
+#define GP_TAG_POWS (GP_UNIT_LANES >= 8u ? GP_UNIT_LANES / 2u - 2u : 1u)
+
 /*
  * Made once per key, read-only afterwards. The device reads only the part before aes.rk (the
  * bitsliced round keys serve the host alone), so a batch copies GP_KEY_SCHED_DEVICE_BYTES.
@@ -66,6 +70,7 @@ typedef struct gp_key_sched {
     uint64_t gcm_h[2];            /* GCM hash key H = E_K(0^128) as two big-endian words [hi, lo] */
     gp_mac_pows mac_pows;         /* GCM: powers of H; ChaCha20-Poly1305: a batch's copy of the key
                                    * carries the request's powers of r here (exec_cuda.c) */
+    uint32_t gcm_tag_pows[GP_TAG_POWS][4];   /* GCM: Q^(i+1) H (above) */
     gp_aes_sched aes;             /* AES algorithms: nr and plain round keys first, then bitsliced */
 } gp_key_sched;
 

@@ -64,7 +64,7 @@ static __device__ __noinline__ void batch_fold(const gp_msg_state *st, const gp_
     gp_lane_mac xlead;
 
     gp_state_mac(k->alg, st, &xlead);   /* from L2: the lead may run in another block */
-    gp_fold_lane(k->alg, j, pw, &xlead, partials, lane, t);
+    gp_fold_lane(k, j, pw, st, &xlead, partials, lane, t);
 }
 
 static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
@@ -92,16 +92,17 @@ static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_
 
 static __device__ __noinline__ void batch_finish_fast(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
                                                       const gp_mac_pows *pw, const uint8_t *partials,
-                                                      const gp_lane_mac *t)
+                                                      const gp_lane_mac *t, const gp_lane_mac *tag_s)
 {
-    gp_unit_finish_fast(st, k, j, pw, partials, t);
+    gp_unit_finish_fast(st, k, j, pw, partials, t, tag_s);
 }
 
-/* m = sum of the lane group's values, in lane 0 (the other lanes end with partial sums). */
-static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m)
+/* m = sum of the lane group's first `lanes` values (a power of two), in lane 0 (and the sum of
+ * every other run of `lanes` in that run's first lane; the other lanes end with partial sums). */
+static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m, unsigned int lanes)
 {
 #pragma unroll 1
-    for (unsigned int s = 1; s < GP_UNIT_LANES; s <<= 1) {
+    for (unsigned int s = 1; s < lanes; s <<= 1) {
         gp_lane_mac partner;
 
         for (int i = 0; i < 5; i++)
@@ -139,7 +140,7 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         gp_unit_lane(&w->job, k, pw, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
         GP_PROBE(GP_PROBE_LANE);
         if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
-            group_sum(alg, mask, &m);
+            group_sum(alg, mask, &m, GP_UNIT_LANES);
             if (lane == 0)
                 gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
             GP_PROBE(GP_PROBE_PARTIAL);
@@ -156,18 +157,23 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
     /* The last of the request's units: finish it as a group. */
     __threadfence();
     {
-        gp_lane_mac tsum;
+        const int dual = gp_fold_dual(alg, &w->job);   /* uniform over the group */
+        gp_lane_mac tsum, ssum;
 
         gp_lane_mac_zero(&tsum);
         if (gp_alg_is_aead(alg)) {
             batch_fold(st, k, &w->job, pw, partials, lane, &tsum);
             GP_PROBE(GP_PROBE_FOLD);
-            group_sum(alg, mask, &tsum);
+            /* A dual fold's halves apart: X in lane 0, S in lane L/2, then in lane 0 */
+            group_sum(alg, mask, &tsum, dual ? GP_UNIT_LANES / 2 : GP_UNIT_LANES);
+            if (dual)
+                for (int i = 0; i < 5; i++)
+                    ssum.w[i] = __shfl_down_sync(mask, tsum.w[i], GP_UNIT_LANES / 2, GP_UNIT_LANES);
             GP_PROBE(GP_PROBE_FOLDSUM);
         }
         if (lane == 0) {
-            if (w->job.len == w->job.head_len + w->job.body_len)
-                batch_finish_fast(st, k, &w->job, pw, partials, &tsum);   /* no tail: words only */
+            if (w->job.len == w->job.head_len + w->job.body_len)   /* no tail: words only */
+                batch_finish_fast(st, k, &w->job, pw, partials, &tsum, dual ? &ssum : NULL);
             else
                 batch_finish(st, k, &w->job, pw, partials, &tsum, in, out);
             GP_PROBE(GP_PROBE_FINISH);

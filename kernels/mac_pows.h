@@ -157,4 +157,18 @@ GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
     gp_state_wipe(&q, sizeof(q));
 }
 
+/* GCM's tag powers (gp_key_sched.gcm_tag_pows): Q^(i+1) H from the key's table t. */
+GP_KFN void gp_tag_pows_make(uint32_t tp[GP_TAG_POWS][4], const gp_mac_pows *t, const gp_lane_mac *h)
+{
+    gp_lane_mac x;
+
+    for (uint32_t i = 0; i < GP_TAG_POWS; i++) {
+        gp_mac_pow_get(&x, t, i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
+        gp_mac_mul(GP_ALG_AES_GCM, &x, h);
+        for (int w = 0; w < 4; w++)
+            tp[i][w] = x.w[w];
+    }
+    gp_state_wipe(&x, sizeof(x));
+}
+
 #endif

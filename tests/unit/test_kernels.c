@@ -823,6 +823,16 @@ static void test_mac_pows(void **state)
             gp_mac_mul(alg, &acc, &p);
         }
         assert_int_equal(n, GP_POW_COUNT);
+        if (alg == GP_ALG_AES_GCM) {
+            /* The tag powers: Q^(i+1) H = H^(4L(i+1) + 1). */
+            for (uint32_t i = 0; i < GP_TAG_POWS; i++) {
+                gp_lane_mac want = p;
+
+                for (uint64_t e = 1; e < 4ull * L * (i + 1) + 1; e++)
+                    gp_mac_mul(alg, &want, &p);
+                assert_memory_equal(ks.gcm_tag_pows[i], want.w, 16);
+            }
+        }
     }
 }
 
@@ -849,7 +859,7 @@ static void test_units_vs_serial(void **state)
         { GP_ALG_AES_CTR, 24, 16 }, { GP_ALG_AES_GCM, 32, 12 }, { GP_ALG_CHACHA20, 32, 16 },
         { GP_ALG_CHACHA20_POLY1305, 32, 12 },
     };
-    int shifted[4] = { 0 }, shifted_horner = 0, idle_leads = 0;
+    int shifted[4] = { 0 }, shifted_horner = 0, idle_leads = 0, dual = 0, gcm_not_dual = 0;
 
     (void)state;
     for (int iter = 0; iter < 160; iter++) {
@@ -860,10 +870,15 @@ static void test_units_vs_serial(void **state)
         size_t aad = aligned ? 16 * gptest_rand_range(0, 2) : gptest_rand_range(0, 40);
         /* Short, a few units, and (every 10th) more units than a finisher has lanes, so that
          * its lanes take several partials each; the 5th and 6th of every 10 a body of whole units
-         * (the finisher's lanes apply the last unit's shift: gp_fold_shifts), up to 3L of them. */
+         * (the finisher's lanes apply the last unit's shift: gp_fold_shifts), in every other 20
+         * up to GP_TAG_POWS of them (GCM's dual fold, gp_fold_dual), else more, up to 3L. */
+        const int few = iter / 20 % 2 == 0;
         size_t len = iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
                                       + gptest_rand_range(0, 300)
-                     : iter % 10 == 4 || iter % 10 == 5 ? (64 - pre % 64) % 64 + gptest_rand_range(1, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
+                     : iter % 10 == 4 || iter % 10 == 5
+                         ? (64 - pre % 64) % 64 + (few ? gptest_rand_range(1, GP_TAG_POWS)
+                                                       : gptest_rand_range(GP_TAG_POWS + 1, 3 * GP_UNIT_LANES))
+                                                      * GP_UNIT_BYTES
                      : gptest_rand_range(0, 4) == 0 ? gptest_rand_range(0, 200)
                      : gptest_rand_range(0, 3 * GP_UNIT_BYTES + 300);
         /* Every 3rd request ends on a 64-byte text boundary: the finisher's word-only path. */
@@ -924,6 +939,8 @@ static void test_units_vs_serial(void **state)
         if (j.nunits > 0 && gp_fold_shifts(&j)) {
             shifted[a]++;
             shifted_horner += aead && j.nunits > GP_UNIT_LANES;
+            dual += gp_fold_dual(algs[a].alg, &j);
+            gcm_not_dual += algs[a].alg == GP_ALG_AES_GCM && !gp_fold_dual(algs[a].alg, &j);
         }
         if (gp_lead_idle(&j, &s2)) {
             /* Skipping it (as the planners do) leaves the state the lead would have left. */
@@ -964,6 +981,9 @@ static void test_units_vs_serial(void **state)
         assert_true(shifted[a] >= 4);
     assert_true(shifted_horner >= 1);
     assert_true(idle_leads >= 8);
+    /* GCM's dual fold (the tag's product on the finisher's lanes) and its single fold both met. */
+    assert_true(dual >= 3);
+    assert_true(gcm_not_dual >= 3);
 }
 
 /* A chunk's Horner sum Z = B_0 H^3 + B_1 H^2 + B_2 H + B_3 the integer way (gp_lane_mac_chunk's
