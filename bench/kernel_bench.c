@@ -62,8 +62,8 @@ static gp_kernel_shape shape;
 void *gp_probe_slots_address(void);   /* kernels/batch_kernel.cu, probe builds */
 
 static const char *const probe_names[GP_PROBE_N] = {
-    "block starts", "AES table filled", "ref starts", "keystream stored", "lane MAC made",
-    "partial stored", "unit counted", "lead ran", "fold share made", "fold summed", "finish ran",
+    "block starts", "AES table filled", "ref starts", "chunk loaded", "keystream made",
+    "keystream stored", "lane MAC made", "partial stored", "unit counted", "lead ran", "fold share made", "fold summed", "finish ran",
     "thread exits",
 };
 /* [it][k * GP_PROBE_N + i]: k = 0 earliest first pass (ns), 1 latest last pass (ns), 2 latest

@@ -318,9 +318,13 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  * starts on its path. Here one thread block cluster (sm_90) runs them as phases of one kernel
  * with the cluster's hardware barrier between them: its blocks are resident together (one GPC),
  * so the barrier cannot wait on a block that never starts, and its release/acquire makes one
- * phase's global writes visible to the next. Launched in the AES shape (a block per SM, so a
- * message's units still spread over SMs: packed into one, a lone message's lane work took twice
- * as long, kernels/launch.h).
+ * phase's global writes visible to the next. A block per SM (each holds the wide AES table), so
+ * a message's units still spread over SMs (packed into one, a lone message's lane work took twice
+ * as long, kernels/launch.h), but of GP_LONE_BLOCK threads, not the batch kernel's 1024: here a
+ * unit's warp runs alone on its SM, its time is the latency of its chains, and with the batch
+ * kernel's 64 registers a lane kept only a few of a round's 64 table lookups in flight (phase
+ * probes, bench/RESULTS.md: ~770 cycles an AES round). With the registers of a 256-thread block
+ * (ptxas: 167, no spills) a lone 16 KiB call took 2-4 us less on an H200.
  *   1. Each block loads its slice of the image [0, in_len) from the pinned arena, fills its AES
  *      table while those loads cross PCIe, then stores the slice into the device arena.
  *   2. The refs, dealt over the blocks as gp_batch_kernel's first pass deals them (the grid covers
@@ -360,7 +364,7 @@ static __device__ __forceinline__ void lone_move(uint64_t dst, uint64_t src, uin
 }
 #endif
 
-extern "C" __global__ void GP_KERNEL_BOUNDS
+extern "C" __global__ void __launch_bounds__(GP_LONE_BLOCK, 1)
 gp_lone_kernel(const gp_lone_args a)
 {
 #if __CUDA_ARCH__ >= 900

@@ -15,7 +15,7 @@ void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8
 /* A copy list (kernels/batch_abi.h gp_copy), its first GP_COPY_INLINE entries also in `head`: blocks
  * of GP_COPY_BLOCK, one per entry up to GP_COPY_MAX_GRID. */
 void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n);
-/* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks, in the AES shape. */
+/* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks of GP_LONE_BLOCK. */
 void gp_lone_kernel(const gp_lone_args a);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
@@ -37,7 +37,8 @@ typedef struct gp_kernel_shape {
     unsigned int lone_blocks;
 } gp_kernel_shape;
 
-/* A gp_lone_kernel launch of one cluster of `blocks` blocks in the AES shape (attr: its storage). */
+/* A gp_lone_kernel launch of one cluster of `blocks` blocks of GP_LONE_BLOCK threads with the AES
+ * table (attr: its storage). */
 static inline void gp_lone_config(const gp_kernel_shape *ks, unsigned int blocks, cudaStream_t stream,
                                   cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr)
 {
@@ -49,7 +50,7 @@ static inline void gp_lone_config(const gp_kernel_shape *ks, unsigned int blocks
     attr->val.clusterDim.z = 1;
     cfg->gridDim.x = blocks;
     cfg->gridDim.y = cfg->gridDim.z = 1;
-    cfg->blockDim.x = ks->block;
+    cfg->blockDim.x = GP_LONE_BLOCK;
     cfg->blockDim.y = cfg->blockDim.z = 1;
     cfg->dynamicSmemBytes = ks->aes_smem;
     cfg->stream = stream;

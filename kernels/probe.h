@@ -19,6 +19,8 @@ enum {
     GP_PROBE_ENTRY,       /* a block starts */
     GP_PROBE_TABLE,       /* its AES table is filled (AES batches) */
     GP_PROBE_REF,         /* a lane group starts a ref */
+    GP_PROBE_LOADED,      /* a lane's chunk and counter are in registers (waits for them) */
+    GP_PROBE_KEYSTREAM,   /* its keystream is made (waits for it) */
     GP_PROBE_CRYPT,       /* a lane's keystream is XORed in and stored */
     GP_PROBE_LANE,        /* a lane's MAC value is made */
     GP_PROBE_PARTIAL,     /* the unit's partial is summed and stored */
@@ -42,21 +44,24 @@ typedef struct gp_probe_slot {
 extern "C" __device__ gp_probe_slot gp_probe_slots[GP_PROBE_N][GP_PROBE_WARPS];
 extern "C" __device__ long long gp_probe_block_start[GP_PROBE_BLOCKS];
 
-static __device__ __forceinline__ void gp_probe(int i)
+/* Probe point i, its stamps taken once `after` is computed (its value is an input of the timer
+ * read: a load's probe then waits for the load, where a plain stamp would not). */
+static __device__ __forceinline__ void gp_probe_after(int i, unsigned int after)
 {
     const unsigned int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32u;
     unsigned long long ns;
 
     if ((threadIdx.x & 31u) != 0 || warp >= GP_PROBE_WARPS || blockIdx.x >= GP_PROBE_BLOCKS)
         return;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns) : "r"(after));
     gp_probe_slot *s = &gp_probe_slots[i][warp];
     if (s->first_ns == 0)
         s->first_ns = ns;
     s->last_ns = ns;
     s->last_cycles = (unsigned long long)(clock64() - gp_probe_block_start[blockIdx.x]);
 }
-# define GP_PROBE(i) gp_probe(i)
+# define GP_PROBE(i) gp_probe_after(i, 0u)
+# define GP_PROBE_AFTER(i, v) gp_probe_after(i, (unsigned int)(v))
 /* At a block's start, by all its threads: thread 0 sets the base of the block's cycle stamps. */
 # define GP_PROBE_BLOCK_START()                                                                 \
     do {                                                                                        \
@@ -66,6 +71,7 @@ static __device__ __forceinline__ void gp_probe(int i)
     } while (0)
 #else
 # define GP_PROBE(i) ((void)0)
+# define GP_PROBE_AFTER(i, v) ((void)0)
 # define GP_PROBE_BLOCK_START() ((void)0)
 #endif
 

@@ -358,13 +358,16 @@ GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk
     gp_chunk_load(data, in + 64 * chunk);
     if (gp_alg_is_aes(alg)) {
         gp_ctr_words(alg, j->body_ctr, 4 * chunk, 4, c);
+        GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[15] ^ c[0] ^ c[15]);
         gp_aes_encrypt4_words(&k->aes, c);
     } else {
         uint32_t ctr[4];
 
         gp_ctr_words(alg, j->body_ctr, chunk, 1, ctr);
+        GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[15] ^ ctr[0] ^ ctr[3]);
         gp_chacha20_block_words(k->chacha_key, ctr, c);
     }
+    GP_PROBE_AFTER(GP_PROBE_KEYSTREAM, c[0] ^ c[15]);
     for (int b = 0; b < 16; b++) {
         uint32_t x = data[b] ^ c[b];
 
