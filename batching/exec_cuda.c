@@ -93,6 +93,9 @@ typedef struct gp_cuda {
     int mma_any_batch;
     /* $GPUPROV_LONE_LAUNCH=0: small batches take the three launches too (A/B measurements). */
     int lone_off;
+    /* $GPUPROV_SMALL_REFS=N: at most N refs take the batch kernel's latency build (0: none; A/B
+     * measurements); -1: unset, as many as the GPU holds a warp each (kernels/launch.h). */
+    long small_refs;
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
@@ -439,6 +442,7 @@ static int cuda_open(gp_engine *e)
                 ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
     c->lone_off = getenv("GPUPROV_LONE_LAUNCH") != NULL && strcmp(getenv("GPUPROV_LONE_LAUNCH"), "0") == 0;
+    c->small_refs = getenv("GPUPROV_SMALL_REFS") != NULL ? strtol(getenv("GPUPROV_SMALL_REFS"), NULL, 10) : -1;
     /* Test hook ($GPUPROV_TEST_NO_EARLY_LAUNCH): every launch waits for the one before it ends. */
     no_early = getenv("GPUPROV_TEST_NO_EARLY_LAUNCH") != NULL;
     c->stage_device = first;
@@ -466,6 +470,8 @@ static int cuda_open(gp_engine *e)
         }
         if (no_early)
             sl->shape.early_launch = 0;
+        if (c->small_refs >= 0 && (unsigned long)c->small_refs < sl->shape.small_refs)
+            sl->shape.small_refs = (unsigned int)c->small_refs;
         if (!arena_reserve(e, sl, ARENA_MIN)) {
             cuda_close(e);
             return 0;
@@ -959,7 +965,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const unsigned int lone = lone_blocks(e, g, c, nrefs, fold, nstaged, nspows, nup, nwipes, nmma);
         unsigned int lone_grid = lone;
 
-        gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
+        const void *kernel = gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
@@ -999,7 +1005,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         } else if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
                               != cudaSuccess)
             || (err = step_mark(c, 2)) != cudaSuccess
-            || (err = launch(c, (const void *)gp_batch_kernel, grid, block, args, smem, early && nc_in > 0))
+            || (err = launch(c, kernel, grid, block, args, smem, early && nc_in > 0))
                    != cudaSuccess
             || (err = step_mark(c, 3)) != cudaSuccess
             || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,

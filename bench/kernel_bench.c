@@ -136,9 +136,10 @@ static void probe_print(double clock_khz)
 #endif
 
 /*
- * Median time (ms) of gp_batch_kernel(args) over `nrefs` refs (grid and shared memory as the cuda
- * executor launches it, kernels/launch.h), CUDA events around the launch alone, after two warm-up
- * launches; `rp`, when given, restores fresh plans and states before each.
+ * Median time (ms) of the batch kernel over `nrefs` refs (which build, grid and shared memory as
+ * the cuda executor launches it, kernels/launch.h gp_kernel_geometry), CUDA events around the
+ * launch alone, after two warm-up launches; `rp`, when given, restores fresh plans and states
+ * before each.
  */
 static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int iters, const restore_plan *rp)
 {
@@ -146,8 +147,8 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
     float *ms = calloc((size_t)iters, sizeof(float)), med;
     dim3 block, blocks;
     size_t smem;
+    const void *kernel = gp_kernel_geometry(nrefs, flags, &shape, &blocks, &block, &smem);
 
-    gp_kernel_geometry(nrefs, flags, &shape, &blocks, &block, &smem);
     if (ms == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
@@ -165,7 +166,7 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
         probe_reset();
 #endif
         CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernel((const void *)gp_batch_kernel, blocks, block, args, smem, 0));
+        CHECK(cudaLaunchKernel(kernel, blocks, block, args, smem, 0));
         CHECK(cudaEventRecord(t1, 0));
         CHECK(cudaEventSynchronize(t1));
         CHECK(cudaGetLastError());

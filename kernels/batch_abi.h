@@ -178,7 +178,8 @@ typedef struct gp_copy_head {
  * gp_batch_kernel, run by one launch of one thread block cluster. Addresses as the GPU sees them.
  */
 #define GP_LONE_MAX_BLOCKS 8u         /* a portable cluster: resident together on one GPC */
-#define GP_LONE_BLOCK 256u            /* threads per block of gp_lone_kernel: registers for latency
+#define GP_LATENCY_BLOCK 256u         /* threads per block of the latency kernels, gp_lone_kernel and
+                                       * gp_batch_kernel_small: registers for latency
                                        * (kernels/batch_kernel.cu) */
 
 typedef struct gp_lone_args {

@@ -214,8 +214,8 @@ static __device__ __forceinline__ void grid_wait_prerequisites(void)
 #endif
 }
 
-extern "C" __global__ void GP_KERNEL_BOUNDS
-gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+static __device__ __forceinline__ void
+batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
     const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
     const unsigned int groups = gridDim.x * (blockDim.x / GP_UNIT_LANES);
@@ -243,6 +243,26 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
         r = __shfl_sync(mask, next, 0, GP_UNIT_LANES);
     }
     GP_PROBE(GP_PROBE_EXIT);
+}
+
+extern "C" __global__ void GP_KERNEL_BOUNDS
+gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+{
+    batch_run(refs, nrefs, work, arena, flags);
+}
+
+/*
+ * The same for a batch the GPU runs all at once a warp per ref (kernels/launch.h,
+ * gp_kernel_geometry): blocks of GP_LATENCY_BLOCK threads, one per SM. Such a batch's time is the
+ * latency of its refs' chains, not the issue rate of many warps, and with the registers of a
+ * 256-thread block (199 here, against the batch kernel's 64) a warp keeps its table lookups and
+ * products in flight (gp_lone_kernel below). $GPUPROV_SMALL_REFS=N caps the batches that take it
+ * (0: none), for A/B runs.
+ */
+extern "C" __global__ void __launch_bounds__(GP_LATENCY_BLOCK, 1)
+gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+{
+    batch_run(refs, nrefs, work, arena, flags);
 }
 
 /*
@@ -320,7 +340,7 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  * so the barrier cannot wait on a block that never starts, and its release/acquire makes one
  * phase's global writes visible to the next. A block per SM (each holds the wide AES table), so
  * a message's units still spread over SMs (packed into one, a lone message's lane work took twice
- * as long, kernels/launch.h), but of GP_LONE_BLOCK threads, not the batch kernel's 1024: here a
+ * as long, kernels/launch.h), but of GP_LATENCY_BLOCK threads, not the batch kernel's 1024: here a
  * unit's warp runs alone on its SM, its time is the latency of its chains, and with the batch
  * kernel's 64 registers a lane kept only a few of a round's 64 table lookups in flight (phase
  * probes, bench/RESULTS.md: ~770 cycles an AES round). With the registers of a 256-thread block
@@ -364,7 +384,7 @@ static __device__ __forceinline__ void lone_move(uint64_t dst, uint64_t src, uin
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(GP_LONE_BLOCK, 1)
+extern "C" __global__ void __launch_bounds__(GP_LATENCY_BLOCK, 1)
 gp_lone_kernel(const gp_lone_args a)
 {
 #if __CUDA_ARCH__ >= 900

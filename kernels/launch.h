@@ -10,12 +10,14 @@
 
 #include "units.h"
 
-/* The kernel's host-side stub (kernels/batch_kernel.cu), launched by address. */
+/* The kernel's host-side stubs (kernels/batch_kernel.cu), launched by address: the batch kernel,
+ * and its latency build for batches the GPU holds whole, a warp per ref. */
 void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags);
+void gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags);
 /* A copy list (kernels/batch_abi.h gp_copy), its first GP_COPY_INLINE entries also in `head`: blocks
  * of GP_COPY_BLOCK, one per entry up to GP_COPY_MAX_GRID. */
 void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n);
-/* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks of GP_LONE_BLOCK. */
+/* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks of GP_LATENCY_BLOCK. */
 void gp_lone_kernel(const gp_lone_args a);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
@@ -35,9 +37,13 @@ typedef struct gp_kernel_shape {
     /* Blocks of a gp_lone_kernel cluster the GPU can hold (0: sm_89 or older, or code built for
      * it: no lone launches). */
     unsigned int lone_blocks;
+    /* gp_batch_kernel_small: the blocks of GP_LATENCY_BLOCK threads the GPU holds at once (the
+     * table's shared memory in each when it has AES work), and so the most refs a batch may
+     * have to take it, a warp each (0: none). */
+    unsigned int small_grid, small_refs;
 } gp_kernel_shape;
 
-/* A gp_lone_kernel launch of one cluster of `blocks` blocks of GP_LONE_BLOCK threads with the AES
+/* A gp_lone_kernel launch of one cluster of `blocks` blocks of GP_LATENCY_BLOCK threads with the AES
  * table (attr: its storage). */
 static inline void gp_lone_config(const gp_kernel_shape *ks, unsigned int blocks, cudaStream_t stream,
                                   cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr)
@@ -50,7 +56,7 @@ static inline void gp_lone_config(const gp_kernel_shape *ks, unsigned int blocks
     attr->val.clusterDim.z = 1;
     cfg->gridDim.x = blocks;
     cfg->gridDim.y = cfg->gridDim.z = 1;
-    cfg->blockDim.x = GP_LONE_BLOCK;
+    cfg->blockDim.x = GP_LATENCY_BLOCK;
     cfg->blockDim.y = cfg->blockDim.z = 1;
     cfg->dynamicSmemBytes = ks->aes_smem;
     cfg->stream = stream;
@@ -133,6 +139,17 @@ static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
                                                              (int)GP_KERNEL_BLOCK, 0)) != cudaSuccess)
         return err;
     ks->max_grid_plain = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)(per_sm > 0 ? per_sm : 1);
+    /* The latency build: as many blocks as hold the table at once (one per SM with the wide one). */
+    ks->small_grid = ks->small_refs = 0;
+    if ((err = cudaFuncSetAttribute((const void *)gp_batch_kernel_small, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)ks->aes_smem)) != cudaSuccess
+        || (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)gp_batch_kernel_small,
+                                                                (int)GP_LATENCY_BLOCK, ks->aes_smem)) != cudaSuccess)
+        return err;
+    if (per_sm > 0) {
+        ks->small_grid = (unsigned int)(sms > 0 ? sms : 1) * (unsigned int)per_sm;
+        ks->small_refs = ks->small_grid * (GP_LATENCY_BLOCK / GP_UNIT_LANES);
+    }
     return gp_lone_prepare(ks, major);
 }
 
@@ -144,27 +161,32 @@ static inline uint64_t gp_kernel_warps_at_once(const gp_kernel_shape *ks)
 }
 
 /*
- * Blocks, threads and dynamic shared memory of a launch over `nrefs` refs: the AES shape with AES
- * work, blocks of GP_KERNEL_BLOCK without (ChaCha20-Poly1305 at 1 MiB lost 3% in the wide shape's
- * blocks of 768 on an H200). A block per ref up to what the GPU holds (at least one block, which
- * only fills the table and returns when there are none). The kernel deals the first refs out
- * across blocks (batch_kernel.cu), so a small batch's units run on as many SMs as there are units:
- * packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane work took twice
- * as long.
+ * Which kernel, and its blocks, threads and dynamic shared memory, for a launch over `nrefs` refs.
+ * A batch the GPU holds whole in blocks of GP_LATENCY_BLOCK (at most small_refs refs) takes
+ * gp_batch_kernel_small: each ref has a warp of its own either way, so what counts is how fast
+ * one warp gets through its chain, and there it has 199 registers rather than 64 (H200: a lone 16
+ * KiB launch of AES-256-GCM 21.3 -> 18.5 us, bench/RESULTS.md). Larger batches take gp_batch_kernel: the AES
+ * shape with AES work, blocks of GP_KERNEL_BLOCK without (ChaCha20-Poly1305 at 1 MiB lost 3% in
+ * the wide shape's blocks of 768 on an H200). A block per ref up to what the GPU holds (at least
+ * one block, which only fills the table and returns when there are none). The kernel deals the
+ * first refs out across blocks (batch_kernel.cu), so a small batch's units run on as many SMs as
+ * there are units: packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane
+ * work took twice as long.
  */
-static inline void gp_kernel_geometry(size_t nrefs, unsigned int flags, const gp_kernel_shape *ks, dim3 *grid,
-                                      dim3 *block, size_t *smem)
+static inline const void *gp_kernel_geometry(size_t nrefs, unsigned int flags, const gp_kernel_shape *ks,
+                                             dim3 *grid, dim3 *block, size_t *smem)
 {
-    const int aes = (flags & GP_BATCH_AES) != 0;
-    const unsigned int cap = aes ? ks->max_grid : ks->max_grid_plain;
+    const int aes = (flags & GP_BATCH_AES) != 0, small = nrefs <= ks->small_refs;
+    const unsigned int cap = small ? ks->small_grid : aes ? ks->max_grid : ks->max_grid_plain;
 
     grid->x = (unsigned int)(nrefs == 0 ? 1 : nrefs < cap ? nrefs : cap);
     grid->y = 1;
     grid->z = 1;
-    block->x = aes ? ks->block : GP_KERNEL_BLOCK;
+    block->x = small ? GP_LATENCY_BLOCK : aes ? ks->block : GP_KERNEL_BLOCK;
     block->y = 1;
     block->z = 1;
     *smem = aes ? ks->aes_smem : 0;
+    return small ? (const void *)gp_batch_kernel_small : (const void *)gp_batch_kernel;
 }
 
 #endif
