@@ -535,10 +535,10 @@ GP_KFN int gp_fold_shifts(const gp_job *j)
 /*
  * Whether the finisher's lanes also make GCM's tag product ("dual fold"). The tag needs
  * S = (X + Lens) H (SP 800-38D §7.1 step 5: the lengths block, then one more product by H), and
- * the state needs X itself (the message may go on). Made by the finish's one thread after the
- * fold, that product was a serial multiplication a message with most of the GPU's warps idle
- * (the fold uses n of its lanes): a bound measured by leaving it out was +3% AES-256-GCM at 16 KiB
- * messages (H200, bench/RESULTS.md). Since S = sum_i E_i Q^(i+1) H + U_(n-1) H + Lens H, the
+ * the state needs X itself (the message may go on). Made after the fold by the finish's one
+ * thread while the rest of its warp waited, that product was one more serial multiplication per
+ * message: leaving it out (a bound, wrong tags) made AES-256-GCM at 16 KiB messages 3% faster
+ * (H200, bench/RESULTS.md). Since S = sum_i E_i Q^(i+1) H + U_(n-1) H + Lens H, the
  * group's two halves of L/2 lanes make X and S side by side, each lane one multiplication:
  *   lane e < n        E_(n-1-e) Q^(e+1)        (as gp_fold_lane, each lane one element)
  *   lane L/2 - 1      U_(n-1)
@@ -600,6 +600,9 @@ GP_KFN void gp_fold_lane_dual(const gp_key_sched *k, const gp_job *j, const gp_m
         return;
     }
     gp_mac_mul(alg, t, &p);
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&p, sizeof(p));   /* a power of H */
+#endif
 }
 
 /* The message's MAC after the body, from the finisher lanes' sum T: X = T * P^(4c) + U_(n-1)
