@@ -96,6 +96,9 @@ typedef struct gp_cuda {
     /* $GPUPROV_SMALL_REFS=N: at most N refs take the batch kernel's latency build (0: none; A/B
      * measurements); -1: unset, as many as the GPU holds a warp each (kernels/launch.h). */
     long small_refs;
+    /* $GPUPROV_SPREAD=0: the latency kernels keep a warp per unit (GP_BATCH_NARROW; A/B
+     * measurements of kernels/batch_kernel.cu's spread pass). */
+    int spread_off;
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
@@ -443,6 +446,7 @@ static int cuda_open(gp_engine *e)
     c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
     c->lone_off = getenv("GPUPROV_LONE_LAUNCH") != NULL && strcmp(getenv("GPUPROV_LONE_LAUNCH"), "0") == 0;
     c->small_refs = getenv("GPUPROV_SMALL_REFS") != NULL ? strtol(getenv("GPUPROV_SMALL_REFS"), NULL, 10) : -1;
+    c->spread_off = getenv("GPUPROV_SPREAD") != NULL && strcmp(getenv("GPUPROV_SPREAD"), "0") == 0;
     /* Test hook ($GPUPROV_TEST_NO_EARLY_LAUNCH): every launch waits for the one before it ends. */
     no_early = getenv("GPUPROV_TEST_NO_EARLY_LAUNCH") != NULL;
     c->stage_device = first;
@@ -747,7 +751,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     uint64_t kbatch = 0;
     size_t total = 0;
     uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
-    unsigned int flags = 0;
+    unsigned int flags = g->spread_off ? GP_BATCH_NARROW : 0;
     gp_unit_ref *refs;
     gp_work *work;
     cudaError_t err;

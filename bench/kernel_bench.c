@@ -17,6 +17,9 @@
  * for any kernel that reads the input and writes the output once.
  */
 
+/* Launch flags every run adds (the lone rows run with and without GP_BATCH_NARROW). */
+static unsigned int extra_flags;
+
 #define CHECK(call)                                                                                 \
     do {                                                                                            \
         cudaError_t err_ = (call);                                                                  \
@@ -63,7 +66,8 @@ void *gp_probe_slots_address(void);   /* kernels/batch_kernel.cu, probe builds *
 
 static const char *const probe_names[GP_PROBE_N] = {
     "block starts", "AES table filled", "ref starts", "chunk loaded", "keystream made",
-    "keystream stored", "lane MAC made", "partial stored", "unit counted", "lead ran", "fold share made", "fold summed", "finish ran",
+    "keystream stored", "lane MAC made", "partial stored", "unit counted", "lead ran", "finisher fenced",
+    "fold inputs in", "fold share made", "fold summed", "finish ran",
     "thread exits",
 };
 /* [it][k * GP_PROBE_N + i]: k = 0 earliest first pass (ns), 1 latest last pass (ns), 2 latest
@@ -314,7 +318,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         gp_unit_ref *drefs = (gp_unit_ref *)(dev + refs_off);
         gp_work *dwork = (gp_work *)(dev + work_off);
         unsigned int nr = (unsigned int)nrefs;
-        unsigned int flags = alg == GP_ALG_AES_CTR || alg == GP_ALG_AES_GCM ? GP_BATCH_AES : 0;
+        unsigned int flags = (alg == GP_ALG_AES_CTR || alg == GP_ALG_AES_GCM ? GP_BATCH_AES : 0) | extra_flags;
         void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
         restore_plan rp = { dev, backup, refs_off, key_off, states_off, out_off };
 
@@ -417,22 +421,27 @@ int main(int argc, char **argv)
                ms, (double)total / ms / 1e6, (double)total / cms / 1e6);
     }
     /* One message alone in a launch: the kernel's share of a lone synchronous EVP call (events
-     * around the launch, so launch overhead included; no copies). */
-    for (size_t c = 0; c < sizeof(ciphers) / sizeof(ciphers[0]); c++) {
-        size_t units;
-        float ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, msg, iters, &units);
+     * around the launch, so launch overhead included; no copies), its units spread over 4 warps
+     * each as the latency kernels run them (kernels/batch_kernel.cu), then a warp a unit. */
+    for (int narrow = 0; narrow < 2; narrow++)
+        for (size_t c = 0; c < sizeof(ciphers) / sizeof(ciphers[0]); c++) {
+            size_t units;
+            float ms;
 
-        printf("lone %zu KiB message: %-18s %8.1f us (%zu threads)\n", msg / 1024, ciphers[c].name,
-               ms * 1000.0, units);
+            extra_flags = narrow ? GP_BATCH_NARROW : 0;
+            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, msg, iters, &units);
+            extra_flags = 0;
+            printf("lone %zu KiB message: %-18s %8.1f us (%s)\n", msg / 1024, ciphers[c].name, ms * 1000.0,
+                   narrow ? "a warp a unit" : "units spread");
 #if defined(GP_PHASE_PROBE)
-        {
-            int khz = 0;
+            {
+                int khz = 0;
 
-            CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));   /* the peak SM clock */
-            probe_print((double)khz);
-        }
+                CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));   /* the peak SM clock */
+                probe_print((double)khz);
+            }
 #endif
-    }
+        }
     printf("empty launch (no units): %.1f us; with the AES table fill: %.1f us\n",
            empty_launch_ms(0, iters) * 1000.0, empty_launch_ms(GP_BATCH_AES, iters) * 1000.0);
     return 0;

@@ -123,32 +123,37 @@ GP_KFN uint32_t gp_prmt(uint32_t x, uint32_t y, uint32_t sel)
 #define GP_TT(tb, s, k, off) \
     (*(const uint32_t *)((tb) + gp_prmt((s), (off), 0x5504u | ((uint32_t)(k) << 4))))
 
-/* One full round on 4 blocks: w (16 words, block b = w[4b..4b+3]) to t, round key rk; narrow
- * layout (rows 1 and 3 by one rotation of T0 ^ T2). */
+/* One full round on one block s (4 words) to t, round key rk; narrow layout (rows 1 and 3 by one
+ * rotation of T0 ^ T2). */
 GP_KFN void gp_aes_tt_round(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
-                            const uint32_t w[16], uint32_t t[16])
+                            const uint32_t s[4], uint32_t t[4])
 {
-    for (int b = 0; b < 4; b++) {
-        const uint32_t *s = w + 4 * b;
-
-        for (int c = 0; c < 4; c++)
-            t[4 * b + c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ rk[c]
-                           ^ gp_rotl8(GP_TT(tb, s[(c + 1) % 4], 1, o0) ^ GP_TT(tb, s[(c + 3) % 4], 3, o2), 8);
-    }
+    for (int c = 0; c < 4; c++)
+        t[c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ rk[c]
+               ^ gp_rotl8(GP_TT(tb, s[(c + 1) % 4], 1, o0) ^ GP_TT(tb, s[(c + 3) % 4], 3, o2), 8);
 }
 
 /* The same round in the wide layout: T1 and T3 from the second half, no rotation. */
 GP_KFN void gp_aes_tt_round_wide(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
-                                 const uint32_t w[16], uint32_t t[16])
+                                 const uint32_t s[4], uint32_t t[4])
 {
     const uint8_t *tb13 = tb + GP_AES_TT_BYTES;
 
-    for (int b = 0; b < 4; b++) {
-        const uint32_t *s = w + 4 * b;
+    for (int c = 0; c < 4; c++)
+        t[c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb13, s[(c + 1) % 4], 1, o0)
+               ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ GP_TT(tb13, s[(c + 3) % 4], 3, o2) ^ rk[c];
+}
 
-        for (int c = 0; c < 4; c++)
-            t[4 * b + c] = GP_TT(tb, s[c], 0, o0) ^ GP_TT(tb13, s[(c + 1) % 4], 1, o0)
-                           ^ GP_TT(tb, s[(c + 2) % 4], 2, o2) ^ GP_TT(tb13, s[(c + 3) % 4], 3, o2) ^ rk[c];
+/* The last round (no MixColumns) on one block s to w: S-box bytes from T2 byte 0, T0 bytes 1 and
+ * 2, T2 byte 3. */
+GP_KFN void gp_aes_tt_round_last(const uint8_t *tb, uint32_t o0, uint32_t o2, const uint32_t *rk,
+                                 const uint32_t s[4], uint32_t w[4])
+{
+    for (int c = 0; c < 4; c++) {
+        const uint32_t lo = gp_prmt(GP_TT(tb, s[c], 0, o2), GP_TT(tb, s[(c + 1) % 4], 1, o0), 0x3250u);
+        const uint32_t hi = gp_prmt(GP_TT(tb, s[(c + 2) % 4], 2, o0), GP_TT(tb, s[(c + 3) % 4], 3, o2), 0x7210u);
+
+        w[c] = gp_prmt(lo, hi, 0x7610u) ^ rk[c];
     }
 }
 
@@ -188,27 +193,20 @@ GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, 
     GP_NO_UNROLL
     for (uint32_t r = 1; r < nr; r++) {
         gp_aes_tt_rk(ek, r, rk);
-        if (wide)   /* a constant on the GPU (GP_AES_TT_DEVICE_WIDE): one loop body */
-            gp_aes_tt_round_wide(tb, o0, o2, rk, w, t);
-        else
-            gp_aes_tt_round(tb, o0, o2, rk, w, t);
+        for (int b = 0; b < 4; b++) {
+            if (wide)   /* a constant on the GPU (GP_AES_TT_DEVICE_WIDE): one loop body */
+                gp_aes_tt_round_wide(tb, o0, o2, rk, w + 4 * b, t + 4 * b);
+            else
+                gp_aes_tt_round(tb, o0, o2, rk, w + 4 * b, t + 4 * b);
+        }
         for (int i = 0; i < 16; i++)
             w[i] = t[i];
     }
     for (int i = 0; i < 16; i++)
         t[i] = w[i];
     gp_aes_tt_rk(ek, nr, rk);
-    /* Last round (no MixColumns): S-box bytes from T2 byte 0, T0 bytes 1 and 2, T2 byte 3. */
-    for (int b = 0; b < 4; b++) {
-        const uint32_t *s = t + 4 * b;
-
-        for (int c = 0; c < 4; c++) {
-            const uint32_t lo = gp_prmt(GP_TT(tb, s[c], 0, o2), GP_TT(tb, s[(c + 1) % 4], 1, o0), 0x3250u);
-            const uint32_t hi = gp_prmt(GP_TT(tb, s[(c + 2) % 4], 2, o0), GP_TT(tb, s[(c + 3) % 4], 3, o2), 0x7210u);
-
-            w[4 * b + c] = gp_prmt(lo, hi, 0x7610u) ^ rk[c];
-        }
-    }
+    for (int b = 0; b < 4; b++)
+        gp_aes_tt_round_last(tb, o0, o2, rk, t + 4 * b, w + 4 * b);
 }
 
 /* Lane `lane`'s words of a row, from the row's T0 entry (the fill's and the host tests' layout):
@@ -285,6 +283,61 @@ GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t w[16])
     for (int i = 0; i < 16; i++)
         w[i] = gp_load_le32(b + 4 * i);
     gp_state_wipe(b, sizeof(b));
+#endif
+}
+
+#if defined(__CUDA_ARCH__)
+/*
+ * One block with every round key loaded first (a spread unit's thread, kernels/units.h). Alone on
+ * its SM a thread waits out each round's key load, where other warps would cover it, so the keys
+ * are issued together before the first round and the rounds unrolled (registers are what the
+ * latency kernels have).
+ */
+static __device__ __forceinline__ void gp_aes_tt_encrypt1_keys(const uint8_t *tb, uint32_t lane, const uint32_t *ek,
+                                                               uint32_t nr, uint32_t w[4])
+{
+    const uint32_t o0 = 4 * lane, o2 = GP_AES_TT_T2 + 4 * lane;
+    uint32_t rk[GP_AES_MAX_ROUNDS + 1][4], t[4];
+
+#pragma unroll
+    for (int r = 0; r <= GP_AES_MAX_ROUNDS; r++)
+        gp_aes_tt_rk(ek, (uint32_t)r, rk[r]);
+    for (int i = 0; i < 4; i++)
+        w[i] ^= rk[0][i];
+#pragma unroll
+    for (int r = 1; r < GP_AES_MAX_ROUNDS; r++) {
+        if ((uint32_t)r < nr) {   /* uniform: nr is 10, 12 or 14 */
+            if (GP_AES_TT_DEVICE_WIDE)
+                gp_aes_tt_round_wide(tb, o0, o2, rk[r], w, t);
+            else
+                gp_aes_tt_round(tb, o0, o2, rk[r], w, t);
+            for (int i = 0; i < 4; i++)
+                w[i] = t[i];
+        }
+    }
+    for (int i = 0; i < 4; i++) {   /* round key nr, by constant indices */
+        t[i] = w[i];
+        rk[0][i] = nr == 10 ? rk[10][i] : nr == 12 ? rk[12][i] : rk[14][i];
+    }
+    gp_aes_tt_round_last(tb, o0, o2, rk[0], t, w);
+}
+#endif
+
+/* One AES block in place on little-endian words (a spread unit's thread, kernels/units.h): the
+ * T-table rounds on the device; on the host the bitsliced circuit's 4 blocks, 3 of them unused. */
+GP_KFN void gp_aes_encrypt1_words(const gp_aes_sched *s, uint32_t w[4])
+{
+#if defined(__CUDA_ARCH__)
+    gp_aes_tt_encrypt1_keys((const uint8_t *)gp_aes_tt_smem, threadIdx.x & 31, s->ek, s->nr, w);
+#else
+    uint32_t x[16] = { 0 };
+
+    for (int i = 0; i < 4; i++)
+        x[i] = w[i];
+    gp_aes_encrypt4_words(s, x);
+    for (int i = 0; i < 4; i++)
+        w[i] = x[i];
+    gp_state_wipe(x, sizeof(x));
 #endif
 }
 

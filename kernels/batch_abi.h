@@ -36,6 +36,8 @@ enum gp_op {
  *   fin[c-1] = P^(4c)          c = 1..L: the shift past a last unit of c chunks
  *   unit[i]  = Q^i             i = 0..L-1: a finisher lane's stride offset
  *   stride   = Q^L             a finisher lane's Horner step over every L-th unit
+ *   near[i]  = P^(i+2)         i = 0, 1: a spread unit's block shifts inside its chunk
+ *                              (kernels/units.h, gp_unit_quarter)
  * Each entry in gp_lane_mac words (GHASH: the element's big-endian halves as 32-bit words, word 4
  * zero; Poly1305: 26-bit limbs). GCM's are made with the key; Poly1305's r is per message, so the
  * planner makes them per request (gp_mac_pows_make).
@@ -48,7 +50,8 @@ enum gp_op {
 #define GP_POW_FIN GP_UNIT_LANES
 #define GP_POW_UNIT (2u * GP_UNIT_LANES)
 #define GP_POW_STRIDE (3u * GP_UNIT_LANES)
-#define GP_POW_COUNT (3u * GP_UNIT_LANES + 1u)
+#define GP_POW_NEAR (3u * GP_UNIT_LANES + 1u)
+#define GP_POW_COUNT (3u * GP_UNIT_LANES + 3u)
 
 typedef struct gp_mac_pows {
     uint32_t p[GP_POW_COUNT][5];
@@ -139,6 +142,8 @@ typedef struct gp_work {
 
 /* gp_batch_kernel's flags. */
 #define GP_BATCH_AES 1u               /* the batch holds AES work: fill the shared-memory T-table */
+#define GP_BATCH_NARROW 2u            /* the latency kernels keep a warp per unit, no spread pass
+                                       * (kernels/batch_kernel.cu; $GPUPROV_SPREAD=0, for A/B runs) */
 
 /* A batch's refs: `nrefs` of them, then one more whose `work` counts the refs lane groups have
  * claimed past the first pass (zero at launch; the kernel hands out work by atomics on it). */

@@ -98,11 +98,13 @@ static __device__ __noinline__ void batch_finish_fast(gp_msg_state *st, const gp
 }
 
 /* m = sum of the lane group's first `lanes` values (a power of two), in lane 0 (and the sum of
- * every other run of `lanes` in that run's first lane; the other lanes end with partial sums). */
-static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m, unsigned int lanes)
+ * every other run of `lanes` in that run's first lane; the other lanes end with partial sums).
+ * from > 1: the values of every from-th lane only (each already the sum of its run of `from`). */
+static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m, unsigned int from,
+                                 unsigned int lanes)
 {
 #pragma unroll 1
-    for (unsigned int s = 1; s < lanes; s <<= 1) {
+    for (unsigned int s = from; s < lanes; s <<= 1) {
         gp_lane_mac partner;
 
         for (int i = 0; i < 5; i++)
@@ -111,41 +113,39 @@ static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m
     }
 }
 
-/* One ref (a lead or a body unit) on its lane group; `return` ends only this ref. */
-static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigned int lane, unsigned int mask,
-                                                 gp_work *work, uint8_t *arena)
+/* A ref's arena pointers (unsigned arithmetic: key_off wraps modulo 2^64 when the key is in the
+ * resident table). */
+struct batch_ptrs {
+    gp_work *w;
+    const gp_key_sched *k;
+    const gp_mac_pows *pw;
+    gp_msg_state *st;
+    const uint8_t *in, *partials;
+    uint8_t *out;
+};
+
+static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *ref, gp_work *work, uint8_t *arena)
 {
-    gp_work *w = &work[ref->work];
-    /* Unsigned arithmetic: key_off wraps modulo 2^64 when the key is in the resident table. */
-    const gp_key_sched *k = (const gp_key_sched *)((uintptr_t)arena + w->key_off);
-    const gp_mac_pows *pw = w->pows_off != 0 ? (const gp_mac_pows *)(arena + w->pows_off) : &k->mac_pows;
-    gp_msg_state *st = (gp_msg_state *)(arena + w->state_off);
-    const uint8_t *in = arena + w->in_off, *partials = arena + w->partials_off;
-    uint8_t *out = arena + w->out_off;
-    const uint32_t alg = k->alg;
+    batch_ptrs p;
+
+    p.w = &work[ref->work];
+    p.k = (const gp_key_sched *)((uintptr_t)arena + p.w->key_off);
+    p.pw = p.w->pows_off != 0 ? (const gp_mac_pows *)(arena + p.w->pows_off) : &p.k->mac_pows;
+    p.st = (gp_msg_state *)(arena + p.w->state_off);
+    p.in = arena + p.w->in_off;
+    p.partials = arena + p.w->partials_off;
+    p.out = arena + p.w->out_off;
+    return p;
+}
+
+/* A lead or body unit done on its lane group: counted, and the last of its request's units
+ * finishes the request as a group. */
+static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask)
+{
+    gp_work *w = p.w;
+    const uint32_t alg = p.k->alg;
     unsigned int done = 0;
 
-    GP_PROBE(GP_PROBE_REF);
-    if (ref->unit == GP_UNIT_LEAD) {
-        if (lane == 0)
-            batch_lead(st, k, &w->job, arena + w->job.aad_off, in, out);
-        GP_PROBE(GP_PROBE_LEAD);
-        if (w->job.nunits == 0)
-            return;   /* the lead alone finished the request */
-    } else {
-        const uint32_t u = ref->unit;
-        const gp_ghash_mma *mx = w->ghmma_off != 0 ? (const gp_ghash_mma *)(arena + w->ghmma_off) : NULL;
-        gp_lane_mac m;
-
-        gp_unit_lane(&w->job, k, pw, mx, u, lane, in + w->job.head_len, out + w->job.head_len, &m);
-        GP_PROBE(GP_PROBE_LANE);
-        if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
-            group_sum(alg, mask, &m, GP_UNIT_LANES);
-            if (lane == 0)
-                gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
-            GP_PROBE(GP_PROBE_PARTIAL);
-        }
-    }
     if (lane == 0) {
         __threadfence();
         done = atomicAdd(&w->done, 1u);
@@ -156,16 +156,17 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         return;
     /* The last of the request's units: finish it as a group. */
     __threadfence();
+    GP_PROBE(GP_PROBE_FENCED);
     {
         const int dual = gp_fold_dual(alg, &w->job);   /* uniform over the group */
         gp_lane_mac tsum, ssum;
 
         gp_lane_mac_zero(&tsum);
         if (gp_alg_is_aead(alg)) {
-            batch_fold(st, k, &w->job, pw, partials, lane, &tsum);
+            batch_fold(p.st, p.k, &w->job, p.pw, p.partials, lane, &tsum);
             GP_PROBE(GP_PROBE_FOLD);
             /* A dual fold's halves apart: X in lane 0, S in lane L/2, then in lane 0 */
-            group_sum(alg, mask, &tsum, dual ? GP_UNIT_LANES / 2 : GP_UNIT_LANES);
+            group_sum(alg, mask, &tsum, 1, dual ? GP_UNIT_LANES / 2 : GP_UNIT_LANES);
             if (dual)
                 for (int i = 0; i < 5; i++)
                     ssum.w[i] = __shfl_down_sync(mask, tsum.w[i], GP_UNIT_LANES / 2, GP_UNIT_LANES);
@@ -173,12 +174,123 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         }
         if (lane == 0) {
             if (w->job.len == w->job.head_len + w->job.body_len)   /* no tail: words only */
-                batch_finish_fast(st, k, &w->job, pw, partials, &tsum, dual ? &ssum : NULL);
+                batch_finish_fast(p.st, p.k, &w->job, p.pw, p.partials, &tsum, dual ? &ssum : NULL);
             else
-                batch_finish(st, k, &w->job, pw, partials, &tsum, in, out);
+                batch_finish(p.st, p.k, &w->job, p.pw, p.partials, &tsum, p.in, p.out);
             GP_PROBE(GP_PROBE_FINISH);
         }
     }
+}
+
+/* One ref (a lead or a body unit) on its lane group; `return` ends only this ref. */
+static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigned int lane, unsigned int mask,
+                                                 gp_work *work, uint8_t *arena)
+{
+    const batch_ptrs p = batch_ref_ptrs(ref, work, arena);
+    gp_work *w = p.w;
+    const uint32_t alg = p.k->alg;
+
+    GP_PROBE(GP_PROBE_REF);
+    if (ref->unit == GP_UNIT_LEAD) {
+        if (lane == 0)
+            batch_lead(p.st, p.k, &w->job, arena + w->job.aad_off, p.in, p.out);
+        GP_PROBE(GP_PROBE_LEAD);
+        if (w->job.nunits == 0)
+            return;   /* the lead alone finished the request */
+    } else {
+        const uint32_t u = ref->unit;
+        const gp_ghash_mma *mx = w->ghmma_off != 0 ? (const gp_ghash_mma *)(arena + w->ghmma_off) : NULL;
+        gp_lane_mac m;
+
+        gp_unit_lane(&w->job, p.k, p.pw, mx, u, lane, p.in + w->job.head_len, p.out + w->job.head_len, &m);
+        GP_PROBE(GP_PROBE_LANE);
+        if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
+            group_sum(alg, mask, &m, 1, GP_UNIT_LANES);
+            if (lane == 0)
+                gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
+            GP_PROBE(GP_PROBE_PARTIAL);
+        }
+    }
+    batch_ref_count(p, lane, mask);
+}
+
+/*
+ * The spread pass of the latency kernels (kernels/units.h, "Spread units"): when a launch's
+ * blocks hold every ref with GP_SPREAD_THREADS threads each (4 warps, one per SM scheduler), a
+ * body unit runs a thread per 16-byte block. Each warp sums its 8 chunks (each chunk's 4 quarters,
+ * then its lane power), the first warp adds the other three's sums from shared memory behind a
+ * barrier of the 4 warps, and from there on that warp is the unit's lane group as in batch_ref
+ * (partial, count, finish). A lead runs on the first warp alone. `xchg` is double-buffered by the
+ * group's count of units (`parity`): a warp writes a buffer again only after the barrier of the
+ * unit between, which the first warp reaches after reading it. Units of 2 KiB only (a warp of
+ * 8 chunks).
+ */
+#define GP_SPREAD_OK (GP_UNIT_LANES == 32u && GP_LATENCY_BLOCK % GP_SPREAD_THREADS == 0)
+
+static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, unsigned int t, gp_work *work,
+                                                        uint8_t *arena, gp_lane_mac (*xchg)[4], unsigned int bar,
+                                                        unsigned int *parity)
+{
+    const unsigned int warp = t / 32u, x = t % 32u, lane = 8u * warp + x / 4u, full = 0xffffffffu;
+
+    if (ref->unit == GP_UNIT_LEAD) {   /* uniform over the group */
+        if (warp == 0)
+            batch_ref(ref, x, full, work, arena);
+        return;
+    }
+    const batch_ptrs p = batch_ref_ptrs(ref, work, arena);
+    gp_work *w = p.w;
+    const uint32_t alg = p.k->alg, u = ref->unit;
+    gp_lane_mac m, shift;
+
+    GP_PROBE(GP_PROBE_REF);
+    gp_unit_quarter(&w->job, p.k, p.pw, u, lane, x % 4u, p.in + w->job.head_len, p.out + w->job.head_len, &m,
+                    &shift);
+    GP_PROBE(GP_PROBE_LANE);
+    if (gp_alg_is_aead(alg)) {
+        group_sum(alg, full, &m, 1, 4);   /* the chunk's quarters, in its first thread */
+        if (x % 4u == 0)
+            gp_mac_mul(alg, &m, &shift);   /* an absent lane's zero stays zero */
+        group_sum(alg, full, &m, 4, 32);  /* the warp's chunks */
+        if (x == 0)
+            xchg[*parity][warp] = m;
+    }
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(GP_SPREAD_THREADS) : "memory");
+    if (warp != 0) {
+        *parity ^= 1u;
+        return;
+    }
+    if (gp_alg_is_aead(alg)) {
+        if (x == 0) {
+            for (int i = 1; i < 4; i++)
+                gp_mac_add(alg, &m, &xchg[*parity][i]);
+            gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
+        }
+        GP_PROBE(GP_PROBE_PARTIAL);
+    }
+    *parity ^= 1u;
+    batch_ref_count(p, x, full);
+}
+
+/* Whether a launch of `nrefs` refs takes the spread pass: every ref a group of its own. */
+static __device__ __forceinline__ int batch_spreads(unsigned int nrefs, unsigned int flags)
+{
+    return GP_SPREAD_OK && !(flags & GP_BATCH_NARROW) && blockDim.x % GP_SPREAD_THREADS == 0
+           && nrefs <= gridDim.x * (blockDim.x / GP_SPREAD_THREADS);
+}
+
+/* The spread pass over a launch's refs: group g of block b takes ref g * gridDim + b, and more by
+ * that stride if there are (gp_lone_kernel's up to 3 refs a block). */
+static __device__ __forceinline__ void batch_run_spread(gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
+                                                        uint8_t *arena)
+{
+    __shared__ gp_lane_mac xchg[GP_LATENCY_BLOCK / GP_SPREAD_THREADS][2][4];
+    const unsigned int g = threadIdx.x / GP_SPREAD_THREADS, groups = gridDim.x * (blockDim.x / GP_SPREAD_THREADS);
+    unsigned int parity = 0;
+
+    GP_NO_UNROLL
+    for (unsigned int r = g * gridDim.x + blockIdx.x; r < nrefs; r += groups)
+        batch_ref_spread(&refs[r], threadIdx.x % GP_SPREAD_THREADS, work, arena, xchg[g], 1u + g, &parity);
 }
 
 /*
@@ -215,7 +327,7 @@ static __device__ __forceinline__ void grid_wait_prerequisites(void)
 }
 
 static __device__ __forceinline__ void
-batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
+batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags, bool latency)
 {
     const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
     const unsigned int groups = gridDim.x * (blockDim.x / GP_UNIT_LANES);
@@ -233,6 +345,11 @@ batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, 
         GP_PROBE(GP_PROBE_TABLE);
     }
     grid_wait_prerequisites();   /* the copy kernel in has brought the batch across */
+    if (latency && batch_spreads(nrefs, flags)) {
+        batch_run_spread(refs, nrefs, work, arena);
+        GP_PROBE(GP_PROBE_EXIT);
+        return;
+    }
     GP_NO_UNROLL
     while (r < nrefs) {
         unsigned int next = 0;
@@ -248,7 +365,7 @@ batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, 
 extern "C" __global__ void GP_KERNEL_BOUNDS
 gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
-    batch_run(refs, nrefs, work, arena, flags);
+    batch_run(refs, nrefs, work, arena, flags, false);
 }
 
 /*
@@ -262,7 +379,7 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
 extern "C" __global__ void __launch_bounds__(GP_LATENCY_BLOCK, 1)
 gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
 {
-    batch_run(refs, nrefs, work, arena, flags);
+    batch_run(refs, nrefs, work, arena, flags, true);
 }
 
 /*
@@ -410,8 +527,11 @@ gp_lone_kernel(const gp_lone_args a)
     for (uint64_t v = threadIdx.x + blockDim.x; v < nv; v += blockDim.x)
         dst[v] = src[v];
     cluster.sync();
-    for (unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x; r < a.nrefs; r += groups)
-        batch_ref((gp_unit_ref *)arena + r, lane, mask, (gp_work *)(arena + a.work_off), arena);
+    if (batch_spreads(a.nrefs, a.flags))
+        batch_run_spread((gp_unit_ref *)arena, a.nrefs, (gp_work *)(arena + a.work_off), arena);
+    else
+        for (unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x; r < a.nrefs; r += groups)
+            batch_ref((gp_unit_ref *)arena + r, lane, mask, (gp_work *)(arena + a.work_off), arena);
     cluster.sync();
     lone_move(a.host + a.res_off, a.dev + a.res_off, a.res_len, 1);
     lone_move(a.dev + a.wipe_off, 0, a.res_off - a.wipe_off, 0);

@@ -120,10 +120,11 @@ typedef struct gp_pows_have {
     uint32_t units;    /* Q^0 .. Q^(units-1) */
     uint32_t stride;   /* Q^L */
     uint32_t fin;      /* bit c-1: P^(4c) */
+    uint32_t near;     /* P^2 and P^3 */
 } gp_pows_have;
 
 /* The table of gp_mac_pows for MAC key P (done on the host: once per key for GCM, once per
- * request for ChaCha20-Poly1305), 3L + 1 multiplications. */
+ * request for ChaCha20-Poly1305), 3L + 2 multiplications. */
 GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
 {
     const uint32_t L = GP_UNIT_LANES;
@@ -132,7 +133,11 @@ GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
     gp_state_wipe(t, sizeof(*t));
     gp_lane_mac_zero(&one);
     one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* GHASH's 1 is the leftmost bit */
-    gp_mac_mul(alg, &p4, &p4);
+    gp_mac_mul(alg, &p4, &p4);                               /* P^2 */
+    gp_mac_pow_set(t, GP_POW_NEAR, &p4);
+    q = p4;
+    gp_mac_mul(alg, &q, p);
+    gp_mac_pow_set(t, GP_POW_NEAR + 1, &q);                  /* P^3 */
     gp_mac_mul(alg, &p4, &p4);                               /* P^4 */
     q = *p;
     gp_mac_pow_set(t, GP_POW_LANE + L - 1, &q);              /* lane L-1: P^1 */

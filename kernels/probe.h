@@ -26,6 +26,8 @@ enum {
     GP_PROBE_PARTIAL,     /* the unit's partial is summed and stored */
     GP_PROBE_COUNTED,     /* the unit is counted done (the atomic's value is back) */
     GP_PROBE_LEAD,        /* a lead ran */
+    GP_PROBE_FENCED,      /* the finisher's fence passed */
+    GP_PROBE_FOLDIN,      /* a finisher lane's element and power are in registers (waits for them) */
     GP_PROBE_FOLD,        /* a finisher lane's share of T */
     GP_PROBE_FOLDSUM,     /* the shares summed */
     GP_PROBE_FINISH,      /* the serial end (MAC, lengths block, tag) */

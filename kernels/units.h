@@ -477,6 +477,143 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
     gp_state_wipe(&v, sizeof(v));
 }
 
+/*
+ * Spread units. A lone call's few units run alone on their SMs, where a warp's chain (four AES
+ * blocks through every round, four MAC products in a row) is the time and three of the SM's four
+ * schedulers idle (phase probes, bench/RESULTS.md). The latency kernels (kernels/batch_kernel.cu)
+ * then spread a body unit over GP_SPREAD_THREADS = 4L threads, one per 16-byte block: thread s
+ * takes quarter q = s % 4 of lane l = s / 4's chunk, its block's keystream (one AES block; the
+ * chunk's ChaCha20 block, of which it keeps its 16 bytes), XOR and MAC block B_q shifted inside
+ * the chunk:
+ *     v_s = B_q P^(3-q)        (P^0 = 1, P, P^2, P^3 from the table)
+ * The four quarters' sum is the chunk's Horner sum B_0 P^3 + B_1 P^2 + B_2 P + B_3, which the
+ * lane power turns into m_l as in "Lanes": the unit's partial is the same value, by two
+ * multiplications in a row instead of four.
+ */
+#define GP_SPREAD_THREADS (4u * GP_UNIT_LANES)
+
+/* Words q*4 .. q*4+3 of a 16-word block, with constant indices (on the GPU a variable index would
+ * put the block in local memory). */
+GP_KFN void gp_quarter_words(const uint32_t w[16], uint32_t q, uint32_t out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = q == 0 ? w[i] : q == 1 ? w[4 + i] : q == 2 ? w[8 + i] : w[12 + i];
+}
+
+/* The 16-byte block at p as 4 little-endian words, and back (16-byte aligned on the GPU: arena
+ * bodies are, kernels/batch_abi.h). */
+GP_KFN void gp_block_load(uint32_t w[4], const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    const uint4 t = *(const uint4 *)p;
+
+    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+#else
+    for (int i = 0; i < 4; i++)
+        w[i] = gp_load_le32(p + 4 * i);
+#endif
+}
+
+GP_KFN void gp_block_store(uint8_t *p, const uint32_t w[4])
+{
+#if defined(__CUDA_ARCH__)
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+#else
+    for (int i = 0; i < 4; i++)
+        gp_store_le32(p + 4 * i, w[i]);
+#endif
+}
+
+/*
+ * Quarter q of lane `lane` of body unit u (see "Spread units"): its block's keystream XORed in
+ * (out), its MAC value v (zero without a MAC or for an absent lane of a short unit) and the lane's
+ * power (`shift`, which multiplies the chunk's sum; zero for an absent lane). in/out point at the body
+ * start; each thread reads its whole block before writing it. Alone on its SM a thread waits out
+ * every load it depends on, so both powers are loaded before the keystream, which hides them.
+ */
+GP_KFN void gp_unit_quarter(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
+                            uint32_t lane, uint32_t q, const uint8_t *in, uint8_t *out, gp_lane_mac *v,
+                            gp_lane_mac *shift)
+{
+    const uint32_t alg = k->alg, nch = gp_unit_chunks(j, u);
+    const uint64_t chunk = (uint64_t)u * GP_UNIT_LANES + (lane + nch - GP_UNIT_LANES);
+    const uint64_t at = 64 * chunk + 16 * q;
+    uint32_t data[4], c[4];
+    gp_lane_mac p;
+
+    gp_lane_mac_zero(v);
+    gp_lane_mac_zero(shift);
+    if (lane + nch < GP_UNIT_LANES)
+        return;
+    if (gp_alg_is_aead(alg)) {
+        gp_mac_pow_get(&p, pw, q >= 2 ? GP_POW_LANE + GP_UNIT_LANES - 1 : GP_POW_NEAR + 1 - q);   /* P^(3-q) (q = 3: unused) */
+        gp_mac_pow_get(shift, pw, GP_POW_LANE + lane);
+    }
+    gp_block_load(data, in + at);
+    if (gp_alg_is_aes(alg)) {
+        gp_ctr_words(alg, j->body_ctr, 4 * chunk + q, 1, c);
+        GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[3] ^ c[0] ^ c[3]);
+        gp_aes_encrypt1_words(&k->aes, c);
+    } else {
+        uint32_t ctr[4], ks[16];
+
+        gp_ctr_words(alg, j->body_ctr, chunk, 1, ctr);
+        GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[3] ^ ctr[0] ^ ctr[3]);
+        gp_chacha20_block_words(k->chacha_key, ctr, ks);
+        gp_quarter_words(ks, q, c);
+#if !defined(__CUDA_ARCH__)
+        gp_state_wipe(ks, sizeof(ks));
+#endif
+    }
+    GP_PROBE_AFTER(GP_PROBE_KEYSTREAM, c[0] ^ c[3]);
+    for (int b = 0; b < 4; b++) {
+        const uint32_t x = data[b] ^ c[b];
+
+        c[b] = j->op == GP_OP_DECRYPT ? data[b] : x;   /* the ciphertext, which the MAC covers */
+        data[b] = x;
+    }
+    gp_block_store(out + at, data);
+    GP_PROBE(GP_PROBE_CRYPT);
+    if (gp_alg_is_aead(alg)) {
+        gp_mac_block(alg, c, v);
+        if (q < 3)
+            gp_mac_mul(alg, v, &p);
+    }
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(data, sizeof(data));
+    gp_state_wipe(c, sizeof(c));
+    gp_state_wipe(&p, sizeof(p));
+#endif
+}
+
+/* The host's spread body unit, as the latency kernels run it (tests/unit/test_kernels.c checks it
+ * against gp_unit_body): every quarter of every lane, each chunk's sum shifted, their sum. */
+GP_KFN void gp_unit_body_spread(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
+                                const uint8_t *in, uint8_t *out, uint8_t partial[GP_PARTIAL_BYTES])
+{
+    const uint32_t alg = k->alg;
+    gp_lane_mac sum, m, v, shift;
+
+    gp_lane_mac_zero(&sum);
+    for (uint32_t l = 0; l < GP_UNIT_LANES; l++) {
+        gp_lane_mac_zero(&m);
+        for (uint32_t q = 0; q < 4; q++) {
+            gp_unit_quarter(j, k, pw, u, l, q, in, out, &v, &shift);
+            if (gp_alg_is_aead(alg))
+                gp_mac_add(alg, &m, &v);
+        }
+        if (gp_alg_is_aead(alg)) {
+            gp_mac_mul(alg, &m, &shift);   /* an absent lane's zero stays zero */
+            gp_mac_add(alg, &sum, &m);
+        }
+    }
+    gp_partial_store(partial, &sum);
+    gp_state_wipe(&sum, sizeof(sum));
+    gp_state_wipe(&m, sizeof(m));
+    gp_state_wipe(&v, sizeof(v));
+    gp_state_wipe(&shift, sizeof(shift));
+}
+
 /* ---- the finish ---- */
 
 /* Words of a message state in the batch arena, which another unit of this launch may have written
@@ -588,6 +725,7 @@ GP_KFN void gp_fold_lane_dual(const gp_key_sched *k, const gp_job *j, const gp_m
         } else {
             gp_mac_pow_get(&p, pw, GP_POW_UNIT + e + 1);   /* e + 1 <= L/2 - 2 */
         }
+        GP_PROBE_AFTER(GP_PROBE_FOLDIN, t->w[0] ^ p.w[0]);
     } else if (e == half - 1) {
         gp_partial_load(partials + (size_t)(n - 1) * GP_PARTIAL_BYTES, t);
         if (!tag)
@@ -658,15 +796,18 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
     }
     gp_mac_pow_get(&s, pw, !gp_fold_shifts(j) ? GP_POW_UNIT + i
                            : i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
+    GP_PROBE_AFTER(GP_PROBE_FOLDIN, t->w[0] ^ s.w[0]);
     gp_mac_mul(alg, t, &s);
 }
 
 /*
  * A table of powers made on demand, for a key that lives for one message (ChaCha20-Poly1305's r:
- * the table's 97 multiplications cost ~2 us of the submitting thread's CPU per message, where a
- * 16 KiB body reads 41 of its entries). gp_pows_have says which entries hold their power; all
- * zero: none. gp_mac_pows_cover adds what job j reads (gp_unit_lane, gp_fold_lane, gp_finish_mac):
- *   - lane powers down to the lowest lane a unit uses (a lone short unit of c chunks: L-c..L-1);
+ * the table's 99 multiplications cost ~2 us of the submitting thread's CPU per message, where a
+ * 16 KiB body reads 43 of its entries). gp_pows_have says which entries hold their power; all
+ * zero: none. gp_mac_pows_cover adds what job j reads (gp_unit_lane, gp_unit_quarter,
+ * gp_fold_lane, gp_finish_mac):
+ *   - lane powers down to the lowest lane a unit uses (a lone short unit of c chunks: L-c..L-1),
+ *     and P^2, P^3 (a spread unit's quarters);
  *   - Q^i for the fold's lanes, one more when they apply the last unit's shift (gp_fold_shifts);
  *   - Q^L when there are L units or more, P^(4c) when the last unit of c chunks is short.
  * Entries never made stay as they were (the caller clears the table with a new key).
@@ -676,7 +817,7 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
 GP_KFN gp_pows_have gp_pows_need(const gp_job *j)
 {
     const uint32_t L = GP_UNIT_LANES, n = j->nunits;
-    gp_pows_have need = { 0, 0, 0, 0 };
+    gp_pows_have need = { 0, 0, 0, 0, 0 };
     uint32_t c, shifted;
 
     if (n == 0)
@@ -687,13 +828,14 @@ GP_KFN gp_pows_have gp_pows_need(const gp_job *j)
     need.units = n + shifted < L ? n + shifted : L;
     need.stride = n > L || (n == L && shifted);
     need.fin = shifted ? 0 : 1u << (c - 1);
+    need.near = 1;
     return need;
 }
 
 GP_KFN int gp_pows_covers(const gp_pows_have *have, const gp_pows_have *need)
 {
     return have->lanes >= need->lanes && have->units >= need->units && have->stride >= need->stride
-           && (need->fin & ~have->fin) == 0;
+           && (need->fin & ~have->fin) == 0 && have->near >= need->near;
 }
 
 GP_KFN void gp_mac_pows_cover(gp_mac_pows *t, gp_pows_have *have, uint32_t alg, const gp_lane_mac *p, const gp_job *j)
@@ -707,6 +849,13 @@ GP_KFN void gp_mac_pows_cover(gp_mac_pows *t, gp_pows_have *have, uint32_t alg, 
     gp_mac_mul(alg, &p2, &p2);
     p4 = p2;
     gp_mac_mul(alg, &p4, &p4);                                   /* P^4 */
+    if (need.near > have->near) {                                /* P^2, P^3 */
+        gp_mac_pow_set(t, GP_POW_NEAR, &p2);
+        x = p2;
+        gp_mac_mul(alg, &x, p);
+        gp_mac_pow_set(t, GP_POW_NEAR + 1, &x);
+        have->near = 1;
+    }
     if (need.lanes > have->lanes) {                              /* lane l: P^(4(L-1-l)+1) */
         if (have->lanes == 0) {
             gp_mac_pow_set(t, GP_POW_LANE + L - 1, p);

@@ -803,7 +803,8 @@ static void test_mac_pows(void **state)
             for (uint32_t i = 0; i < GP_POW_COUNT; i++) {
                 uint64_t want = i < GP_POW_FIN ? 4ull * (L - 1 - i) + 1
                                 : i < GP_POW_UNIT ? 4ull * (i - GP_POW_FIN + 1)
-                                : i < GP_POW_STRIDE ? 4ull * L * (i - GP_POW_UNIT) : 4ull * L * L;
+                                : i < GP_POW_STRIDE ? 4ull * L * (i - GP_POW_UNIT)
+                                : i == GP_POW_STRIDE ? 4ull * L * L : i - GP_POW_NEAR + 2;
                 gp_lane_mac got;
 
                 if (want != e)
@@ -859,7 +860,7 @@ static void test_units_vs_serial(void **state)
         { GP_ALG_AES_CTR, 24, 16 }, { GP_ALG_AES_GCM, 32, 12 }, { GP_ALG_CHACHA20, 32, 16 },
         { GP_ALG_CHACHA20_POLY1305, 32, 12 },
     };
-    int shifted[4] = { 0 }, shifted_horner = 0, idle_leads = 0, dual = 0, gcm_not_dual = 0;
+    int shifted[4] = { 0 }, shifted_horner = 0, idle_leads = 0, dual = 0, gcm_not_dual = 0, spread_units = 0;
 
     (void)state;
     for (int iter = 0; iter < 160; iter++) {
@@ -916,7 +917,7 @@ static void test_units_vs_serial(void **state)
              * then extended for this one; an entry the units read without its being made holds
              * garbage and breaks the MAC. Every entry made equals the full table's. */
             gp_mac_pows full = pbuf;
-            gp_pows_have have = { 0, 0, 0, 0 };
+            gp_pows_have have = { 0, 0, 0, 0, 0 };
             gp_lane_mac p;
             gp_job shorter;
 
@@ -934,6 +935,8 @@ static void test_units_vs_serial(void **state)
                     assert_memory_equal(pbuf.p[GP_POW_FIN + c - 1], full.p[GP_POW_FIN + c - 1], 20);
             if (have.stride)
                 assert_memory_equal(pbuf.p[GP_POW_STRIDE], full.p[GP_POW_STRIDE], 20);
+            if (have.near)
+                assert_memory_equal(pbuf.p[GP_POW_NEAR], full.p[GP_POW_NEAR], 2 * 20);
             pw = &pbuf;
         }
         if (j.nunits > 0 && gp_fold_shifts(&j)) {
@@ -953,9 +956,12 @@ static void test_units_vs_serial(void **state)
         } else {
             gp_unit_lead(&s2, &ks, &j, NULL, buf + pre, o2 + pre);
         }
+        /* Every other request's units spread as the latency kernels run them, a thread a block. */
         for (uint32_t u = 0; u < j.nunits; u++)
-            gp_unit_body(&j, &ks, pw, u, buf + pre + j.head_len, o2 + pre + j.head_len,
-                         part + (size_t)u * GP_PARTIAL_BYTES);
+            (iter % 2 ? gp_unit_body_spread : gp_unit_body)(&j, &ks, pw, u, buf + pre + j.head_len,
+                                                            o2 + pre + j.head_len,
+                                                            part + (size_t)u * GP_PARTIAL_BYTES);
+        spread_units += iter % 2 ? j.nunits : 0;
         if (j.nunits > 0)
             gp_unit_finish(&s2, &ks, &j, pw, part, buf + pre + j.head_len + j.body_len,
                            o2 + pre + j.head_len + j.body_len);
@@ -984,6 +990,7 @@ static void test_units_vs_serial(void **state)
     /* GCM's dual fold (the tag's product on the finisher's lanes) and its single fold both met. */
     assert_true(dual >= 3);
     assert_true(gcm_not_dual >= 3);
+    assert_true(spread_units >= 100);
 }
 
 /* A chunk's Horner sum Z = B_0 H^3 + B_1 H^2 + B_2 H + B_3 the integer way (gp_lane_mac_chunk's
