@@ -222,8 +222,9 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
  * barrier of the 4 warps, and from there on that warp is the unit's lane group as in batch_ref
  * (partial, count, finish). A lead runs on the first warp alone. `xchg` is double-buffered by the
  * group's count of units (`parity`): a warp writes a buffer again only after the barrier of the
- * unit between, which the first warp reaches after reading it. Units of 2 KiB only (a warp of
- * 8 chunks).
+ * unit between, which the first warp reaches after reading it (and clearing it: a unit's sums,
+ * like its partial in the arena, would tell GHASH's H to whoever read them). Units of 2 KiB only
+ * (a warp of 8 chunks).
  */
 #define GP_SPREAD_OK (GP_UNIT_LANES == 32u && GP_LATENCY_BLOCK % GP_SPREAD_THREADS == 0)
 
@@ -252,7 +253,7 @@ static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, 
         if (x % 4u == 0)
             gp_mac_mul(alg, &m, &shift);   /* an absent lane's zero stays zero */
         group_sum(alg, full, &m, 4, 32);  /* the warp's chunks */
-        if (x == 0)
+        if (x == 0 && warp != 0)
             xchg[*parity][warp] = m;
     }
     asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(GP_SPREAD_THREADS) : "memory");
@@ -262,8 +263,10 @@ static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, 
     }
     if (gp_alg_is_aead(alg)) {
         if (x == 0) {
-            for (int i = 1; i < 4; i++)
+            for (int i = 1; i < 4; i++) {
                 gp_mac_add(alg, &m, &xchg[*parity][i]);
+                gp_lane_mac_zero(&xchg[*parity][i]);   /* MAC sums are key material: none outlives the block */
+            }
             gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
         }
         GP_PROBE(GP_PROBE_PARTIAL);
