@@ -19,6 +19,9 @@
 
 /* Launch flags every run adds (the lone rows run with and without GP_BATCH_NARROW). */
 static unsigned int extra_flags;
+/* run() launches gp_lone_kernel (a small batch's one launch: its image brought from pinned memory,
+ * its results taken back there) instead of the batch kernel. */
+static int lone_launch;
 
 #define CHECK(call)                                                                                 \
     do {                                                                                            \
@@ -65,8 +68,9 @@ static gp_kernel_shape shape;
 void *gp_probe_slots_address(void);   /* kernels/batch_kernel.cu, probe builds */
 
 static const char *const probe_names[GP_PROBE_N] = {
-    "block starts", "AES table filled", "ref starts", "chunk loaded", "keystream made",
-    "keystream stored", "lane MAC made", "partial stored", "unit counted", "lead ran", "finisher fenced",
+    "block starts", "AES table filled", "image copied in", "ref starts", "chunk loaded", "keystream made",
+    "keystream stored", "lane MAC made", "partial stored", "unit counted", "lead ran", "units' barrier",
+    "finisher's key in", "finisher fenced",
     "fold inputs in", "fold share made", "fold summed", "finish ran",
     "thread exits",
 };
@@ -189,6 +193,51 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
 }
 
 /*
+ * Median time (ms) of gp_lone_kernel as the cuda executor launches a small batch alone
+ * (batching/exec_cuda.c): the arena's image [0, out_off) in mapped pinned memory, brought in by
+ * the launch itself, states and outputs taken back there, the device arena cleared. The pinned
+ * states are restored from `image` before each launch (the last launch's results overwrite them).
+ */
+static float lone_median_ms(const gp_lone_args *la, unsigned int blocks, uint8_t *pin, const uint8_t *image, int iters)
+{
+    cudaEvent_t t0, t1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    float *ms = calloc((size_t)iters, sizeof(float)), med;
+    void *args[] = { (void *)la };
+
+    if (ms == NULL) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        exit(1);
+    }
+    gp_lone_config(&shape, blocks, 0, &cfg, &attr);
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    for (int it = -2; it < iters; it++) {
+        memcpy(pin + la->res_off, image + la->res_off, la->in_len - la->res_off);
+#if defined(GP_PHASE_PROBE)
+        probe_reset();
+#endif
+        CHECK(cudaEventRecord(t0, 0));
+        CHECK(cudaLaunchKernelExC(&cfg, (const void *)gp_lone_kernel, args));
+        CHECK(cudaEventRecord(t1, 0));
+        CHECK(cudaEventSynchronize(t1));
+        CHECK(cudaGetLastError());
+        if (it >= 0)
+            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
+#if defined(GP_PHASE_PROBE)
+        probe_take(it);
+#endif
+    }
+    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+    med = ms[iters / 2];
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    free(ms);
+    return med;
+}
+
+/*
  * The last launch's output of the first, a middle and the last message, and its tag for an AEAD,
  * against the host executor's run of the same message (the bitsliced AES and the serial MAC):
  * a timing of a kernel that computes the wrong bytes is no figure. Exits on a mismatch.
@@ -212,8 +261,8 @@ static void check_outputs(uint32_t alg, const gp_key_sched *ks, size_t ivlen, co
         iv[2] = (uint8_t)(i >> 16);
         gp_msg_begin(&st, ks, iv, ivlen);
         gp_msg_run(&st, ks, GP_OP_ENCRYPT, host + work[i].in_off, want, msg);
-        CHECK(cudaMemcpy(got, dev + work[i].out_off, msg, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(&dst, dev + work[i].state_off, sizeof(dst), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(got, dev + work[i].out_off, msg, cudaMemcpyDefault));   /* device or pinned */
+        CHECK(cudaMemcpy(&dst, dev + work[i].state_off, sizeof(dst), cudaMemcpyDefault));
         if (memcmp(want, got, msg) != 0) {
             fprintf(stderr, "kernel_bench: alg %u message %zu: the GPU's output differs from the host's\n", alg, i);
             exit(1);
@@ -322,9 +371,28 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
         restore_plan rp = { dev, backup, refs_off, key_off, states_off, out_off };
 
-        med = launch_median_ms(args, nrefs, flags, iters, &rp);
+        if (!lone_launch) {
+            med = launch_median_ms(args, nrefs, flags, iters, &rp);
+        } else {
+            /* As batching/exec_cuda.c lays a lone batch out: in [0, out_off); results = states and
+             * outputs; cleared on the device from the first key on. */
+            uint8_t *pin;
+            void *pin_dev;
+
+            CHECK(cudaHostAlloc((void **)&pin, total, cudaHostAllocMapped));
+            CHECK(cudaHostGetDevicePointer(&pin_dev, pin, 0));
+            memcpy(pin, host, total);
+            const gp_lone_args la = { (uint64_t)(uintptr_t)dev, (uint64_t)(uintptr_t)pin_dev, work_off, out_off,
+                                      states_off, total - states_off, key_off, total - key_off, nr, flags };
+
+            med = lone_median_ms(&la, nrefs < GP_LONE_MAX_BLOCKS ? (unsigned int)nrefs : GP_LONE_MAX_BLOCKS, pin,
+                                 host, iters);
+            check_outputs(alg, &ks, ivlen, host, pin, work, nmsg, msg);
+            CHECK(cudaFreeHost(pin));
+        }
     }
-    check_outputs(alg, &ks, ivlen, host, dev, work, nmsg, msg);
+    if (!lone_launch)
+        check_outputs(alg, &ks, ivlen, host, dev, work, nmsg, msg);
     *units_out = nrefs * GP_UNIT_LANES;   /* threads launched */
     cudaFree(dev);
     cudaFree(backup);
@@ -371,6 +439,17 @@ static float empty_launch_ms(unsigned int flags, int iters)
     void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
 
     return launch_median_ms(args, 0, flags, iters, NULL);
+}
+
+/* The last run's phase probes, cycles at the peak SM clock (probe builds; otherwise nothing). */
+static void print_probes(void)
+{
+#if defined(GP_PHASE_PROBE)
+    int khz = 0;
+
+    CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    probe_print((double)khz);
+#endif
 }
 
 int main(int argc, char **argv)
@@ -433,14 +512,21 @@ int main(int argc, char **argv)
             extra_flags = 0;
             printf("lone %zu KiB message: %-18s %8.1f us (%s)\n", msg / 1024, ciphers[c].name, ms * 1000.0,
                    narrow ? "a warp a unit" : "units spread");
-#if defined(GP_PHASE_PROBE)
-            {
-                int khz = 0;
+            print_probes();
+        }
+    /* The same message as a lone synchronous call's one launch (gp_lone_kernel): copies across
+     * PCIe in and out included, as the cuda executor runs a small batch alone in flight. */
+    if (shape.lone_blocks > 0)
+        for (size_t c = 0; c < sizeof(ciphers) / sizeof(ciphers[0]); c++) {
+            size_t units;
+            float ms;
 
-                CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));   /* the peak SM clock */
-                probe_print((double)khz);
-            }
-#endif
+            lone_launch = 1;
+            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, msg, iters, &units);
+            lone_launch = 0;
+            printf("lone %zu KiB message: %-18s %8.1f us (one cluster launch, pinned image in and out)\n",
+                   msg / 1024, ciphers[c].name, ms * 1000.0);
+            print_probes();
         }
     printf("empty launch (no units): %.1f us; with the AES table fill: %.1f us\n",
            empty_launch_ms(0, iters) * 1000.0, empty_launch_ms(GP_BATCH_AES, iters) * 1000.0);

@@ -61,10 +61,7 @@ static __device__ __noinline__ void batch_fold(const gp_msg_state *st, const gp_
                                                const gp_mac_pows *pw, const uint8_t *partials, uint32_t lane,
                                                gp_lane_mac *t)
 {
-    gp_lane_mac xlead;
-
-    gp_state_mac(k->alg, st, &xlead);   /* from L2: the lead may run in another block */
-    gp_fold_lane(k, j, pw, st, &xlead, partials, lane, t);
+    gp_fold_lane(k, j, pw, st, partials, lane, t);   /* the state from L2: the lead may run in another block */
 }
 
 static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j,
@@ -138,14 +135,58 @@ static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *r
     return p;
 }
 
-/* A lead or body unit done on its lane group: counted, and the last of its request's units
- * finishes the request as a group. */
-static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask)
+/* A request's finish on its lane group from its finisher lanes' shares (tsum; AEAD): the
+ * shuffles sum them, lane 0 runs the serial end. */
+static __device__ __forceinline__ void batch_ref_end(const batch_ptrs &p, unsigned int lane, unsigned int mask,
+                                                     gp_lane_mac tsum)
 {
     gp_work *w = p.w;
     const uint32_t alg = p.k->alg;
+    const int dual = gp_fold_dual(alg, &w->job);   /* uniform over the group */
+    gp_lane_mac ssum;
+
+    if (gp_alg_is_aead(alg)) {
+        /* A dual fold's halves apart: X in lane 0, S in lane L/2, then in lane 0 */
+        group_sum(alg, mask, &tsum, 1, dual ? GP_UNIT_LANES / 2 : GP_UNIT_LANES);
+        if (dual)
+            for (int i = 0; i < 5; i++)
+                ssum.w[i] = __shfl_down_sync(mask, tsum.w[i], GP_UNIT_LANES / 2, GP_UNIT_LANES);
+        GP_PROBE(GP_PROBE_FOLDSUM);
+    }
+    if (lane == 0) {
+        if (w->job.len == w->job.head_len + w->job.body_len)   /* no tail: words only */
+            batch_finish_fast(p.st, p.k, &w->job, p.pw, p.partials, &tsum, dual ? &ssum : NULL);
+        else
+            batch_finish(p.st, p.k, &w->job, p.pw, p.partials, &tsum, p.in, p.out);
+        GP_PROBE(GP_PROBE_FINISH);
+    }
+}
+
+/* The request's finish on its lane group, once every unit's writes are visible to it: the lanes
+ * fold the partials, then batch_ref_end. */
+static __device__ __forceinline__ void batch_ref_finish(const batch_ptrs &p, unsigned int lane, unsigned int mask)
+{
+    gp_lane_mac tsum;
+
+    gp_lane_mac_zero(&tsum);
+    if (gp_alg_is_aead(p.k->alg)) {
+        batch_fold(p.st, p.k, &p.w->job, p.pw, p.partials, lane, &tsum);
+        GP_PROBE(GP_PROBE_FOLD);
+    }
+    batch_ref_end(p, lane, mask, tsum);
+}
+
+/* A lead or body unit done on its lane group: counted, and the last of its request's units
+ * finishes the request as a group. Not `counted` (gp_lone_kernel): the launch finishes its
+ * requests after a cluster barrier instead (batch_lone_finishes). */
+static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask,
+                                                       bool counted)
+{
+    gp_work *w = p.w;
     unsigned int done = 0;
 
+    if (!counted)
+        return;
     if (lane == 0) {
         __threadfence();
         done = atomicAdd(&w->done, 1u);
@@ -157,34 +198,12 @@ static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsi
     /* The last of the request's units: finish it as a group. */
     __threadfence();
     GP_PROBE(GP_PROBE_FENCED);
-    {
-        const int dual = gp_fold_dual(alg, &w->job);   /* uniform over the group */
-        gp_lane_mac tsum, ssum;
-
-        gp_lane_mac_zero(&tsum);
-        if (gp_alg_is_aead(alg)) {
-            batch_fold(p.st, p.k, &w->job, p.pw, p.partials, lane, &tsum);
-            GP_PROBE(GP_PROBE_FOLD);
-            /* A dual fold's halves apart: X in lane 0, S in lane L/2, then in lane 0 */
-            group_sum(alg, mask, &tsum, 1, dual ? GP_UNIT_LANES / 2 : GP_UNIT_LANES);
-            if (dual)
-                for (int i = 0; i < 5; i++)
-                    ssum.w[i] = __shfl_down_sync(mask, tsum.w[i], GP_UNIT_LANES / 2, GP_UNIT_LANES);
-            GP_PROBE(GP_PROBE_FOLDSUM);
-        }
-        if (lane == 0) {
-            if (w->job.len == w->job.head_len + w->job.body_len)   /* no tail: words only */
-                batch_finish_fast(p.st, p.k, &w->job, p.pw, p.partials, &tsum, dual ? &ssum : NULL);
-            else
-                batch_finish(p.st, p.k, &w->job, p.pw, p.partials, &tsum, p.in, p.out);
-            GP_PROBE(GP_PROBE_FINISH);
-        }
-    }
+    batch_ref_finish(p, lane, mask);
 }
 
 /* One ref (a lead or a body unit) on its lane group; `return` ends only this ref. */
 static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigned int lane, unsigned int mask,
-                                                 gp_work *work, uint8_t *arena)
+                                                 gp_work *work, uint8_t *arena, bool counted)
 {
     const batch_ptrs p = batch_ref_ptrs(ref, work, arena);
     gp_work *w = p.w;
@@ -211,7 +230,7 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
             GP_PROBE(GP_PROBE_PARTIAL);
         }
     }
-    batch_ref_count(p, lane, mask);
+    batch_ref_count(p, lane, mask, counted);
 }
 
 /*
@@ -230,13 +249,13 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
 
 static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, unsigned int t, gp_work *work,
                                                         uint8_t *arena, gp_lane_mac (*xchg)[4], unsigned int bar,
-                                                        unsigned int *parity)
+                                                        unsigned int *parity, bool counted)
 {
     const unsigned int warp = t / 32u, x = t % 32u, lane = 8u * warp + x / 4u, full = 0xffffffffu;
 
     if (ref->unit == GP_UNIT_LEAD) {   /* uniform over the group */
         if (warp == 0)
-            batch_ref(ref, x, full, work, arena);
+            batch_ref(ref, x, full, work, arena, counted);
         return;
     }
     const batch_ptrs p = batch_ref_ptrs(ref, work, arena);
@@ -272,7 +291,7 @@ static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, 
         GP_PROBE(GP_PROBE_PARTIAL);
     }
     *parity ^= 1u;
-    batch_ref_count(p, x, full);
+    batch_ref_count(p, x, full, counted);
 }
 
 /* Whether a launch of `nrefs` refs takes the spread pass: every ref a group of its own. */
@@ -285,7 +304,7 @@ static __device__ __forceinline__ int batch_spreads(unsigned int nrefs, unsigned
 /* The spread pass over a launch's refs: group g of block b takes ref g * gridDim + b, and more by
  * that stride if there are (gp_lone_kernel's up to 3 refs a block). */
 static __device__ __forceinline__ void batch_run_spread(gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
-                                                        uint8_t *arena)
+                                                        uint8_t *arena, bool counted)
 {
     __shared__ gp_lane_mac xchg[GP_LATENCY_BLOCK / GP_SPREAD_THREADS][2][4];
     const unsigned int g = threadIdx.x / GP_SPREAD_THREADS, groups = gridDim.x * (blockDim.x / GP_SPREAD_THREADS);
@@ -293,7 +312,7 @@ static __device__ __forceinline__ void batch_run_spread(gp_unit_ref *refs, unsig
 
     GP_NO_UNROLL
     for (unsigned int r = g * gridDim.x + blockIdx.x; r < nrefs; r += groups)
-        batch_ref_spread(&refs[r], threadIdx.x % GP_SPREAD_THREADS, work, arena, xchg[g], 1u + g, &parity);
+        batch_ref_spread(&refs[r], threadIdx.x % GP_SPREAD_THREADS, work, arena, xchg[g], 1u + g, &parity, counted);
 }
 
 /*
@@ -349,7 +368,7 @@ batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, 
     }
     grid_wait_prerequisites();   /* the copy kernel in has brought the batch across */
     if (latency && batch_spreads(nrefs, flags)) {
-        batch_run_spread(refs, nrefs, work, arena);
+        batch_run_spread(refs, nrefs, work, arena, true);
         GP_PROBE(GP_PROBE_EXIT);
         return;
     }
@@ -359,7 +378,7 @@ batch_run(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, 
 
         if (lane == 0)
             next = groups + atomicAdd(&refs[nrefs].work, 1u);
-        batch_ref(&refs[r], lane, mask, work, arena);
+        batch_ref(&refs[r], lane, mask, work, arena, true);
         r = __shfl_sync(mask, next, 0, GP_UNIT_LANES);
     }
     GP_PROBE(GP_PROBE_EXIT);
@@ -468,11 +487,100 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  *   1. Each block loads its slice of the image [0, in_len) from the pinned arena, fills its AES
  *      table while those loads cross PCIe, then stores the slice into the device arena.
  *   2. The refs, dealt over the blocks as gp_batch_kernel's first pass deals them (the grid covers
- *      them: no claiming).
+ *      them: no claiming), not counted; a cluster barrier; then each request's finish on the
+ *      group that ran its last unit. The barrier's release/acquire stands in for the count's
+ *      atomic and the finisher's fences: on an H200 those took ~1.5 us of a lone AES-256-GCM
+ *      call's chain (phase probes, bench/RESULTS.md).
  *   3. Each block takes its slice of the results back to the pinned arena and clears it, and its
  *      slices of the rest of the wipe region (keys, partials): no block reads another's.
  */
 #if __CUDA_ARCH__ >= 900
+/*
+ * Phase 2's finishes: each request with body units on the group that ran its last unit (the refs
+ * dealt as in phase 2; a spread group's first warp). What a finish reads falls in two parts: the
+ * refs, descriptors, key schedule and each finisher lane's power (gp_fold_lane_plan), which the
+ * host wrote, and the partials and the lead's state, which the units wrote. The group plans its
+ * first finish before the barrier, while the last units still run, so that behind the barrier
+ * only the elements are loaded (one L2 round trip); after it the chain of dependent loads (ref,
+ * descriptor, key, power) took ~2.3 us of a lone AES-256-GCM launch on an H200 (phase probes,
+ * bench/RESULTS.md). Further finishes of the group (a batch of several requests) go unplanned.
+ */
+typedef struct lone_finish {
+    batch_ptrs p;
+    gp_fold_plan f;
+    int planned;
+} lone_finish;
+
+/* The group's refs in phase 2's order; `visit(p)` for each that finishes its request, until it
+ * returns false. */
+template <typename Visit>
+static __device__ __forceinline__ void lone_finishing_refs(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
+                                                           uint8_t *arena, unsigned int per, Visit visit)
+{
+    const unsigned int groups = gridDim.x * (blockDim.x / per);
+
+    GP_NO_UNROLL
+    for (unsigned int r = threadIdx.x / per * gridDim.x + blockIdx.x; r < nrefs; r += groups) {
+        const uint32_t u = refs[r].unit;
+
+        if (u != GP_UNIT_LEAD && u + 1 == work[refs[r].work].job.nunits   /* uniform over the group */
+            && !visit(batch_ref_ptrs(&refs[r], work, arena)))
+            return;
+    }
+}
+
+static __device__ __forceinline__ void batch_lone_plan(const gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
+                                                       uint8_t *arena, unsigned int per, lone_finish *lf)
+{
+    const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
+
+    lf->planned = 0;
+    if (threadIdx.x % per >= GP_UNIT_LANES)
+        return;
+    lone_finishing_refs(refs, nrefs, work, arena, per, [&](const batch_ptrs &p) {
+        lf->p = p;
+        lf->planned = 1;
+        if (gp_alg_is_aead(p.k->alg))
+            gp_fold_lane_plan(p.k, &p.w->job, p.pw, lane, &lf->f);
+        else
+            lf->f.kind = GP_FOLD_NONE;
+        return false;
+    });
+}
+
+static __device__ __forceinline__ void batch_lone_finishes(const gp_unit_ref *refs, unsigned int nrefs,
+                                                           gp_work *work, uint8_t *arena, unsigned int per,
+                                                           const lone_finish *lf)
+{
+    const unsigned int lane = threadIdx.x % GP_UNIT_LANES;
+    const unsigned int mask = (unsigned int)((((uint64_t)1 << GP_UNIT_LANES) - 1)
+                                             << (threadIdx.x & 31u & ~(GP_UNIT_LANES - 1)));
+    int skip = 0;   /* the planned finish, when it ran */
+
+    if (threadIdx.x % per >= GP_UNIT_LANES)
+        return;
+    if (lf->planned && lf->f.kind != GP_FOLD_HORNER) {
+        const batch_ptrs &p = lf->p;
+        gp_lane_mac t;
+
+        GP_PROBE_AFTER(GP_PROBE_FINREF, lf->f.pow.w[0]);
+        if (gp_alg_is_aead(p.k->alg)) {
+            gp_fold_lane_planned(p.k->alg, &lf->f, p.st, &p.w->job, p.partials, &t);
+            GP_PROBE(GP_PROBE_FOLD);
+        } else {
+            gp_lane_mac_zero(&t);
+        }
+        batch_ref_end(p, lane, mask, t);
+        skip = 1;
+    }
+    lone_finishing_refs(refs, nrefs, work, arena, per, [&](const batch_ptrs &p) {
+        if (!skip)
+            batch_ref_finish(p, lane, mask);
+        skip = 0;
+        return true;
+    });
+}
+
 /* This block's share [*from, *from + return) of len bytes, in 16-byte multiples. */
 static __device__ __forceinline__ uint64_t lone_share(uint64_t len, uint64_t *from)
 {
@@ -518,23 +626,35 @@ gp_lone_kernel(const gp_lone_args a)
     const uint64_t n = lone_share(a.in_len, &from), nv = n / 16;   /* in_len: 16-byte multiple */
     const uint4 *src = (const uint4 *)(uintptr_t)(a.host + from);
     uint4 *dst = (uint4 *)(arena + from), first = make_uint4(0, 0, 0, 0);
+    gp_unit_ref *refs = (gp_unit_ref *)arena;
+    gp_work *work = (gp_work *)(arena + a.work_off);
+    const unsigned int per = batch_spreads(a.nrefs, a.flags) ? GP_SPREAD_THREADS : GP_UNIT_LANES;
+    const int spread = per != GP_UNIT_LANES;
+    lone_finish fin;
 
     GP_PROBE_BLOCK_START();
     GP_PROBE(GP_PROBE_ENTRY);
     if (threadIdx.x < nv)
         first = src[threadIdx.x];   /* in flight across PCIe during the fill */
-    if (a.flags & GP_BATCH_AES)
+    if (a.flags & GP_BATCH_AES) {
         gp_aes_tt_fill();
+        GP_PROBE(GP_PROBE_TABLE);
+    }
     if (threadIdx.x < nv)
         dst[threadIdx.x] = first;
     for (uint64_t v = threadIdx.x + blockDim.x; v < nv; v += blockDim.x)
         dst[v] = src[v];
+    GP_PROBE_AFTER(GP_PROBE_COPYIN, first.x);
     cluster.sync();
-    if (batch_spreads(a.nrefs, a.flags))
-        batch_run_spread((gp_unit_ref *)arena, a.nrefs, (gp_work *)(arena + a.work_off), arena);
+    if (spread)
+        batch_run_spread(refs, a.nrefs, work, arena, false);
     else
         for (unsigned int r = threadIdx.x / GP_UNIT_LANES * gridDim.x + blockIdx.x; r < a.nrefs; r += groups)
-            batch_ref((gp_unit_ref *)arena + r, lane, mask, (gp_work *)(arena + a.work_off), arena);
+            batch_ref(refs + r, lane, mask, work, arena, false);
+    batch_lone_plan(refs, a.nrefs, work, arena, per, &fin);
+    cluster.sync();
+    GP_PROBE(GP_PROBE_BARRIER);
+    batch_lone_finishes(refs, a.nrefs, work, arena, per, &fin);
     cluster.sync();
     lone_move(a.host + a.res_off, a.dev + a.res_off, a.res_len, 1);
     lone_move(a.dev + a.wipe_off, 0, a.res_off - a.wipe_off, 0);

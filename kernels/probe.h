@@ -18,6 +18,7 @@
 enum {
     GP_PROBE_ENTRY,       /* a block starts */
     GP_PROBE_TABLE,       /* its AES table is filled (AES batches) */
+    GP_PROBE_COPYIN,      /* gp_lone_kernel: its block's share of the image is stored (waits for it) */
     GP_PROBE_REF,         /* a lane group starts a ref */
     GP_PROBE_LOADED,      /* a lane's chunk and counter are in registers (waits for them) */
     GP_PROBE_KEYSTREAM,   /* its keystream is made (waits for it) */
@@ -26,6 +27,8 @@ enum {
     GP_PROBE_PARTIAL,     /* the unit's partial is summed and stored */
     GP_PROBE_COUNTED,     /* the unit is counted done (the atomic's value is back) */
     GP_PROBE_LEAD,        /* a lead ran */
+    GP_PROBE_BARRIER,     /* gp_lone_kernel: the cluster barrier after the units passed */
+    GP_PROBE_FINREF,      /* gp_lone_kernel: a finisher has its ref's key schedule (waits for it) */
     GP_PROBE_FENCED,      /* the finisher's fence passed */
     GP_PROBE_FOLDIN,      /* a finisher lane's element and power are in registers (waits for them) */
     GP_PROBE_FOLD,        /* a finisher lane's share of T */

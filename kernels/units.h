@@ -702,45 +702,95 @@ GP_KFN void gp_gcm_lens(const gp_msg_state *st, const gp_job *j, gp_lane_mac *m)
     gp_lane_mac_set_x(m, x);
 }
 
-/* Finisher lane i of a dual fold (gp_fold_dual): its value, in the half it belongs to. */
-GP_KFN void gp_fold_lane_dual(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
-                              const gp_lane_mac *xlead, const uint8_t *partials, uint32_t i, gp_lane_mac *t)
+/*
+ * A finisher lane's share of a fold of at most L units is one element times one power
+ * (gp_fold_lane). The plan names the element and takes the power, which come from the job and
+ * the key alone; the element is what the units and the lead wrote. gp_lone_kernel plans before
+ * the barrier that makes the units' writes visible and loads only the element after it.
+ */
+enum {
+    GP_FOLD_NONE,      /* the lane adds nothing (zero) */
+    GP_FOLD_LEAD,      /* E_0: the MAC the lead left in the state */
+    GP_FOLD_PARTIAL,   /* a unit's partial (its index in gp_fold_plan.el) */
+    GP_FOLD_LENS,      /* GCM's lengths block (a dual fold's tag half) */
+    GP_FOLD_HORNER     /* more than L units: no plan, gp_fold_lane's Horner loop */
+};
+
+typedef struct gp_fold_plan {
+    uint32_t kind, el;   /* GP_FOLD_*; the partial's index */
+    int mul;             /* whether the element is multiplied by pow (else added as it is) */
+    gp_lane_mac pow;
+} gp_fold_plan;
+
+/* Finisher lane i's plan (the lanes of gp_fold_dual's layout when it applies; otherwise lane i takes
+ * E_(n-1-i) times Q^i, or Q^(i+1) when gp_fold_shifts). */
+GP_KFN void gp_fold_lane_plan(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, uint32_t i,
+                              gp_fold_plan *f)
 {
-    const uint32_t alg = GP_ALG_AES_GCM, half = GP_UNIT_LANES / 2, n = j->nunits, e = i % half;
-    const int tag = i >= half;
-    gp_lane_mac p;
+    const uint32_t n = j->nunits, half = GP_UNIT_LANES / 2;
 
-    gp_lane_mac_zero(t);
-    if (e < n) {
-        const uint32_t elem = n - 1 - e;
+    f->kind = GP_FOLD_NONE;
+    f->el = 0;
+    f->mul = 0;
+    gp_lane_mac_zero(&f->pow);
+    if (gp_fold_dual(k->alg, j)) {
+        const uint32_t e = i % half;
+        const int tag = i >= half;
 
-        if (elem == 0)
-            *t = *xlead;
-        else
-            gp_partial_load(partials + (size_t)(elem - 1) * GP_PARTIAL_BYTES, t);
-        if (tag) {
-            for (int w = 0; w < 4; w++)
-                p.w[w] = k->gcm_tag_pows[e][w];
-            p.w[4] = 0;
-        } else {
-            gp_mac_pow_get(&p, pw, GP_POW_UNIT + e + 1);   /* e + 1 <= L/2 - 2 */
+        if (e < n) {
+            f->kind = n - 1 - e == 0 ? GP_FOLD_LEAD : GP_FOLD_PARTIAL;
+            f->el = n - 1 - e - (f->kind == GP_FOLD_PARTIAL);
+            f->mul = 1;
+            if (tag) {
+                for (int w = 0; w < 4; w++)
+                    f->pow.w[w] = k->gcm_tag_pows[e][w];
+            } else {
+                gp_mac_pow_get(&f->pow, pw, GP_POW_UNIT + e + 1);   /* e + 1 <= L/2 - 2 */
+            }
+        } else if (e == half - 1 || (tag && e == half - 2)) {
+            f->kind = e == half - 1 ? GP_FOLD_PARTIAL : GP_FOLD_LENS;
+            f->el = n - 1;
+            f->mul = tag;
+            if (tag)
+                gp_lane_mac_set_x(&f->pow, k->gcm_h);
         }
-        GP_PROBE_AFTER(GP_PROBE_FOLDIN, t->w[0] ^ p.w[0]);
-    } else if (e == half - 1) {
-        gp_partial_load(partials + (size_t)(n - 1) * GP_PARTIAL_BYTES, t);
-        if (!tag)
-            return;
-        gp_lane_mac_set_x(&p, k->gcm_h);
-    } else if (tag && e == half - 2) {
-        gp_gcm_lens(st, j, t);
-        gp_lane_mac_set_x(&p, k->gcm_h);
-    } else {
         return;
     }
-    gp_mac_mul(alg, t, &p);
-#if !defined(__CUDA_ARCH__)
-    gp_state_wipe(&p, sizeof(p));   /* a power of H */
-#endif
+    if (n > GP_UNIT_LANES) {
+        f->kind = GP_FOLD_HORNER;
+        return;
+    }
+    if (i >= n)
+        return;
+    f->kind = n - 1 - i == 0 ? GP_FOLD_LEAD : GP_FOLD_PARTIAL;
+    f->el = n - 1 - i - (f->kind == GP_FOLD_PARTIAL);
+    f->mul = 1;
+    gp_mac_pow_get(&f->pow, pw, !gp_fold_shifts(j) ? GP_POW_UNIT + i
+                                : i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
+}
+
+/* A planned lane's share: its element (read from L2 on the GPU: other blocks wrote it), times its
+ * power. */
+GP_KFN void gp_fold_lane_planned(uint32_t alg, const gp_fold_plan *f, const gp_msg_state *st, const gp_job *j,
+                                 const uint8_t *partials, gp_lane_mac *t)
+{
+    switch (f->kind) {
+    case GP_FOLD_LEAD:
+        gp_state_mac(alg, st, t);
+        break;
+    case GP_FOLD_PARTIAL:
+        gp_partial_load(partials + (size_t)f->el * GP_PARTIAL_BYTES, t);
+        break;
+    case GP_FOLD_LENS:
+        gp_gcm_lens(st, j, t);
+        break;
+    default:
+        gp_lane_mac_zero(t);
+        return;
+    }
+    GP_PROBE_AFTER(GP_PROBE_FOLDIN, t->w[0] ^ f->pow.w[0]);
+    if (f->mul)
+        gp_mac_mul(alg, t, &f->pow);
 }
 
 /* The message's MAC after the body, from the finisher lanes' sum T: X = T * P^(4c) + U_(n-1)
@@ -763,31 +813,35 @@ GP_KFN void gp_finish_mac(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, 
  * Finisher lane i's share of T (see the top of this file): over the sequence E_0 = X_lead,
  * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i
  * (times Q^(i+1) when gp_fold_shifts). The Horner sum starts from its first element rather than
- * from zero times Q^L: a message of up to L units (64 KiB) costs each lane one multiplication.
- * xlead: X_lead (read only by the lane that takes E_0); st: the state the lead left. A dual fold
- * (gp_fold_dual) lays its lanes out as described there.
+ * from zero times Q^L: a message of up to L units (64 KiB) costs each lane one multiplication
+ * (gp_fold_lane_plan). st: the state the lead left. A dual fold (gp_fold_dual) lays its lanes out
+ * as described there.
  */
 GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
-                         const gp_lane_mac *xlead, const uint8_t *partials, uint32_t i, gp_lane_mac *t)
+                         const uint8_t *partials, uint32_t i, gp_lane_mac *t)
 {
     const uint32_t alg = k->alg, n = j->nunits;
     uint32_t first;
+    gp_fold_plan f;
     gp_lane_mac e, s;
 
-    if (gp_fold_dual(alg, j)) {
-        gp_fold_lane_dual(k, j, pw, st, xlead, partials, i, t);
+    gp_fold_lane_plan(k, j, pw, i, &f);
+    if (f.kind != GP_FOLD_HORNER) {
+        gp_fold_lane_planned(alg, &f, st, j, partials, t);
+#if !defined(__CUDA_ARCH__)
+        gp_state_wipe(&f, sizeof(f));   /* a power of H */
+#endif
         return;
     }
     gp_lane_mac_zero(t);
     if (i >= n)
         return;
     first = (n - 1 - i) % GP_UNIT_LANES;
-    if (n - 1 - i >= GP_UNIT_LANES)
-        gp_mac_pow_get(&s, pw, GP_POW_STRIDE);
+    gp_mac_pow_get(&s, pw, GP_POW_STRIDE);   /* n > L */
     GP_NO_UNROLL
     for (uint32_t el = first; el <= n - 1 - i; el += GP_UNIT_LANES) {
         if (el == 0)
-            e = *xlead;
+            gp_state_mac(alg, st, &e);
         else
             gp_partial_load(partials + (size_t)(el - 1) * GP_PARTIAL_BYTES, &e);
         if (el != first)
@@ -1008,14 +1062,13 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
                            const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
 {
     const int dual = gp_fold_dual(st->alg, j);
-    gp_lane_mac t, s, ti, xlead;
+    gp_lane_mac t, s, ti;
 
     gp_lane_mac_zero(&t);
     gp_lane_mac_zero(&s);
     if (gp_alg_is_aead(st->alg)) {
-        gp_state_mac(st->alg, st, &xlead);
         for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
-            gp_fold_lane(k, j, pw, st, &xlead, partials, i, &ti);
+            gp_fold_lane(k, j, pw, st, partials, i, &ti);
             gp_mac_add(st->alg, dual && i >= GP_UNIT_LANES / 2 ? &s : &t, &ti);
         }
     }
@@ -1026,7 +1079,6 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
     gp_state_wipe(&t, sizeof(t));
     gp_state_wipe(&s, sizeof(s));
     gp_state_wipe(&ti, sizeof(ti));
-    gp_state_wipe(&xlead, sizeof(xlead));
 }
 
 #endif
