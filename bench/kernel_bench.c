@@ -144,26 +144,48 @@ static void probe_print(double clock_khz)
 #endif
 
 /*
- * Median time (ms) of the batch kernel over `nrefs` refs (which build, grid and shared memory as
- * the cuda executor launches it, kernels/launch.h gp_kernel_geometry), CUDA events around the
- * launch alone, after two warm-up launches; `rp`, when given, restores fresh plans and states
- * before each.
+ * gp_lone_kernel as the cuda executor launches a small batch alone (batching/exec_cuda.c): the
+ * arena's image [0, in_len) in mapped pinned memory, brought in by the launch itself, states and
+ * outputs taken back there, the device arena cleared. The pinned states are restored from `image`
+ * before each launch (the last launch's results overwrite them).
  */
-static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int iters, const restore_plan *rp)
+typedef struct lone_image {
+    const gp_lone_args *la;
+    unsigned int blocks;
+    uint8_t *pin;
+    const uint8_t *image;
+} lone_image;
+
+/*
+ * Median time (ms) of the batch kernel over `nrefs` refs (which build, grid and shared memory as
+ * the cuda executor launches it, kernels/launch.h gp_kernel_geometry), or of the lone launch `lone`
+ * when given, CUDA events around the launch alone, after two warm-up launches; `rp`, when given,
+ * restores fresh plans and states before each.
+ */
+static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int iters, const restore_plan *rp,
+                              const lone_image *lone)
 {
     cudaEvent_t t0, t1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
     float *ms = calloc((size_t)iters, sizeof(float)), med;
     dim3 block, blocks;
     size_t smem;
     const void *kernel = gp_kernel_geometry(nrefs, flags, &shape, &blocks, &block, &smem);
+    void *lone_args[] = { lone != NULL ? (void *)lone->la : NULL };
 
     if (ms == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
     }
+    if (lone != NULL)
+        gp_lone_config(&shape, lone->blocks, 0, &cfg, &attr);
     CHECK(cudaEventCreate(&t0));
     CHECK(cudaEventCreate(&t1));
     for (int it = -2; it < iters; it++) {
+        if (lone != NULL)
+            memcpy(lone->pin + lone->la->res_off, lone->image + lone->la->res_off,
+                   lone->la->in_len - lone->la->res_off);
         if (rp != NULL) {
             CHECK(cudaMemcpy(rp->dev + rp->plan_off, rp->backup + rp->plan_off, rp->key_off - rp->plan_off,
                              cudaMemcpyDeviceToDevice));
@@ -174,52 +196,10 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
         probe_reset();
 #endif
         CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernel(kernel, blocks, block, args, smem, 0));
-        CHECK(cudaEventRecord(t1, 0));
-        CHECK(cudaEventSynchronize(t1));
-        CHECK(cudaGetLastError());
-        if (it >= 0)
-            CHECK(cudaEventElapsedTime(&ms[it], t0, t1));
-#if defined(GP_PHASE_PROBE)
-        probe_take(it);
-#endif
-    }
-    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
-    med = ms[iters / 2];
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    free(ms);
-    return med;
-}
-
-/*
- * Median time (ms) of gp_lone_kernel as the cuda executor launches a small batch alone
- * (batching/exec_cuda.c): the arena's image [0, out_off) in mapped pinned memory, brought in by
- * the launch itself, states and outputs taken back there, the device arena cleared. The pinned
- * states are restored from `image` before each launch (the last launch's results overwrite them).
- */
-static float lone_median_ms(const gp_lone_args *la, unsigned int blocks, uint8_t *pin, const uint8_t *image, int iters)
-{
-    cudaEvent_t t0, t1;
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr;
-    float *ms = calloc((size_t)iters, sizeof(float)), med;
-    void *args[] = { (void *)la };
-
-    if (ms == NULL) {
-        fprintf(stderr, "kernel_bench: out of memory\n");
-        exit(1);
-    }
-    gp_lone_config(&shape, blocks, 0, &cfg, &attr);
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
-    for (int it = -2; it < iters; it++) {
-        memcpy(pin + la->res_off, image + la->res_off, la->in_len - la->res_off);
-#if defined(GP_PHASE_PROBE)
-        probe_reset();
-#endif
-        CHECK(cudaEventRecord(t0, 0));
-        CHECK(cudaLaunchKernelExC(&cfg, (const void *)gp_lone_kernel, args));
+        if (lone != NULL)
+            CHECK(cudaLaunchKernelExC(&cfg, (const void *)gp_lone_kernel, lone_args));
+        else
+            CHECK(cudaLaunchKernel(kernel, blocks, block, args, smem, 0));
         CHECK(cudaEventRecord(t1, 0));
         CHECK(cudaEventSynchronize(t1));
         CHECK(cudaGetLastError());
@@ -372,7 +352,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         restore_plan rp = { dev, backup, refs_off, key_off, states_off, out_off };
 
         if (!lone_launch) {
-            med = launch_median_ms(args, nrefs, flags, iters, &rp);
+            med = launch_median_ms(args, nrefs, flags, iters, &rp, NULL);
         } else {
             /* As batching/exec_cuda.c lays a lone batch out: in [0, out_off); results = states and
              * outputs; cleared on the device from the first key on. */
@@ -385,8 +365,10 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
             const gp_lone_args la = { (uint64_t)(uintptr_t)dev, (uint64_t)(uintptr_t)pin_dev, work_off, out_off,
                                       states_off, total - states_off, key_off, total - key_off, nr, flags };
 
-            med = lone_median_ms(&la, nrefs < GP_LONE_MAX_BLOCKS ? (unsigned int)nrefs : GP_LONE_MAX_BLOCKS, pin,
-                                 host, iters);
+            const lone_image ll = { &la, nrefs < GP_LONE_MAX_BLOCKS ? (unsigned int)nrefs : GP_LONE_MAX_BLOCKS,
+                                     pin, host };
+
+            med = launch_median_ms(args, nrefs, flags, iters, NULL, &ll);
             check_outputs(alg, &ks, ivlen, host, pin, work, nmsg, msg);
             CHECK(cudaFreeHost(pin));
         }
@@ -438,7 +420,7 @@ static float empty_launch_ms(unsigned int flags, int iters)
     uint8_t *dev = NULL;
     void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
 
-    return launch_median_ms(args, 0, flags, iters, NULL);
+    return launch_median_ms(args, 0, flags, iters, NULL, NULL);
 }
 
 /* The last run's phase probes, cycles at the peak SM clock (probe builds; otherwise nothing). */

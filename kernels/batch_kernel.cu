@@ -502,8 +502,9 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  * host wrote, and the partials and the lead's state, which the units wrote. The group plans its
  * first finish before the barrier, while the last units still run, so that behind the barrier
  * only the elements are loaded (one L2 round trip); after it the chain of dependent loads (ref,
- * descriptor, key, power) took ~2.3 us of a lone AES-256-GCM launch on an H200 (phase probes,
- * bench/RESULTS.md). Further finishes of the group (a batch of several requests) go unplanned.
+ * descriptor, key, power) took ~2.3 us of a lone AES-256-GCM launch on an H200, planned ~1.2
+ * (phase probes, bench/RESULTS.md). Further finishes of the group (a batch of several requests)
+ * go unplanned.
  */
 typedef struct lone_finish {
     batch_ptrs p;
@@ -540,10 +541,13 @@ static __device__ __forceinline__ void batch_lone_plan(const gp_unit_ref *refs, 
     lone_finishing_refs(refs, nrefs, work, arena, per, [&](const batch_ptrs &p) {
         lf->p = p;
         lf->planned = 1;
-        if (gp_alg_is_aead(p.k->alg))
+        if (gp_alg_is_aead(p.k->alg)) {
             gp_fold_lane_plan(p.k, &p.w->job, p.pw, lane, &lf->f);
-        else
+        } else {
             lf->f.kind = GP_FOLD_NONE;
+            lf->f.mul = 0;
+            gp_lane_mac_zero(&lf->f.pow);
+        }
         return false;
     });
 }
