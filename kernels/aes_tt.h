@@ -172,8 +172,79 @@ GP_KFN void gp_aes_tt_rk(const uint32_t *ek, uint32_t r, uint32_t rk[4])
 }
 
 /*
+ * Counter-mode caching (Bernstein and Schwabe, "New AES software speed records", INDOCRYPT 2008,
+ * section 3, there across calls; here across a lane's four blocks). A body lane's four counter
+ * blocks (SP 800-38A §6.5, SP 800-38D §6.5) are one counter plus 0..3, so as long as no carry
+ * leaves the low 16 bits inside the chunk they agree on bytes 0-13, and only bytes 14 and 15 (rows
+ * 2 and 3 of column 3) differ. After round 1 only columns 0 and 1 depend on the block (byte 15
+ * reaches column 0 by T3, byte 14 column 1 by T2); in round 2 each output column takes one byte
+ * from each input column, so two of its four lookups depend on the block and two are shared. The
+ * two rounds take 22 + 40 lookups for the four blocks instead of 128: AES-128 640 -> 574 a lane,
+ * AES-256 896 -> 830 (the lookups fill the load/store pipe, bench/RESULTS.md). The counter is
+ * public, so the per-lane choice leaks nothing; a lane whose chunk carries past byte 14 (one in
+ * 16384 chunks, or a 32-bit GCM counter wrapping) takes the plain rounds.
+ */
+GP_KFN int gp_aes_ctr_shared(const uint32_t w[16])
+{
+    uint32_t d = 0;
+
+    for (int b = 1; b < 4; b++)   /* every block against block 0: right for any input */
+        d |= (w[4 * b] ^ w[0]) | (w[4 * b + 1] ^ w[1]) | (w[4 * b + 2] ^ w[2]) | ((w[4 * b + 3] ^ w[3]) & 0xffffu);
+    return d == 0;
+}
+
+/* T1 and T3 entries (row = byte k of s) in either layout: the wide one's second half, or T0 and T2
+ * rotated by 8 (gp_aes_tt_round). */
+GP_KFN uint32_t gp_aes_tt_t13(const uint8_t *tb, uint32_t wide, uint32_t s, uint32_t k, uint32_t off)
+{
+    return wide ? GP_TT(tb + GP_AES_TT_BYTES, s, k, off) : gp_rotl8(GP_TT(tb, s, k, off), 8);
+}
+
+/* Rounds 1 and 2 of four counter blocks that agree on bytes 0-13 (gp_aes_ctr_shared), in place on
+ * w (after round key 0). Column c of a round is T0[s_c.0] ^ T1[s_c+1.1] ^ T2[s_c+2.2] ^ T3[s_c+3.3]
+ * ^ rk_c (gp_aes_tt_round_wide). */
+GP_KFN void gp_aes_tt_ctr_rounds12(const uint8_t *tb, uint32_t wide, uint32_t o0, uint32_t o2, const uint32_t *ek,
+                                   uint32_t w[16])
+{
+    uint32_t rk[4], a0, a1, a2, a3;
+
+    /* Round 1: columns 2 and 3 are shared; 0 and 1 lack only their byte-15 and byte-14 terms. */
+    gp_aes_tt_rk(ek, 1, rk);
+    a0 = GP_TT(tb, w[0], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[1], 1, o0) ^ GP_TT(tb, w[2], 2, o2) ^ rk[0];
+    a1 = GP_TT(tb, w[1], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[2], 1, o0) ^ gp_aes_tt_t13(tb, wide, w[0], 3, o2) ^ rk[1];
+    a2 = GP_TT(tb, w[2], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[3], 1, o0) ^ GP_TT(tb, w[0], 2, o2)
+         ^ gp_aes_tt_t13(tb, wide, w[1], 3, o2) ^ rk[2];
+    a3 = GP_TT(tb, w[3], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[0], 1, o0) ^ GP_TT(tb, w[1], 2, o2)
+         ^ gp_aes_tt_t13(tb, wide, w[2], 3, o2) ^ rk[3];
+    for (int b = 0; b < 4; b++) {
+        const uint32_t s3 = w[4 * b + 3];
+
+        w[4 * b] = a0 ^ gp_aes_tt_t13(tb, wide, s3, 3, o2);
+        w[4 * b + 1] = a1 ^ GP_TT(tb, s3, 2, o2);
+        w[4 * b + 2] = a2;
+        w[4 * b + 3] = a3;
+    }
+    /* Round 2: each column's terms from input columns 2 and 3 are shared. */
+    gp_aes_tt_rk(ek, 2, rk);
+    a0 = GP_TT(tb, w[2], 2, o2) ^ gp_aes_tt_t13(tb, wide, w[3], 3, o2) ^ rk[0];
+    a1 = gp_aes_tt_t13(tb, wide, w[2], 1, o0) ^ GP_TT(tb, w[3], 2, o2) ^ rk[1];
+    a2 = GP_TT(tb, w[2], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[3], 1, o0) ^ rk[2];
+    a3 = GP_TT(tb, w[3], 0, o0) ^ gp_aes_tt_t13(tb, wide, w[2], 3, o2) ^ rk[3];
+    for (int b = 0; b < 4; b++) {
+        const uint32_t u0 = w[4 * b], u1 = w[4 * b + 1];
+
+        w[4 * b] = a0 ^ GP_TT(tb, u0, 0, o0) ^ gp_aes_tt_t13(tb, wide, u1, 1, o0);
+        w[4 * b + 1] = a1 ^ GP_TT(tb, u1, 0, o0) ^ gp_aes_tt_t13(tb, wide, u0, 3, o2);
+        w[4 * b + 2] = a2 ^ GP_TT(tb, u0, 2, o2) ^ gp_aes_tt_t13(tb, wide, u1, 3, o2);
+        w[4 * b + 3] = a3 ^ gp_aes_tt_t13(tb, wide, u0, 1, o0) ^ GP_TT(tb, u1, 2, o2);
+    }
+}
+
+/*
  * 4 blocks in place (w[4b..4b+3] = block b, little-endian words); ek: little-endian round keys;
- * tb: the table (bytes), `wide` its layout; lane: whose copy (0..31). The four blocks go through
+ * tb: the table (bytes), `wide` its layout; lane: whose copy (0..31); ctr: the blocks are counter
+ * blocks one apart, in order (rounds 1 and 2 then share lookups, gp_aes_ctr_shared, where they
+ * may). The four blocks go through
  * each round together, so their independent lookups overlap. The round loop stays rolled, one
  * round a pass: unrolled, 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200
  * warps then stalled on instruction fetch (ncu: a third of all stall cycles). One round a pass
@@ -182,16 +253,21 @@ GP_KFN void gp_aes_tt_rk(const uint32_t *ek, uint32_t r, uint32_t rk[4])
  * ahead measured no faster (the loads hit L1 and other warps cover them).
  */
 GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, const uint32_t *ek, uint32_t nr,
-                               uint32_t w[16])
+                               uint32_t ctr, uint32_t w[16])
 {
     const uint32_t o0 = 4 * lane, o2 = GP_AES_TT_T2 + 4 * lane;
-    uint32_t t[16], rk[4];
+    const int cached = ctr && gp_aes_ctr_shared(w);
+    uint32_t t[16], rk[4], r = 1;
 
     gp_aes_tt_rk(ek, 0, rk);
     for (int i = 0; i < 16; i++)
         w[i] ^= rk[i % 4];
+    if (cached) {
+        gp_aes_tt_ctr_rounds12(tb, wide, o0, o2, ek, w);
+        r = 3;
+    }
     GP_NO_UNROLL
-    for (uint32_t r = 1; r < nr; r++) {
+    for (; r < nr; r++) {
         gp_aes_tt_rk(ek, r, rk);
         for (int b = 0; b < 4; b++) {
             if (wide)   /* a constant on the GPU (GP_AES_TT_DEVICE_WIDE): one loop body */
@@ -270,12 +346,14 @@ static __device__ void gp_aes_tt_fill(void)
  * 4 AES blocks in place on little-endian words: the T-table rounds on the device, the bitsliced
  * circuit on the host.
  */
-GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t w[16])
+GP_KFN void gp_aes_encrypt4_words(const gp_aes_sched *s, uint32_t ctr, uint32_t w[16])
 {
 #if defined(__CUDA_ARCH__)
-    gp_aes_tt_encrypt4((const uint8_t *)gp_aes_tt_smem, GP_AES_TT_DEVICE_WIDE, threadIdx.x & 31, s->ek, s->nr, w);
+    gp_aes_tt_encrypt4((const uint8_t *)gp_aes_tt_smem, GP_AES_TT_DEVICE_WIDE, threadIdx.x & 31, s->ek, s->nr, ctr, w);
 #else
     uint8_t b[64];
+
+    (void)ctr;   /* the bitsliced circuit gains nothing from it */
 
     for (int i = 0; i < 16; i++)
         gp_store_le32(b + 4 * i, w[i]);
@@ -334,7 +412,7 @@ GP_KFN void gp_aes_encrypt1_words(const gp_aes_sched *s, uint32_t w[4])
 
     for (int i = 0; i < 4; i++)
         x[i] = w[i];
-    gp_aes_encrypt4_words(s, x);
+    gp_aes_encrypt4_words(s, 0, x);
     for (int i = 0; i < 4; i++)
         w[i] = x[i];
     gp_state_wipe(x, sizeof(x));
@@ -349,7 +427,7 @@ GP_KFN void gp_aes_encrypt4_bytes(const gp_aes_sched *s, const uint8_t in[64], u
 
     for (int i = 0; i < 16; i++)
         w[i] = gp_load_le32(in + 4 * i);
-    gp_aes_encrypt4_words(s, w);
+    gp_aes_encrypt4_words(s, 0, w);
     for (int i = 0; i < 16; i++)
         gp_store_le32(out + 4 * i, w[i]);
 #else

@@ -359,7 +359,7 @@ GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk
     if (gp_alg_is_aes(alg)) {
         gp_ctr_words(alg, j->body_ctr, 4 * chunk, 4, c);
         GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[15] ^ c[0] ^ c[15]);
-        gp_aes_encrypt4_words(&k->aes, c);
+        gp_aes_encrypt4_words(&k->aes, 1, c);   /* counter blocks, one apart */
     } else {
         uint32_t ctr[4];
 

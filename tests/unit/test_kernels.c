@@ -666,13 +666,54 @@ static void test_aes_ttable(void **state)
             gp_aes_schedule(&s, key, (uint32_t)keylen);
             for (int i = 0; i < 16; i++)
                 w[i] = gp_load_le32(in + 4 * i);
-            gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, w);
+            gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, 0, w);
+            for (int i = 0; i < 16; i++)
+                assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+            /* random blocks with the counter hint: they differ early, so the plain rounds */
+            for (int i = 0; i < 16; i++)
+                w[i] = gp_load_le32(in + 4 * i);
+            assert_false(gp_aes_ctr_shared(w));
+            gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, 1, w);
             for (int i = 0; i < 16; i++)
                 assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
             /* and the word entry point the lanes use (bitsliced on the host) */
             for (int i = 0; i < 16; i++)
                 w[i] = gp_load_le32(in + 4 * i);
-            gp_aes_encrypt4_words(&s, w);
+            gp_aes_encrypt4_words(&s, 1, w);
+            for (int i = 0; i < 16; i++)
+                assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
+        }
+        /* Counter-mode caching (gp_aes_tt_ctr_rounds12): four counter blocks one apart, as a body
+         * lane makes them (128-bit counters for CTR, 32-bit for GCM), with the low bytes placed
+         * so that the carries land inside byte 15, cross into byte 14 (cached either way), or
+         * leave bytes 14-15 or wrap GCM's 32 bits (the plain rounds). */
+        static const struct { uint32_t low; int shared; } lows[] = {
+            { 0x00000002u, 1 }, { 0x000000fcu, 1 }, { 0x000000feu, 1 }, { 0x0000ff7fu, 1 },
+            { 0x0000fffcu, 1 }, { 0x0000fffdu, 0 }, { 0x0000ffffu, 0 }, { 0xfffffffeu, 0 },
+        };
+        for (int iter = 0; iter < 96; iter++) {
+            size_t keylen = 16 + 8 * (size_t)(iter % 3);
+            uint32_t lane = (uint32_t)((iter * 7) % GP_AES_TT_LANES), w[16], low = lows[iter % 8].low;
+            const int inc32 = (iter / 8) % 2;
+            uint8_t key[32], in[64], ref[64], ctr[16];
+            gp_aes_sched s;
+
+            gptest_rand_bytes(key, sizeof(key));
+            gptest_rand_bytes(ctr, sizeof(ctr));
+            gp_store_be32(ctr + 12, low);
+            for (int b = 0; b < 4; b++) {
+                memcpy(in + 16 * b, ctr, 16);
+                if (inc32)
+                    gp_ctr_inc32(ctr);
+                else
+                    gp_ctr_inc128(ctr);
+            }
+            ref_aes_ecb64(key, keylen, in, ref);
+            gp_aes_schedule(&s, key, (uint32_t)keylen);
+            for (int i = 0; i < 16; i++)
+                w[i] = gp_load_le32(in + 4 * i);
+            assert_int_equal(gp_aes_ctr_shared(w), lows[iter % 8].shared);
+            gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, 1, w);
             for (int i = 0; i < 16; i++)
                 assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
         }
