@@ -183,6 +183,38 @@ GP_KFN void gp_chunk_store(uint8_t *p, const uint32_t w[16])
         gp_store_le32(p + 4 * i, w[i]);
 }
 
+/* Words q*4 .. q*4+3 of a 16-word block, with constant indices (on the GPU a variable index would
+ * put the block in local memory). */
+GP_KFN void gp_quarter_words(const uint32_t w[16], uint32_t q, uint32_t out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = q == 0 ? w[i] : q == 1 ? w[4 + i] : q == 2 ? w[8 + i] : w[12 + i];
+}
+
+/* The 16-byte block at p as 4 little-endian words, and back (16-byte aligned on the GPU: arena
+ * bodies are, kernels/batch_abi.h). */
+GP_KFN void gp_block_load(uint32_t w[4], const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    const uint4 t = *(const uint4 *)p;
+
+    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+#else
+    for (int i = 0; i < 4; i++)
+        w[i] = gp_load_le32(p + 4 * i);
+#endif
+}
+
+GP_KFN void gp_block_store(uint8_t *p, const uint32_t w[4])
+{
+#if defined(__CUDA_ARCH__)
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+#else
+    for (int i = 0; i < 4; i++)
+        gp_store_le32(p + 4 * i, w[i]);
+#endif
+}
+
 
 /* ---- MAC values and the powers table ---- */
 
@@ -265,11 +297,12 @@ GP_KFN void gp_ctr_block_le(const uint8_t c[16], uint32_t w[4])
 }
 
 /*
- * Counter blocks body_ctr + n .. + n + nblocks - 1 (nblocks 1 or 4) as little-endian words, as each
- * algorithm counts (see gp_ctr_add): out[4b..4b+3] is block b, ready for the cipher's input.
+ * Counter blocks body_ctr + n, + n + stride, ... (nblocks of them, 1 or 4; AES only for a stride
+ * other than 1) as little-endian words, as each algorithm counts (see gp_ctr_add): out[4b..4b+3] is
+ * block b, ready for the cipher's input.
  */
-GP_KFN void gp_ctr_words(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, uint32_t nblocks,
-                         uint32_t *out)
+GP_KFN void gp_ctr_words_stride(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, uint32_t stride,
+                                uint32_t nblocks, uint32_t *out)
 {
     uint32_t cw[4];
 
@@ -279,11 +312,12 @@ GP_KFN void gp_ctr_words(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, u
         const uint64_t lo = (uint64_t)gp_bswap32(cw[2]) << 32 | gp_bswap32(cw[3]);
 
         for (uint32_t b = 0; b < nblocks; b++) {
-            uint64_t l = lo + n + b, h = hi + (l < lo);   /* 128-bit big-endian */
+            const uint64_t add = n + (uint64_t)b * stride;
+            uint64_t l = lo + add, h = hi + (l < lo);     /* 128-bit big-endian */
 
             if (alg == GP_ALG_AES_GCM) {                   /* inc32: the low word only */
                 h = hi;
-                l = (lo & 0xffffffff00000000ull) | (uint32_t)(lo + n + b);
+                l = (lo & 0xffffffff00000000ull) | (uint32_t)(lo + add);
             }
             out[4 * b] = gp_bswap32((uint32_t)(h >> 32));
             out[4 * b + 1] = gp_bswap32((uint32_t)h);
@@ -298,6 +332,12 @@ GP_KFN void gp_ctr_words(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, u
         out[2] = cw[2];
         out[3] = cw[3];
     }
+}
+
+/* Consecutive counter blocks body_ctr + n .. + n + nblocks - 1. */
+GP_KFN void gp_ctr_words(uint32_t alg, const uint8_t body_ctr[16], uint64_t n, uint32_t nblocks, uint32_t *out)
+{
+    gp_ctr_words_stride(alg, body_ctr, n, 1, nblocks, out);
 }
 
 /* One 16-byte MAC block (4 little-endian words as loaded) as a MAC value: GHASH's big-endian
@@ -382,6 +422,54 @@ GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk
 }
 
 /*
+ * AES-CTR (no MAC) lane `lane` of body unit u by blocks a warp step apart: the lane takes the
+ * unit's 16-byte blocks lane, lane + L, lane + 2L and lane + 3L (L = GP_UNIT_LANES) rather than its
+ * own 64-byte chunk, so each of the warp's 16-byte loads and stores covers 16L contiguous bytes.
+ * The chunk layout's accesses, 16 bytes per lane 64 bytes apart, touched four times the cache lines
+ * per instruction, and the L1 data pipe that carries them also carries the table lookups, which
+ * set the pace (ncu on an H200: that pipe 92.5% busy, bench/RESULTS.md). The four counter blocks
+ * still agree on bytes 0-13 unless a carry leaves the low 16 bits inside the unit
+ * (gp_aes_ctr_shared checks; the cached rounds only need the agreement, not adjacency). A short
+ * (last) unit's blocks are the first 4 * nch of the unit; lanes past them skip their loads and
+ * stores. Each lane reads a block before writing it and lanes touch disjoint blocks, so in may
+ * equal out.
+ */
+GP_KFN void gp_lane_ctr_strided(const gp_job *j, const gp_key_sched *k, uint32_t u, uint32_t lane,
+                                const uint8_t *in, uint8_t *out)
+{
+    const uint32_t nblk = 4 * gp_unit_chunks(j, u);
+    const uint64_t first = (uint64_t)u * 4 * GP_UNIT_LANES;   /* the unit's first block in the body */
+    uint32_t c[16], data[16];
+
+    /* The loads first, so that the rounds hide them (issued after the rounds: 619-627 GB/s against
+     * 630, H200). */
+    for (uint32_t q = 0; q < 4; q++) {
+        const uint32_t b = lane + q * GP_UNIT_LANES;
+
+        for (int i = 0; i < 4; i++)
+            data[4 * q + i] = 0;
+        if (b < nblk)
+            gp_block_load(data + 4 * q, in + (first + b) * 16);
+    }
+    gp_ctr_words_stride(k->alg, j->body_ctr, first + lane, GP_UNIT_LANES, 4, c);
+    GP_PROBE_AFTER(GP_PROBE_LOADED, data[0] ^ data[15] ^ c[0] ^ c[15]);
+    gp_aes_encrypt4_words(&k->aes, 1, c);
+    GP_PROBE_AFTER(GP_PROBE_KEYSTREAM, c[0] ^ c[15]);
+    for (uint32_t q = 0; q < 4; q++) {
+        const uint32_t b = lane + q * GP_UNIT_LANES;
+
+        for (int i = 0; i < 4; i++)
+            data[4 * q + i] ^= c[4 * q + i];
+        if (b < nblk)
+            gp_block_store(out + (first + b) * 16, data + 4 * q);
+    }
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(c, sizeof(c));
+    gp_state_wipe(data, sizeof(data));
+#endif
+}
+
+/*
  * Lane `lane` of body unit u: its chunk's keystream, XOR and MAC value m (zero for an absent
  * leading lane of a short unit). in/out point at the body start; in may equal out (each lane reads
  * its whole chunk before writing it, and lanes touch disjoint chunks). mx: a GCM request's
@@ -398,6 +486,10 @@ GP_KFN void gp_unit_lane(const gp_job *j, const gp_key_sched *k, const gp_mac_po
     uint32_t c[16];
 
     gp_lane_mac_zero(m);
+    if (alg == GP_ALG_AES_CTR) {   /* uniform over the warp */
+        gp_lane_ctr_strided(j, k, u, lane, in, out);
+        return;
+    }
 #if GP_GHASH_MMA_DEVICE
     if (mx != NULL) {   /* uniform over the warp: one GCM unit */
         gp_lane_mac p;
@@ -491,38 +583,6 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
  * multiplications in a row instead of four.
  */
 #define GP_SPREAD_THREADS (4u * GP_UNIT_LANES)
-
-/* Words q*4 .. q*4+3 of a 16-word block, with constant indices (on the GPU a variable index would
- * put the block in local memory). */
-GP_KFN void gp_quarter_words(const uint32_t w[16], uint32_t q, uint32_t out[4])
-{
-    for (int i = 0; i < 4; i++)
-        out[i] = q == 0 ? w[i] : q == 1 ? w[4 + i] : q == 2 ? w[8 + i] : w[12 + i];
-}
-
-/* The 16-byte block at p as 4 little-endian words, and back (16-byte aligned on the GPU: arena
- * bodies are, kernels/batch_abi.h). */
-GP_KFN void gp_block_load(uint32_t w[4], const uint8_t *p)
-{
-#if defined(__CUDA_ARCH__)
-    const uint4 t = *(const uint4 *)p;
-
-    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-#else
-    for (int i = 0; i < 4; i++)
-        w[i] = gp_load_le32(p + 4 * i);
-#endif
-}
-
-GP_KFN void gp_block_store(uint8_t *p, const uint32_t w[4])
-{
-#if defined(__CUDA_ARCH__)
-    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
-#else
-    for (int i = 0; i < 4; i++)
-        gp_store_le32(p + 4 * i, w[i]);
-#endif
-}
 
 /*
  * Quarter q of lane `lane` of body unit u (see "Spread units"): its block's keystream XORed in

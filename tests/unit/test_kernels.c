@@ -683,18 +683,20 @@ static void test_aes_ttable(void **state)
             for (int i = 0; i < 16; i++)
                 assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
         }
-        /* Counter-mode caching (gp_aes_tt_ctr_rounds12): four counter blocks one apart, as a body
-         * lane makes them (128-bit counters for CTR, 32-bit for GCM), with the low bytes placed
+        /* Counter-mode caching (gp_aes_tt_ctr_rounds12): four counter blocks one apart, as a GCM
+         * body lane makes them, or GP_UNIT_LANES apart, as an AES-CTR lane does
+         * (gp_lane_ctr_strided); 128-bit counters for CTR, 32-bit for GCM; the low bytes placed
          * so that the carries land inside byte 15, cross into byte 14 (cached either way), or
          * leave bytes 14-15 or wrap GCM's 32 bits (the plain rounds). */
-        static const struct { uint32_t low; int shared; } lows[] = {
-            { 0x00000002u, 1 }, { 0x000000fcu, 1 }, { 0x000000feu, 1 }, { 0x0000ff7fu, 1 },
-            { 0x0000fffcu, 1 }, { 0x0000fffdu, 0 }, { 0x0000ffffu, 0 }, { 0xfffffffeu, 0 },
+        static const struct { uint32_t low; int shared, shared_strided; } lows[] = {
+            { 0x00000002u, 1, 1 }, { 0x000000fcu, 1, 1 }, { 0x000000feu, 1, 1 }, { 0x0000ff7fu, 1, 1 },
+            { 0x0000fffcu, 1, 0 }, { 0x0000fffdu, 0, 0 }, { 0x0000ffffu, 0, 0 }, { 0xfffffffeu, 0, 0 },
         };
-        for (int iter = 0; iter < 96; iter++) {
+        for (int iter = 0; iter < 192; iter++) {
             size_t keylen = 16 + 8 * (size_t)(iter % 3);
             uint32_t lane = (uint32_t)((iter * 7) % GP_AES_TT_LANES), w[16], low = lows[iter % 8].low;
-            const int inc32 = (iter / 8) % 2;
+            const int inc32 = (iter / 8) % 2, strided = (iter / 16) % 2;
+            const uint32_t apart = strided ? GP_UNIT_LANES : 1u;
             uint8_t key[32], in[64], ref[64], ctr[16];
             gp_aes_sched s;
 
@@ -703,16 +705,18 @@ static void test_aes_ttable(void **state)
             gp_store_be32(ctr + 12, low);
             for (int b = 0; b < 4; b++) {
                 memcpy(in + 16 * b, ctr, 16);
-                if (inc32)
-                    gp_ctr_inc32(ctr);
-                else
-                    gp_ctr_inc128(ctr);
+                for (uint32_t a = 0; a < apart; a++) {
+                    if (inc32)
+                        gp_ctr_inc32(ctr);
+                    else
+                        gp_ctr_inc128(ctr);
+                }
             }
             ref_aes_ecb64(key, keylen, in, ref);
             gp_aes_schedule(&s, key, (uint32_t)keylen);
             for (int i = 0; i < 16; i++)
                 w[i] = gp_load_le32(in + 4 * i);
-            assert_int_equal(gp_aes_ctr_shared(w), lows[iter % 8].shared);
+            assert_int_equal(gp_aes_ctr_shared(w), strided ? lows[iter % 8].shared_strided : lows[iter % 8].shared);
             gp_aes_tt_encrypt4((const uint8_t *)tab, wide, lane, s.ek, s.nr, 1, w);
             for (int i = 0; i < 16; i++)
                 assert_int_equal(w[i], gp_load_le32(ref + 4 * i));
