@@ -782,6 +782,14 @@ typedef struct gp_fold_plan {
     gp_lane_mac pow;
 } gp_fold_plan;
 
+/* Plan to take element E_elem (E_0: the lead's MAC, E_k: unit k-1's partial) times f->pow. */
+GP_KFN void gp_fold_plan_element(gp_fold_plan *f, uint32_t elem)
+{
+    f->kind = elem == 0 ? GP_FOLD_LEAD : GP_FOLD_PARTIAL;
+    f->el = elem - (f->kind == GP_FOLD_PARTIAL);
+    f->mul = 1;
+}
+
 /* Finisher lane i's plan (the lanes of gp_fold_dual's layout when it applies; otherwise lane i takes
  * E_(n-1-i) times Q^i, or Q^(i+1) when gp_fold_shifts). */
 GP_KFN void gp_fold_lane_plan(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, uint32_t i,
@@ -798,9 +806,7 @@ GP_KFN void gp_fold_lane_plan(const gp_key_sched *k, const gp_job *j, const gp_m
         const int tag = i >= half;
 
         if (e < n) {
-            f->kind = n - 1 - e == 0 ? GP_FOLD_LEAD : GP_FOLD_PARTIAL;
-            f->el = n - 1 - e - (f->kind == GP_FOLD_PARTIAL);
-            f->mul = 1;
+            gp_fold_plan_element(f, n - 1 - e);
             if (tag) {
                 for (int w = 0; w < 4; w++)
                     f->pow.w[w] = k->gcm_tag_pows[e][w];
@@ -822,9 +828,7 @@ GP_KFN void gp_fold_lane_plan(const gp_key_sched *k, const gp_job *j, const gp_m
     }
     if (i >= n)
         return;
-    f->kind = n - 1 - i == 0 ? GP_FOLD_LEAD : GP_FOLD_PARTIAL;
-    f->el = n - 1 - i - (f->kind == GP_FOLD_PARTIAL);
-    f->mul = 1;
+    gp_fold_plan_element(f, n - 1 - i);
     gp_mac_pow_get(&f->pow, pw, !gp_fold_shifts(j) ? GP_POW_UNIT + i
                                 : i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
 }
