@@ -55,6 +55,10 @@ typedef struct gp_cuda_slot {
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
+    uint64_t *done;              /* pinned, mapped, GP_LONE_MAX_BLOCKS words: the last lone launch's
+                                  * ticket, from each of its blocks once its results are back in
+                                  * `host` (wait_for_lone) */
+    uint64_t ticket;             /* the last lone launch's */
     /* Knob stats: timing events around a batch's steps on the GPU (DMA in, copy kernel in, batch
      * kernel, copy kernel out, DMA out); NULL without stats. */
     cudaEvent_t step[GP_GPU_STEPS + 1];
@@ -396,6 +400,34 @@ static unsigned int lone_blocks(gp_engine *e, const gp_cuda *g, const gp_cuda_sl
     return nrefs == 0 ? 1u : nrefs < most ? (unsigned int)nrefs : most;
 }
 
+/* The slot's done words (wait_for_lone), one cache line: mapped at the same address. */
+static cudaError_t done_words_alloc(gp_cuda_slot *c)
+{
+    void *d = NULL;
+    cudaError_t err;
+
+    if ((err = cudaHostAlloc((void **)&c->done, GP_LONE_MAX_BLOCKS * sizeof(*c->done), cudaHostAllocMapped))
+        != cudaSuccess) {
+        c->done = NULL;
+        return err;
+    }
+    if ((err = cudaHostGetDevicePointer(&d, c->done, 0)) != cudaSuccess || d != (void *)c->done)
+        return err != cudaSuccess ? err : cudaErrorInvalidValue;
+    for (unsigned int b = 0; b < GP_LONE_MAX_BLOCKS; b++)
+        __atomic_store_n(&c->done[b], 0, __ATOMIC_RELAXED);
+    c->ticket = 0;
+    return cudaSuccess;
+}
+
+/* Whether each of a lone launch's `blocks` blocks has set its done word to `ticket`. */
+static int lone_done(const gp_cuda_slot *c, unsigned int blocks, uint64_t ticket)
+{
+    for (unsigned int b = 0; b < blocks; b++)
+        if (__atomic_load_n(&c->done[b], __ATOMIC_ACQUIRE) != ticket)
+            return 0;
+    return 1;
+}
+
 static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned int blocks)
 {
     cudaLaunchAttribute attr;
@@ -410,6 +442,49 @@ static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned 
 static cudaError_t step_mark(gp_cuda_slot *c, int k)
 {
     return c->step[k] != NULL ? cudaEventRecord(c->step[k], c->stream) : cudaSuccess;
+}
+
+/*
+ * Wait for a lone launch's results: the last step of each of its blocks sets the block's done word
+ * to `ticket` (kernels/batch_kernel.cu gp_lone_kernel, step 4) once its share is in the pinned
+ * arena. Reading those words is a load from a cache line the GPU writes; an event query is a driver
+ * call, and the event says so only once the kernel has retired and the stream moved on (H200: a
+ * lone 16 KiB EVP call 1.1-2.9 us sooner, bench/RESULTS.md, twenty-first session). The wait knob
+ * as in wait_for_gpu: block sleeps on the event; spin and adaptive poll the words, looking at the
+ * event every GP_LONE_QUERY_US (a launch that fails never writes them), and adaptive sleeps on the
+ * event after spin_us. An event that completes with a word unset is an error too: the batch then
+ * goes to the host like any failed one.
+ */
+#define GP_LONE_QUERY_US 20
+
+static cudaError_t wait_for_lone(gp_engine *e, gp_cuda_slot *c, unsigned int blocks, uint64_t ticket)
+{
+    const uint64_t start = gp_now_ns(), spin_until = start + (uint64_t)e->knobs.spin_us * 1000u;
+    uint64_t query_at = start + GP_LONE_QUERY_US * 1000u;
+    cudaError_t err = cudaSuccess;
+
+    if (e->knobs.wait != GP_WAIT_BLOCK) {
+        for (unsigned int n = 1;; n++) {
+            if (lone_done(c, blocks, ticket))
+                return cudaSuccess;
+            if (n % 64 == 0) {
+                const uint64_t t = gp_now_ns();
+
+                if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= spin_until)
+                    break;
+                if (t >= query_at) {
+                    if ((err = cudaEventQuery(c->copied)) != cudaErrorNotReady)
+                        break;
+                    query_at = t + GP_LONE_QUERY_US * 1000u;
+                }
+            }
+        }
+    }
+    if (err == cudaSuccess || err == cudaErrorNotReady)
+        err = cudaEventSynchronize(c->copied);
+    if (err == cudaSuccess && !lone_done(c, blocks, ticket))
+        err = cudaErrorLaunchFailure;   /* the kernel ended without saying its results are back */
+    return err;
 }
 
 static void cuda_close(gp_engine *e);
@@ -464,6 +539,7 @@ static int cuda_open(gp_engine *e)
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
                    != cudaSuccess
+            || (err = done_words_alloc(sl)) != cudaSuccess
             || (err = step_events_create(e, sl)) != cudaSuccess) {
             cuda_failed(e, err == cudaErrorNotSupported
                                ? "device setup (the kernel built for this GPU wants a 128 KiB AES table per block, "
@@ -597,6 +673,8 @@ static void cuda_close(gp_engine *e)
         arena_free(sl);
         if (sl->copied != NULL)
             cudaEventDestroy(sl->copied);
+        if (sl->done != NULL)
+            cudaFreeHost(sl->done);
         for (int k = 0; k <= GP_GPU_STEPS; k++)
             if (sl->step[k] != NULL)
                 cudaEventDestroy(sl->step[k]);
@@ -997,7 +1075,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
             /* One launch: copy in, refs and copy out as the phases of one cluster (the stats see
              * it all as the kernel step). */
             const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), work_off, out_off, states_off,
-                                      part_off - states_off, keys_off, stage_off - keys_off, nr, flags };
+                                      part_off - states_off, keys_off, stage_off - keys_off,
+                                      gpu_addr((uint8_t *)c->done), ++c->ticket, nr, flags };
 
             if ((err = step_mark(c, 2)) != cudaSuccess || (err = launch_lone(c, &la, lone_grid)) != cudaSuccess
                 || (err = step_mark(c, 3)) != cudaSuccess || (err = step_mark(c, 4)) != cudaSuccess) {
@@ -1033,7 +1112,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         if (e->knobs.stats)
             t_issued = gp_now_ns();
-        if ((err = wait_for_gpu(e, c, t1)) != cudaSuccess) {
+        if ((err = lone > 0 ? wait_for_lone(e, c, lone_grid, c->ticket) : wait_for_gpu(e, c, t1)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }

@@ -357,19 +357,30 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
             /* As batching/exec_cuda.c lays a lone batch out: in [0, out_off); results = states and
              * outputs; cleared on the device from the first key on. */
             uint8_t *pin;
-            void *pin_dev;
+            void *pin_dev, *done_dev;
+            uint64_t *done;   /* the blocks' last writes, as the executor has them (events time it here) */
+            const unsigned int blocks = nrefs < GP_LONE_MAX_BLOCKS ? (unsigned int)nrefs : GP_LONE_MAX_BLOCKS;
 
             CHECK(cudaHostAlloc((void **)&pin, total, cudaHostAllocMapped));
             CHECK(cudaHostGetDevicePointer(&pin_dev, pin, 0));
+            CHECK(cudaHostAlloc((void **)&done, GP_LONE_MAX_BLOCKS * sizeof(*done), cudaHostAllocMapped));
+            CHECK(cudaHostGetDevicePointer(&done_dev, done, 0));
+            memset(done, 0, GP_LONE_MAX_BLOCKS * sizeof(*done));
             memcpy(pin, host, total);
             const gp_lone_args la = { (uint64_t)(uintptr_t)dev, (uint64_t)(uintptr_t)pin_dev, work_off, out_off,
-                                      states_off, total - states_off, key_off, total - key_off, nr, flags };
+                                      states_off, total - states_off, key_off, total - key_off,
+                                      (uint64_t)(uintptr_t)done_dev, 1, nr, flags };
 
-            const lone_image ll = { &la, nrefs < GP_LONE_MAX_BLOCKS ? (unsigned int)nrefs : GP_LONE_MAX_BLOCKS,
-                                     pin, host };
+            const lone_image ll = { &la, blocks, pin, host };
 
             med = launch_median_ms(args, nrefs, flags, iters, NULL, &ll);
             check_outputs(alg, &ks, ivlen, host, pin, work, nmsg, msg);
+            for (unsigned int b = 0; b < blocks; b++)
+                if (((volatile uint64_t *)done)[b] != 1) {
+                    fprintf(stderr, "FAIL: block %u of the lone launch did not set its done word\n", b);
+                    exit(1);
+                }
+            CHECK(cudaFreeHost(done));
             CHECK(cudaFreeHost(pin));
         }
     }

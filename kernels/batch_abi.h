@@ -195,6 +195,9 @@ typedef struct gp_lone_args {
     uint64_t res_off, res_len;    /* states and outputs, taken back */
     uint64_t wipe_off, wipe_len;  /* keys, states, outputs and partials, cleared on the device (it
                                    * holds the results region); all five 16-byte multiples */
+    uint64_t done;                /* GP_LONE_MAX_BLOCKS words in mapped pinned memory: block b sets
+                                   * word b to `ticket` once its results are back (0: none) */
+    uint64_t ticket;
     uint32_t nrefs;
     uint32_t flags;               /* GP_BATCH_* */
 } gp_lone_args;
@@ -209,7 +212,7 @@ GP_STATIC_ASSERT(sizeof(gp_work) == 128, "gp_work layout is shared by host and d
 GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
-GP_STATIC_ASSERT(sizeof(gp_lone_args) == 72, "gp_lone_args is a kernel parameter");
+GP_STATIC_ASSERT(sizeof(gp_lone_args) == 88, "gp_lone_args is a kernel parameter");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

@@ -493,6 +493,14 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  *      call's chain (phase probes, bench/RESULTS.md).
  *   3. Each block takes its slice of the results back to the pinned arena and clears it, and its
  *      slices of the rest of the wipe region (keys, partials): no block reads another's.
+ *   4. Each block, behind a block barrier, has one thread write the launch's ticket into its done
+ *      word (a.done[blockIdx.x], pinned and mapped): the host polls those words rather than an
+ *      event recorded behind the launch, which says so only once the kernel has retired and the
+ *      stream moved on (H200, lone 16 KiB EVP calls 1.1-2.9 us sooner, bench/RESULTS.md). The
+ *      barrier puts the block's phase-3 stores before that thread's system-scope fence in
+ *      causality order (PTX ISA, memory consistency model), so a host that reads every block's
+ *      ticket with acquire ordering reads the results. A word a block, not one behind a cluster
+ *      barrier: ~0.3 us sooner still.
  */
 #if __CUDA_ARCH__ >= 900
 /*
@@ -663,6 +671,13 @@ gp_lone_kernel(const gp_lone_args a)
     lone_move(a.host + a.res_off, a.dev + a.res_off, a.res_len, 1);
     lone_move(a.dev + a.wipe_off, 0, a.res_off - a.wipe_off, 0);
     lone_move(a.dev + a.res_off + a.res_len, 0, a.wipe_off + a.wipe_len - a.res_off - a.res_len, 0);
+    if (a.done != 0) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence_system();
+            ((volatile uint64_t *)(uintptr_t)a.done)[blockIdx.x] = a.ticket;
+        }
+    }
 #else
     (void)a;   /* never launched: kernels/launch.h gp_lone_prepare leaves lone launches off */
 #endif
