@@ -299,6 +299,9 @@ static inline void gp_stat_add(gp_engine *e, enum gp_stat s, uint64_t n)
 
 /* CLOCK_MONOTONIC in nanoseconds (queue.c). */
 uint64_t gp_now_ns(void);
+/* Whether the calling thread is one of the queue's dispatchers (queue.c), which run the batches of
+ * async jobs. */
+int gp_queue_on_dispatcher(void);
 
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

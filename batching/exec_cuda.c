@@ -55,10 +55,10 @@ typedef struct gp_cuda_slot {
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
-    uint64_t *done;              /* pinned, mapped, GP_LONE_MAX_BLOCKS words: the last lone launch's
-                                  * ticket, from each of its blocks once its results are back in
-                                  * `host` (wait_for_lone) */
-    uint64_t ticket;             /* the last lone launch's */
+    uint64_t *done;              /* pinned, mapped, DONE_WORDS words: the last batch's ticket, from
+                                  * each block of its last kernel once its results are back in
+                                  * `host` (wait_for_gpu) */
+    uint64_t ticket;             /* the last batch's */
     /* Knob stats: timing events around a batch's steps on the GPU (DMA in, copy kernel in, batch
      * kernel, copy kernel out, DMA out); NULL without stats. */
     cudaEvent_t step[GP_GPU_STEPS + 1];
@@ -400,32 +400,26 @@ static unsigned int lone_blocks(gp_engine *e, const gp_cuda *g, const gp_cuda_sl
     return nrefs == 0 ? 1u : nrefs < most ? (unsigned int)nrefs : most;
 }
 
-/* The slot's done words (wait_for_lone), one cache line: mapped at the same address. */
+/* The slot's done words (wait_for_gpu): a word for each block of a lone launch or of a copy kernel,
+ * mapped at the same address. */
+#define DONE_WORDS (GP_LONE_MAX_BLOCKS > GP_COPY_MAX_GRID ? GP_LONE_MAX_BLOCKS : GP_COPY_MAX_GRID)
+
 static cudaError_t done_words_alloc(gp_cuda_slot *c)
 {
     void *d = NULL;
     cudaError_t err;
 
-    if ((err = cudaHostAlloc((void **)&c->done, GP_LONE_MAX_BLOCKS * sizeof(*c->done), cudaHostAllocMapped))
+    if ((err = cudaHostAlloc((void **)&c->done, DONE_WORDS * sizeof(*c->done), cudaHostAllocMapped))
         != cudaSuccess) {
         c->done = NULL;
         return err;
     }
     if ((err = cudaHostGetDevicePointer(&d, c->done, 0)) != cudaSuccess || d != (void *)c->done)
         return err != cudaSuccess ? err : cudaErrorInvalidValue;
-    for (unsigned int b = 0; b < GP_LONE_MAX_BLOCKS; b++)
+    for (unsigned int b = 0; b < DONE_WORDS; b++)
         __atomic_store_n(&c->done[b], 0, __ATOMIC_RELAXED);
     c->ticket = 0;
     return cudaSuccess;
-}
-
-/* Whether each of a lone launch's `blocks` blocks has set its done word to `ticket`. */
-static int lone_done(const gp_cuda_slot *c, unsigned int blocks, uint64_t ticket)
-{
-    for (unsigned int b = 0; b < blocks; b++)
-        if (__atomic_load_n(&c->done[b], __ATOMIC_ACQUIRE) != ticket)
-            return 0;
-    return 1;
 }
 
 static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned int blocks)
@@ -442,49 +436,6 @@ static cudaError_t launch_lone(gp_cuda_slot *c, const gp_lone_args *a, unsigned 
 static cudaError_t step_mark(gp_cuda_slot *c, int k)
 {
     return c->step[k] != NULL ? cudaEventRecord(c->step[k], c->stream) : cudaSuccess;
-}
-
-/*
- * Wait for a lone launch's results: the last step of each of its blocks sets the block's done word
- * to `ticket` (kernels/batch_kernel.cu gp_lone_kernel, step 4) once its share is in the pinned
- * arena. Reading those words is a load from a cache line the GPU writes; an event query is a driver
- * call, and the event says so only once the kernel has retired and the stream moved on (H200: a
- * lone 16 KiB EVP call 1.1-2.9 us sooner, bench/RESULTS.md, twenty-first session). The wait knob
- * as in wait_for_gpu: block sleeps on the event; spin and adaptive poll the words, looking at the
- * event every GP_LONE_QUERY_US (a launch that fails never writes them), and adaptive sleeps on the
- * event after spin_us. An event that completes with a word unset is an error too: the batch then
- * goes to the host like any failed one.
- */
-#define GP_LONE_QUERY_US 20
-
-static cudaError_t wait_for_lone(gp_engine *e, gp_cuda_slot *c, unsigned int blocks, uint64_t ticket)
-{
-    const uint64_t start = gp_now_ns(), spin_until = start + (uint64_t)e->knobs.spin_us * 1000u;
-    uint64_t query_at = start + GP_LONE_QUERY_US * 1000u;
-    cudaError_t err = cudaSuccess;
-
-    if (e->knobs.wait != GP_WAIT_BLOCK) {
-        for (unsigned int n = 1;; n++) {
-            if (lone_done(c, blocks, ticket))
-                return cudaSuccess;
-            if (n % 64 == 0) {
-                const uint64_t t = gp_now_ns();
-
-                if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= spin_until)
-                    break;
-                if (t >= query_at) {
-                    if ((err = cudaEventQuery(c->copied)) != cudaErrorNotReady)
-                        break;
-                    query_at = t + GP_LONE_QUERY_US * 1000u;
-                }
-            }
-        }
-    }
-    if (err == cudaSuccess || err == cudaErrorNotReady)
-        err = cudaEventSynchronize(c->copied);
-    if (err == cudaSuccess && !lone_done(c, blocks, ticket))
-        err = cudaErrorLaunchFailure;   /* the kernel ended without saying its results are back */
-    return err;
 }
 
 static void cuda_close(gp_engine *e);
@@ -600,26 +551,74 @@ static int sleeps_precisely(void)
 #endif
 }
 
-static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start)
+/*
+ * A batch's last kernel can say that its results are back: each of its blocks sets its done word
+ * to the batch's ticket once its share is in the pinned arena (kernels/batch_kernel.cu: the copy
+ * kernel out, and gp_lone_kernel's step 4). Reading those words is a load from a cache line the GPU
+ * writes; an event query is a driver call, and the event says so only once the kernel has retired
+ * and the stream moved on (H200: a lone 16 KiB EVP call 1.1-2.9 us sooner, bench/RESULTS.md,
+ * twenty-first session). A look at a batch with `blocks` done words reads them, and the event only
+ * every GP_QUERY_US (a launch that fails never writes them); a batch without (blocks 0: its results
+ * come back by DMA) asks the event each time.
+ */
+#define GP_QUERY_US 20
+
+typedef struct gp_batch_end {
+    unsigned int blocks;         /* done words the batch's last kernel sets (0: none) */
+    uint64_t ticket;
+    uint64_t query_at;           /* when a look next asks the event too */
+} gp_batch_end;
+
+static int words_done(const gp_cuda_slot *c, const gp_batch_end *b)
+{
+    for (unsigned int i = 0; i < b->blocks; i++)
+        if (__atomic_load_n(&c->done[i], __ATOMIC_ACQUIRE) != b->ticket)
+            return 0;
+    return 1;
+}
+
+static cudaError_t batch_look(gp_cuda_slot *c, gp_batch_end *b, uint64_t now)
+{
+    if (b->blocks == 0)
+        return cudaEventQuery(c->copied);
+    if (words_done(c, b))
+        return cudaSuccess;
+    if (now < b->query_at)
+        return cudaErrorNotReady;
+    b->query_at = now + GP_QUERY_US * 1000u;
+    return cudaEventQuery(c->copied);
+}
+
+/* The event has completed (or failed): a batch with done words must have set them all. */
+static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError_t err)
+{
+    if (err == cudaSuccess && !words_done(c, b))
+        err = cudaErrorLaunchFailure;   /* its kernel ended without saying its results are back */
+    return err;
+}
+
+static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, gp_batch_end *b)
 {
     uint64_t spin = (uint64_t)e->knobs.spin_us * 1000u, until, expect = c->expect_ns, t;
     cudaError_t err;
 
+    b->query_at = gp_now_ns() + GP_QUERY_US * 1000u;
     if (e->knobs.wait == GP_WAIT_BLOCK)
-        return cudaEventSynchronize(c->copied);
+        return batch_ended(c, b, cudaEventSynchronize(c->copied));
     if (e->knobs.wait == GP_WAIT_ADAPTIVE && expect > 2 * spin && sleeps_precisely()) {
         int polls = 0;
 
         sleep_until_ns(start + expect / 4 * 3);
         until = start + 2 * expect + spin;
-        while ((err = cudaEventQuery(c->copied)) == cudaErrorNotReady) {
-            if ((t = gp_now_ns()) >= until) {
+        while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
+            if (t >= until) {
                 err = cudaEventSynchronize(c->copied);
                 break;
             }
             polls++;
             sleep_until_ns(t + GP_GPU_POLL_US * 1000u);
         }
+        err = batch_ended(c, b, err);
         /* Done at the first look: it may have been done long before, so how long it took is not
          * known; expect a little less next time rather than what the sleep itself made it. */
         if (err == cudaSuccess && polls == 0) {
@@ -628,12 +627,13 @@ static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start)
         }
     } else {
         until = gp_now_ns() + spin;
-        while ((err = cudaEventQuery(c->copied)) == cudaErrorNotReady) {
-            if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_now_ns() >= until) {
+        while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
+            if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {
                 err = cudaEventSynchronize(c->copied);
                 break;
             }
         }
+        err = batch_ended(c, b, err);
     }
     /* What the next batch in this slot expects: a running mean of what this one took as seen here
      * (a batch that blocked reads long, and the mean forgets it in a few batches). */
@@ -1034,7 +1034,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const gp_copy *lin = in_list, *lout = out_list;   /* read by the GPU where they are: mapped */
         unsigned int nc_in = (unsigned int)nin, nc_out = (unsigned int)nout;
         gp_copy_head hin, hout;
-        void *in_args[] = { &hin, &lin, &nc_in }, *out_args[] = { &hout, &lout, &nc_out };
+        uint64_t no_done = 0, out_done = 0, out_ticket = 0;
+        void *in_args[] = { &hin, &lin, &nc_in, &no_done, &no_done };
+        void *out_args[] = { &hout, &lout, &nc_out, &out_done, &out_ticket };
+        gp_batch_end end = { 0, 0, 0 };
         dim3 block, grid, copy_block = { GP_COPY_BLOCK, 1, 1 };
         dim3 in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
         dim3 out_grid = { nc_out < GP_COPY_MAX_GRID ? nc_out : GP_COPY_MAX_GRID, 1, 1 };
@@ -1050,6 +1053,19 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const void *kernel = gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+        /* Which kernel says the results are back (wait_for_gpu): the lone launch, or the copy kernel
+         * out of a folded batch that an application thread leads (an unfolded batch's states come
+         * back by DMA after that kernel). A dispatcher's batches keep the event: it sleeps through
+         * most of a batch either way, and with the words evp_bench 1 x 32 and 4 x 32 read 10-13%
+         * lower on the H200 (not understood; 4 synchronous threads read 15% higher, 16 x 32 the
+         * same; bench/RESULTS.md, twenty-first session). */
+        end.blocks = lone > 0 ? lone_grid : fold && nc_out > 0 && !gp_queue_on_dispatcher() ? out_grid.x : 0;
+        if (end.blocks > 0)
+            end.ticket = ++c->ticket;
+        if (lone == 0 && end.blocks > 0) {
+            out_done = gpu_addr((uint8_t *)c->done);
+            out_ticket = end.ticket;
+        }
         t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
         if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
             cuda_failed(e, "cudaSetDevice", err);
@@ -1076,7 +1092,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
              * it all as the kernel step). */
             const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), work_off, out_off, states_off,
                                       part_off - states_off, keys_off, stage_off - keys_off,
-                                      gpu_addr((uint8_t *)c->done), ++c->ticket, nr, flags };
+                                      gpu_addr((uint8_t *)c->done), end.ticket, nr, flags };
 
             if ((err = step_mark(c, 2)) != cudaSuccess || (err = launch_lone(c, &la, lone_grid)) != cudaSuccess
                 || (err = step_mark(c, 3)) != cudaSuccess || (err = step_mark(c, 4)) != cudaSuccess) {
@@ -1112,12 +1128,17 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         }
         if (e->knobs.stats)
             t_issued = gp_now_ns();
-        if ((err = lone > 0 ? wait_for_lone(e, c, lone_grid, c->ticket) : wait_for_gpu(e, c, t1)) != cudaSuccess) {
+        if ((err = wait_for_gpu(e, c, t1, &end)) != cudaSuccess) {
             cuda_failed(e, "synchronisation", err);
             goto out;
         }
         if (e->knobs.stats) {
             t2 = gp_now_ns();
+            /* Done words come before the stream's last step events: let those complete. */
+            if (c->step[0] != NULL && (err = cudaEventSynchronize(c->copied)) != cudaSuccess) {
+                cuda_failed(e, "synchronisation", err);
+                goto out;
+            }
             for (int k = 0; k < GP_GPU_STEPS && c->step[k] != NULL; k++) {
                 float ms = 0;
 

@@ -508,11 +508,20 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
     atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);
 }
 
+static _Thread_local int on_dispatcher;
+
+int gp_queue_on_dispatcher(void)
+{
+    return on_dispatcher;
+}
+
 static void *dispatcher_main(void *arg)
 {
     gp_engine *e = arg;
     gp_queue *q = &e->queue;
     int watcher = 0;
+
+    on_dispatcher = 1;
 
     /* Wait contexts keep a pointer to our fd cleanup function: stay mapped (done here, on a
      * thread's stack, rather than on the job's). */

@@ -447,8 +447,27 @@ static __device__ __forceinline__ void copy_piece(const gp_copy &c)
         dst[b] = c.src != 0 ? src[b] : 0;
 }
 
+/*
+ * A block's last step when the host waits on done words (batching/exec_cuda.c wait_for_gpu; done 0:
+ * it does not): behind a block barrier, one thread fences at system scope and writes `ticket` into
+ * the block's word. The barrier puts the block's stores before that fence in causality order (PTX
+ * ISA, memory consistency model), so a host that reads every block's ticket with acquire ordering
+ * reads what the blocks wrote.
+ */
+static __device__ __forceinline__ void block_says_done(uint64_t done, uint64_t ticket)
+{
+    if (done == 0)
+        return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        ((volatile uint64_t *)(uintptr_t)done)[blockIdx.x] = ticket;
+    }
+}
+
+/* The copy list; then, for a batch's copy out (done != 0), each block says it is done. */
 extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK)
-gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
+gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uint64_t done, uint64_t ticket)
 {
     __shared__ gp_copy cur;
 
@@ -469,6 +488,7 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
         }
         __syncthreads();   /* before `cur` is overwritten */
     }
+    block_says_done(done, ticket);
 }
 
 /*
@@ -493,14 +513,9 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n)
  *      call's chain (phase probes, bench/RESULTS.md).
  *   3. Each block takes its slice of the results back to the pinned arena and clears it, and its
  *      slices of the rest of the wipe region (keys, partials): no block reads another's.
- *   4. Each block, behind a block barrier, has one thread write the launch's ticket into its done
- *      word (a.done[blockIdx.x], pinned and mapped): the host polls those words rather than an
- *      event recorded behind the launch, which says so only once the kernel has retired and the
- *      stream moved on (H200, lone 16 KiB EVP calls 1.1-2.9 us sooner, bench/RESULTS.md). The
- *      barrier puts the block's phase-3 stores before that thread's system-scope fence in
- *      causality order (PTX ISA, memory consistency model), so a host that reads every block's
- *      ticket with acquire ordering reads the results. A word a block, not one behind a cluster
- *      barrier: ~0.3 us sooner still.
+ *   4. Each block says it is done (block_says_done): the host polls those words rather than an
+ *      event recorded behind the launch (H200, lone 16 KiB EVP calls 1.1-2.9 us sooner,
+ *      bench/RESULTS.md). A word a block, not one behind a cluster barrier: ~0.3 us sooner still.
  */
 #if __CUDA_ARCH__ >= 900
 /*
@@ -671,13 +686,7 @@ gp_lone_kernel(const gp_lone_args a)
     lone_move(a.host + a.res_off, a.dev + a.res_off, a.res_len, 1);
     lone_move(a.dev + a.wipe_off, 0, a.res_off - a.wipe_off, 0);
     lone_move(a.dev + a.res_off + a.res_len, 0, a.wipe_off + a.wipe_len - a.res_off - a.res_len, 0);
-    if (a.done != 0) {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence_system();
-            ((volatile uint64_t *)(uintptr_t)a.done)[blockIdx.x] = a.ticket;
-        }
-    }
+    block_says_done(a.done, a.ticket);
 #else
     (void)a;   /* never launched: kernels/launch.h gp_lone_prepare leaves lone launches off */
 #endif
