@@ -181,9 +181,11 @@ static void test_host_batch_inline(void **state)
     run_batch(GP_BACKEND_HOST, 1);
 }
 
-/* A CUDA error mid-stream: the failed batch and the rest of its messages complete on the host from
- * the same state, byte-identical; new messages go to the cpu executor. */
-static void test_cuda_fault_falls_back(void **state)
+/* A failed GPU batch mid-stream (the test hook `hook`=1 picks how it fails, `lone_off` whether the
+ * executor's lone cluster launch or its three launches run it): the failed batch and the rest of
+ * its messages complete on the host from the same state, byte-identical; new messages go to the cpu
+ * executor. */
+static void cuda_failure_falls_back(const char *hook, int lone_off)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
@@ -195,10 +197,11 @@ static void test_cuda_fault_falls_back(void **state)
     gp_msg *m;
     gp_stats st;
 
-    (void)state;
     /* Read when the cuda executor opens (the first message): the AAD (carried with the data) and
-     * the first part run on the GPU as one batch, the second batch fails at launch. */
-    setenv("GPUPROV_TEST_CUDA_FAULT_AFTER", "1", 1);
+     * the first part run on the GPU as one batch, the second batch fails. */
+    setenv(hook, "1", 1);
+    if (lone_off)
+        setenv("GPUPROV_LONE_LAUNCH", "0", 1);
     e = gp_engine_new(&knobs, lib);
     gptest_rand_bytes(key, sizeof(key));
     gptest_rand_bytes(iv, sizeof(iv));
@@ -208,7 +211,8 @@ static void test_cuda_fault_falls_back(void **state)
     k = gp_key_new(e, a->alg, key, a->keylen);
     m = gp_msg_new(e);
     assert_true(gp_msg_start(m, k, iv, 12, 1));
-    unsetenv("GPUPROV_TEST_CUDA_FAULT_AFTER");
+    unsetenv(hook);
+    unsetenv("GPUPROV_LONE_LAUNCH");
     assert_string_equal(gp_engine_backend_name(e), "cuda");
     assert_true(gp_msg_aad(m, aad, sizeof(aad)));
     assert_true(gp_msg_crypt(m, in, out, 1000));
@@ -228,6 +232,24 @@ static void test_cuda_fault_falls_back(void **state)
     gp_engine_free(e);
     OSSL_PROVIDER_unload(dflt);
     OSSL_LIB_CTX_free(lib);
+}
+
+/* A CUDA error at launch. */
+static void test_cuda_fault_falls_back(void **state)
+{
+    (void)state;
+    cuda_failure_falls_back("GPUPROV_TEST_CUDA_FAULT_AFTER", 0);
+    cuda_failure_falls_back("GPUPROV_TEST_CUDA_FAULT_AFTER", 1);
+}
+
+/* A batch whose last kernel ends without writing its done words (batching/exec_cuda.c
+ * wait_for_gpu): the event completes, the words stay unset, and the batch must count as failed
+ * rather than deliver what the pinned arena holds. */
+static void test_cuda_silent_kernel_falls_back(void **state)
+{
+    (void)state;
+    cuda_failure_falls_back("GPUPROV_TEST_CUDA_SILENT_AFTER", 0);
+    cuda_failure_falls_back("GPUPROV_TEST_CUDA_SILENT_AFTER", 1);
 }
 
 /* Knobs as an unconfigured provider has them (environment aside), for one backend. */
@@ -961,6 +983,7 @@ int main(void)
     };
     const struct CMUnitTest cuda_only[] = {
         cmocka_unit_test(test_cuda_fault_falls_back),
+        cmocka_unit_test(test_cuda_silent_kernel_falls_back),
     };
     const struct CMUnitTest common[] = {
         cmocka_unit_test(test_host_batch_pool),
