@@ -532,8 +532,9 @@ static void sleep_until_ns(uint64_t t)
 /*
  * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
  * the dispatcher spins for the whole batch: one core per slot busy through copies and kernel,
- * counted in the process's CPU seconds per GB. spin: poll the event; block: sleep in the driver
- * until the GPU signals (the event is made with cudaEventBlockingSync); adaptive: poll for spin_us
+ * counted in the process's CPU seconds per GB. spin: poll (the batch's done words where it has
+ * them, else the event; see batch_look below); block: sleep in the driver until the GPU signals
+ * (the event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us
  * (a lone 16 KiB message's round trip fits), then sleep in the driver. A batch expected to take
  * longer than twice spin_us (the slot's recent batches, from `start`, its first CUDA call: a
  * dispatcher's batch of async jobs) sleeps three quarters of that first and then polls every
