@@ -7,7 +7,7 @@
 # usage: bench/evp.sh [build-dir] [seconds-per-cell]
 #   CSV: $BENCH_OUT or build-dir/bench/evp.csv; thread counts: $EVP_THREADS (default 1,16);
 #   async jobs per thread: $EVP_JOBS (default 0, synchronous calls); how threads wait for their
-#   jobs: $EVP_WAIT_FDS (poll, the default, or epoll)
+#   jobs: $EVP_WAIT (poll, the default, epoll or callback; $EVP_WAIT_FDS is its earlier name)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -31,6 +31,6 @@ fi
 # evp_bench loads each provider into its own library context (no config file involved) and sets
 # GPUPROV_BACKEND for each gpuprov instance itself; it fails a cell whose output differs from the
 # default provider's, and exits non-zero if any cell failed.
-exec "$bench" --threads "$threads" --jobs "$jobs" --wait-fds "${EVP_WAIT_FDS:-poll}" --sizes 16,1024,16384 \
+exec "$bench" --threads "$threads" --jobs "$jobs" --wait "${EVP_WAIT:-${EVP_WAIT_FDS:-poll}}" --sizes 16,1024,16384 \
   --ciphers aes-256-gcm,aes-128-ctr,chacha20-poly1305 --seconds "$secs" \
   --providers "$providers" --module-dir "$moddir" --csv "$out"

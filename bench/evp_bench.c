@@ -15,6 +15,7 @@
 
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 
 #include <openssl/async.h>
 #include <openssl/core_names.h>
@@ -34,8 +35,9 @@
  *     whole process over the timed run (so the provider's own helper threads count) per 10^9 bytes;
  *   - with --jobs N > 0 every thread keeps N operations in flight as ASYNC_JOBs, each with its own
  *     context (what `openssl speed -async_jobs` does on one thread): a job that waits for the GPU
- *     pauses, and the thread waits on the jobs' wait fds (poll, or an epoll set with --wait-fds
- *     epoll) and resumes those that are ready;
+ *     pauses, and the thread waits for its jobs (--wait: their wait fds through poll, or through
+ *     an epoll set; or the wait contexts' callback, which queues the job for its thread) and
+ *     resumes those that are ready;
  *   - with one thread and no jobs, a separate latency run afterwards times single operations one
  *     at a time (a lone synchronous call, nothing else in flight) and reports their median and p99.
  * Before any timing the cell's cipher encrypts a fixed message and must give the same ciphertext
@@ -58,6 +60,10 @@
 
 /* ---- options ---- */
 
+/* How a thread of async jobs learns that a paused job can go on (--wait). */
+enum { WAIT_POLL, WAIT_EPOLL, WAIT_CALLBACK };
+static const char *const wait_names[] = { "poll", "epoll", "callback" };
+
 typedef struct {
     int threads[MAX_LIST], nthreads;
     int sizes[MAX_LIST], nsizes;
@@ -67,7 +73,7 @@ typedef struct {
     char *providers[MAX_LIST];   /* "default", "gpuprov" or "gpuprov:<executor>" */
     int nproviders;
     double seconds, lat_seconds;
-    int epoll;                   /* --wait-fds epoll: jobs' fds in an epoll set, not polled each round */
+    int wait;                    /* --wait: WAIT_POLL, WAIT_EPOLL or WAIT_CALLBACK */
     const char *csv, *module_dir;
 } options;
 
@@ -99,14 +105,14 @@ typedef struct {
 
 typedef struct {
     const EVP_CIPHER *cipher;
-    int aead, size, ivlen, jobs, epoll;
+    int aead, size, ivlen, jobs, wait;
     pthread_barrier_t start;
     atomic_int stop;
     atomic_int failed;
 } cell_shared;
 
 /* One operation stream: a context and its buffers (a thread's own, or one of its async jobs'). */
-typedef struct {
+typedef struct stream {
     cell_shared *sh;
     int index;                   /* seeds its key, data and IVs: thread, or thread * MAX_JOBS + job */
     EVP_CIPHER_CTX *ctx;
@@ -117,15 +123,23 @@ typedef struct {
     ASYNC_JOB *job;              /* paused job, or NULL */
     ASYNC_WAIT_CTX *wctx;
     int ret;                     /* the finished job's result */
+    struct worker *w;            /* --wait callback: the thread the callback queues the job for */
+    struct stream *next_ready;   /* in that thread's ready list */
+    atomic_int queued;           /* in that list now */
 } stream;
 
-typedef struct {
+typedef struct worker {
     cell_shared *sh;
     int index;
     pthread_t tid;
     stream *st;                  /* 1 stream, or sh->jobs */
     int nst;
     uint64_t ops, pauses;
+    /* --wait callback: jobs whose wait context's callback ran (a lock-free stack pushed by whoever
+     * completes them), and an eventfd written only while the thread sleeps on it */
+    _Atomic(stream *) ready_list;
+    atomic_int asleep;
+    int wake_fd;
 } worker;
 
 static double now_s(void)
@@ -309,12 +323,78 @@ static int gather_fds(worker *w, struct pollfd *pfd, int *owner, char *ready, in
 }
 
 /*
+ * --wait callback: the wait context's callback (ASYNC_WAIT_CTX_set_callback(3), OpenSSL 3.0; what
+ * libssl's SSL_set_async_callback installs) runs on the thread that completed the job's work, here
+ * gpuprov's dispatcher. It pushes the job onto its thread's ready list and writes the thread's
+ * eventfd only if the thread sleeps on it, and clears the flag as it does: one write per sleep
+ * rather than one per job. The thread says it sleeps, then looks at the list; the callback pushes,
+ * then looks at the flag; both sequentially consistent, so either the thread sees the job or the
+ * callback sees it asleep.
+ *
+ * A callback may come before its job has paused (the work completed first; the job then never
+ * pauses for it) and so find the job running another request, or already in the list: a job is
+ * queued at most once (`queued`), and a job resumed by a callback that was not for its current
+ * pause just pauses again, which the protocol allows.
+ */
+static int job_ready_cb(void *arg)
+{
+    stream *s = arg;
+    worker *w = s->w;
+    stream *head = atomic_load_explicit(&w->ready_list, memory_order_relaxed);
+    uint64_t one = 1;
+
+    if (atomic_exchange_explicit(&s->queued, 1, memory_order_acq_rel))
+        return 1;
+    do
+        s->next_ready = head;
+    while (!atomic_compare_exchange_weak_explicit(&w->ready_list, &head, s, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+    /* Whoever finds the thread asleep wakes it, and only that one: the rest of a batch's
+     * callbacks for this thread cost a push each. */
+    if (atomic_load_explicit(&w->asleep, memory_order_seq_cst) && atomic_exchange_explicit(&w->asleep, 0, memory_order_seq_cst))
+        while (write(w->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+            ;
+    return 1;
+}
+
+/* --wait callback: mark the queued jobs ready; if there are none, sleep until the callback wakes
+ * the thread. A second with no callback at all marks every paused job ready: a lost callback
+ * would show as a slow cell, not a hung one. */
+static void take_ready(worker *w, char *ready, int may_sleep)
+{
+    stream *list = atomic_exchange_explicit(&w->ready_list, NULL, memory_order_acquire), *next;
+
+    if (list == NULL && may_sleep) {
+        struct pollfd p = { .fd = w->wake_fd, .events = POLLIN };
+        uint64_t v;
+        int n = 1;
+
+        atomic_store_explicit(&w->asleep, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&w->ready_list, memory_order_seq_cst) == NULL
+            && (n = poll(&p, 1, 1000)) > 0 && read(w->wake_fd, &v, sizeof(v)) < 0)
+            v = 0;   /* nothing to drain: the thread looks at its list either way */
+        atomic_store_explicit(&w->asleep, 0, memory_order_relaxed);
+        list = atomic_exchange_explicit(&w->ready_list, NULL, memory_order_acquire);
+        if (n == 0 && list == NULL)
+            for (int j = 0; j < w->nst; j++)
+                ready[j] = w->st[j].job != NULL;
+    }
+    for (; list != NULL; list = next) {
+        next = list->next_ready;   /* before the job may be queued again */
+        atomic_store_explicit(&list->queued, 0, memory_order_release);
+        ready[list - w->st] = 1;
+    }
+}
+
+/*
  * The async loop: every idle stream starts its next message as a job; a job that pauses (gpuprov
- * waits for a batch) is resumed once one of its wait fds is readable, or at once when it has none.
- * After the stop no message starts, and the paused ones are run to their end. How the thread waits
- * is --wait-fds: poll costs a thread O(jobs) per wake-up, and gpuprov's dispatcher wakes a batch's
- * jobs one write apart; epoll (level-triggered, over the fds the wait contexts added) costs
- * O(ready jobs).
+ * waits for a batch) is resumed once it is ready: one of its wait fds is readable, or its wait
+ * context's callback ran (--wait callback), or at once when it has neither. After the stop no
+ * message starts, and the paused ones are run to their end. How the thread waits is --wait: poll
+ * costs a thread O(jobs) per wake-up, and gpuprov's dispatcher wakes a batch's jobs one write
+ * apart; epoll (level-triggered, over the fds the wait contexts added) costs O(ready jobs); with
+ * callbacks the dispatcher pushes a job onto a list, and the thread pays a wake-up only when it
+ * had nothing left to run.
  */
 static void run_async(worker *w)
 {
@@ -323,9 +403,9 @@ static void run_async(worker *w)
     int *owner = calloc((size_t)w->nst * MAX_JOB_FDS, sizeof(*owner));
     struct epoll_event *ev = calloc((size_t)w->nst, sizeof(*ev));
     char *ready = calloc((size_t)w->nst, 1);
-    int ep = sh->epoll ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    int ep = sh->wait == WAIT_EPOLL ? epoll_create1(EPOLL_CLOEXEC) : -1;
 
-    if (pfd == NULL || owner == NULL || ev == NULL || ready == NULL || (sh->epoll && ep < 0)) {
+    if (pfd == NULL || owner == NULL || ev == NULL || ready == NULL || (sh->wait == WAIT_EPOLL && ep < 0)) {
         stream_failed(w, "out of memory, or epoll_create1 failed");
         goto out;
     }
@@ -343,6 +423,9 @@ static void run_async(worker *w)
              * application would), until one pauses. */
             while (more) {
                 more = 0;
+                /* A new job's pause says afresh whether a callback will come. */
+                if (sh->wait == WAIT_CALLBACK && s->job == NULL)
+                    (void)ASYNC_WAIT_CTX_set_status(s->wctx, ASYNC_STATUS_UNSUPPORTED);
                 switch (ASYNC_start_job(&s->job, s->wctx, &s->ret, stream_job, &arg, sizeof(arg))) {
                 case ASYNC_FINISH:
                     if (s->ret)
@@ -353,7 +436,10 @@ static void run_async(worker *w)
                     break;
                 case ASYNC_PAUSE:
                     w->pauses++;
-                    if (ep >= 0 && !track_fds(w, ep, s, j)) {
+                    /* With --wait callback, only a pause whose status says the callback will run
+                     * (ASYNC_STATUS_OK, set by whoever paused) waits for it; any other is retried. */
+                    if ((ep >= 0 && !track_fds(w, ep, s, j))
+                        || (sh->wait == WAIT_CALLBACK && ASYNC_WAIT_CTX_get_status(s->wctx) != ASYNC_STATUS_OK)) {
                         ready[j] = 1;   /* nothing to wait on: resume it in the next round */
                         busy = 1;
                     }
@@ -370,7 +456,9 @@ static void run_async(worker *w)
             break;
         if (paused == 0)
             continue;
-        if (ep >= 0) {
+        if (sh->wait == WAIT_CALLBACK) {
+            take_ready(w, ready, !busy);
+        } else if (ep >= 0) {
             n = epoll_wait(ep, ev, w->nst, busy ? 0 : 1000);
             for (int k = 0; k < n; k++)
                 if (w->st[ev[k].data.u32].job != NULL)
@@ -401,7 +489,10 @@ static void *worker_main(void *arg)
 
     w->nst = sh->jobs > 0 ? sh->jobs : 1;
     w->st = calloc((size_t)w->nst, sizeof(*w->st));
-    ok = w->st != NULL;
+    atomic_init(&w->ready_list, NULL);
+    atomic_init(&w->asleep, 0);
+    w->wake_fd = sh->jobs > 0 && sh->wait == WAIT_CALLBACK ? eventfd(0, EFD_CLOEXEC) : -1;
+    ok = w->st != NULL && (w->wake_fd >= 0 || sh->jobs == 0 || sh->wait != WAIT_CALLBACK);
     if (ok && sh->jobs > 0)
         ok = async_ready = ASYNC_init_thread((size_t)sh->jobs, (size_t)sh->jobs);
     for (int j = 0; ok && j < w->nst; j++) {
@@ -409,6 +500,9 @@ static void *worker_main(void *arg)
 
         ok = stream_setup(s, sh, sh->jobs > 0 ? w->index * MAX_JOBS + j : w->index)
              && (sh->jobs == 0 || (s->wctx = ASYNC_WAIT_CTX_new()) != NULL);
+        s->w = w;
+        if (ok && sh->jobs > 0 && sh->wait == WAIT_CALLBACK)
+            ok = ASYNC_WAIT_CTX_set_callback(s->wctx, job_ready_cb, s);
         /* warm-up, synchronously: the first stream as long as a synchronous thread, one each after */
         for (int i = 0; ok && i < (j == 0 ? WARMUP_OPS : 1); i++)
             ok = stream_op(s);
@@ -432,6 +526,8 @@ static void *worker_main(void *arg)
     }
     if (async_ready)
         ASYNC_cleanup_thread();
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);   /* every job ran to its end: no callback is left to write it */
     return NULL;
 }
 
@@ -558,7 +654,7 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
     sh.cipher = c;
     sh.size = size;
     sh.jobs = jobs;
-    sh.epoll = o->epoll;
+    sh.wait = o->wait;
     sh.aead = (EVP_CIPHER_get_flags(c) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
     sh.ivlen = EVP_CIPHER_get_iv_length(c);
     /* Stream and AEAD modes only: a padded block mode's Final would write past `size`. */
@@ -798,10 +894,12 @@ static void usage(FILE *f)
         "  --jobs LIST        async jobs per thread, each with its own context and key (default 0:\n"
         "                     synchronous calls); a paused job waits on its wait fd, as in\n"
         "                     openssl speed -async_jobs\n"
-        "  --wait-fds MODE    how a thread waits for its paused jobs: poll (default: every paused\n"
-        "                     job's wait fds each round, as openssl speed does) or epoll (an\n"
+        "  --wait MODE        how a thread waits for its paused jobs: poll (default: every paused\n"
+        "                     job's wait fds each round, as openssl speed does), epoll (an\n"
         "                     epoll set the fds join as wait contexts add them, as an\n"
-        "                     event-driven server does)\n"
+        "                     event-driven server does) or callback (the wait contexts'\n"
+        "                     callback queues the job for its thread, as with libssl's\n"
+        "                     SSL_set_async_callback); --wait-fds is the same option\n"
         "  --seconds S        timed run per cell (default 2)\n"
         "  --lat-seconds S    latency run per one-thread cell (default: a quarter of --seconds)\n"
         "  --providers LIST   default, gpuprov, gpuprov:<executor> (default default,gpuprov);\n"
@@ -901,7 +999,8 @@ static int parse_options(int argc, char **argv, options *o)
         { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 'S' },
         { "lat-seconds", required_argument, NULL, 'L' },
-        { "wait-fds", required_argument, NULL, 'w' },
+        { "wait", required_argument, NULL, 'w' },
+        { "wait-fds", required_argument, NULL, 'w' },   /* its earlier name */
         { "providers", required_argument, NULL, 'p' },
         { "csv", required_argument, NULL, 'o' },
         { "module-dir", required_argument, NULL, 'm' },
@@ -924,11 +1023,12 @@ static int parse_options(int argc, char **argv, options *o)
         case 'o': o->csv = optarg; break;
         case 'm': o->module_dir = optarg; break;
         case 'w':
-            if (strcmp(optarg, "poll") != 0 && strcmp(optarg, "epoll") != 0) {
-                fprintf(stderr, "evp_bench: --wait-fds poll or epoll\n");
+            for (o->wait = 0; o->wait < 3 && strcmp(optarg, wait_names[o->wait]) != 0; o->wait++)
+                ;
+            if (o->wait == 3) {
+                fprintf(stderr, "evp_bench: --wait poll, epoll or callback\n");
                 return 0;
             }
-            o->epoll = strcmp(optarg, "epoll") == 0;
             break;
         case 'S':
             if (!parse_seconds(optarg, &o->seconds))
