@@ -246,6 +246,52 @@ static void stream_free(stream *s)
     free(s->out);
 }
 
+/*
+ * --wait callback: gpuprov publishes a result and then calls the callback (an application resumed
+ * first finds its result), so a job can finish, and its cell end, while the dispatcher that woke
+ * it has still to make the call. What the callback touches (the worker with its eventfd, and the
+ * stream structs) is therefore kept until the providers are unloaded, which joins their
+ * dispatchers. Buffers, contexts and wait contexts go at the cell's end as usual.
+ */
+typedef struct retired {
+    struct retired *next;
+    worker *ws;
+    int n;
+} retired;
+
+static retired *retired_cells;
+
+static void retire_workers(worker *ws, int n)
+{
+    retired *r = malloc(sizeof(*r));
+
+    if (r == NULL) {   /* leak them rather than free what a late callback may touch */
+        fprintf(stderr, "evp_bench: out of memory keeping a cell's workers\n");
+        return;
+    }
+    r->next = retired_cells;
+    r->ws = ws;
+    r->n = n;
+    retired_cells = r;
+}
+
+/* After every provider is unloaded: no callback can come any more. */
+static void free_retired_workers(void)
+{
+    while (retired_cells != NULL) {
+        retired *r = retired_cells;
+
+        retired_cells = r->next;
+        for (int i = 0; i < r->n; i++) {
+            if (r->ws[i].wake_fd >= 0)
+                close(r->ws[i].wake_fd);
+            free(r->ws[i].st);
+        }
+        free(r->ws);
+        free(r);
+    }
+}
+
 /* The stream's next message (a fresh IV under its key). */
 static int stream_op(stream *s)
 {
@@ -526,8 +572,6 @@ static void *worker_main(void *arg)
     }
     if (async_ready)
         ASYNC_cleanup_thread();
-    if (w->wake_fd >= 0)
-        close(w->wake_fd);   /* every job ran to its end: no callback is left to write it */
     return NULL;
 }
 
@@ -714,9 +758,16 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
         r->pauses += ws[i].pauses;
         for (int j = 0; ws[i].st != NULL && j < ws[i].nst; j++)
             stream_free(&ws[i].st[j]);
-        free(ws[i].st);
+        if (sh.wait != WAIT_CALLBACK || jobs == 0) {
+            if (ws[i].wake_fd >= 0)
+                close(ws[i].wake_fd);
+            free(ws[i].st);
+        }
     }
-    free(ws);
+    if (sh.wait == WAIT_CALLBACK && jobs > 0)
+        retire_workers(ws, nthreads);
+    else
+        free(ws);
     pthread_barrier_destroy(&sh.start);
     if (!atomic_load(&sh.failed) && r->ops > 0) {
         double gb = (double)r->ops * (double)size * 1e-9;
@@ -1257,6 +1308,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (int i = nprovs - 1; i >= 0; i--)
         provider_close(&provs[i]);
+    free_retired_workers();
     free(rs);
     if (failures > 0)
         fprintf(stderr, "evp_bench: %d failure(s)\n", failures);
