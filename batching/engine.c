@@ -64,10 +64,13 @@ unsigned gp_fork_generation(void)
 
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
 {
-    gp_engine *e = calloc(1, sizeof(*e));
+    /* Its alignment: the stats' shards and the queue's lock-free fields have cache lines of
+     * their own. */
+    gp_engine *e = aligned_alloc(_Alignof(gp_engine), sizeof(*e));
 
     if (e == NULL)
         return NULL;
+    memset(e, 0, sizeof(*e));
     e->knobs = *knobs;
     e->libctx = libctx;
     pthread_once(&atfork_once, register_atfork);

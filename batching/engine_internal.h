@@ -163,27 +163,37 @@ typedef struct gp_queue {
     _Atomic int inflight;        /* batches being run by their leaders */
     /* Async jobs (their entries flush through the dispatcher threads; a job never leads). */
     size_t npending_async;       /* async entries in the pending batch */
-    _Atomic size_t async_waiting;   /* async entries queued whose jobs have not yet taken the result:
-                                     * when all of them are pending, no job could add another
-                                     * (taken off without the lock) */
     size_t async_inflight;       /* async entries in batches being run */
     size_t sync_inflight;        /* synchronous entries in batches being run */
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
     uint64_t last_done_ns;       /* when a batch last completed */
-    _Atomic uint64_t events;     /* bumped per append and per completed batch: the dispatcher spins
-                                  * on it (and on the inbox) without the lock */
-    /* Async jobs queue without the lock: they push their entry here (newest first), and whoever
-     * holds the lock moves the inbox into the pending batch (queue.c, drain_inbox). */
-    _Atomic(struct gp_queue_entry *) inbox;
+    _Atomic uint64_t events;     /* bumped per append (or drain) and per completed batch: the
+                                  * dispatcher spins on it (and on the inbox) without the lock */
     pthread_cond_t dispatch_cond;   /* wakes a dispatcher: async entry added, batch done, stop */
     pthread_t dispatchers[GP_MAX_DISPATCHERS];   /* one per batch the executor overlaps */
     int ndispatchers;
+    /*
+     * What every async request touches without the lock, each on a cache line of its own, away
+     * from what the dispatchers write under it (the pending batch, the clocks, `events`): on the
+     * H200 host, 16 threads of jobs spent ~0.5 us a round trip in submit_async's own code with
+     * the inbox beside `events` and the waiting count beside the append clock (perf,
+     * bench/RESULTS.md, twenty-second session).
+     *
+     * Async jobs queue without the lock: they push their entry here (newest first), and whoever
+     * holds the lock moves the inbox into the pending batch (queue.c, drain_inbox).
+     */
+    _Alignas(64) _Atomic(struct gp_queue_entry *) inbox;
+    _Alignas(64) _Atomic size_t async_waiting;   /* async entries queued whose jobs have not yet
+                                                  * taken the result: when all of them are pending,
+                                                  * no job could add another (taken off without the
+                                                  * lock) */
     /* Who looks at the inbox: the watcher (one dispatcher at a time, spinning or deciding, which
      * checks the inbox before it leads or blocks), or else a dispatcher blocked on dispatch_cond,
      * which a pushing job wakes (queue.c, wake_dispatcher). */
-    _Atomic int watching;
+    _Alignas(64) _Atomic int watching;
     _Atomic int asleep;          /* dispatchers blocked on dispatch_cond */
-    _Atomic unsigned dispatchers_live;   /* gp_fork_generation() + 1 while this process's run */
+    /* Read by every async request, written about once per process: */
+    _Alignas(64) _Atomic unsigned dispatchers_live;   /* gp_fork_generation() + 1 while this process's run */
     /* Async jobs hand their own per-request work (prepare, staging) to their thread only once jobs
      * of two threads or more have queued (submit_async); stage_one_thread: test hook. */
     _Atomic uintptr_t async_thread;   /* the last thread an async request came from */

@@ -359,8 +359,9 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
     }
 }
 
-/* Append an entry to the pending batch (lock held); 0 if the array cannot grow. */
-static int append(gp_queue *q, gp_queue_entry *me)
+/* Add an entry that joined at `now` to the pending batch (lock held); 0 if the array cannot
+ * grow. The caller bumps `events`. */
+static int add_pending(gp_queue *q, gp_queue_entry *me, uint64_t now)
 {
     if (q->npending == q->cap) {
         size_t cap = q->cap != 0 ? q->cap * 2 : 64;
@@ -371,32 +372,46 @@ static int append(gp_queue *q, gp_queue_entry *me)
         q->pending = p;
         q->cap = cap;
     }
-    q->last_add_ns = gp_now_ns();
+    q->last_add_ns = now;
     if (q->npending == 0)
-        q->first_ns = q->last_add_ns;
+        q->first_ns = now;
     q->pending[q->npending++] = me;
     q->pending_bytes += me->req->len;
+    return 1;
+}
+
+/* Append a synchronous caller's entry to the pending batch (lock held); 0 if the array cannot grow. */
+static int append(gp_queue *q, gp_queue_entry *me)
+{
+    if (!add_pending(q, me, gp_now_ns()))
+        return 0;
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     return 1;
 }
 
 /*
- * Move the jobs' inbox into the pending batch, oldest first (lock held). An entry the array cannot
- * take (out of memory) fails like any refused submission: it is completed with GP_REQ_FAILED, with
- * the lock dropped meanwhile (the completion may call the application's callback).
+ * Move the jobs' inbox into the pending batch, oldest first (lock held), as having joined now: one
+ * clock read and one bump of `events` for the lot. An entry the array cannot take (out of memory)
+ * fails like any refused submission: it is completed with GP_REQ_FAILED, with the lock dropped
+ * meanwhile (the completion may call the application's callback).
  */
 static void drain_inbox(gp_queue *q)
 {
     gp_queue_entry *list = atomic_exchange_explicit(&q->inbox, NULL, memory_order_acquire), *fifo = NULL, *next;
+    uint64_t now;
 
+    if (list == NULL)
+        return;
     for (; list != NULL; list = next) {   /* newest first -> oldest first */
         next = list->next_in;
         list->next_in = fifo;
         fifo = list;
     }
+    now = gp_now_ns();
+    atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     for (; fifo != NULL; fifo = next) {
         next = fifo->next_in;
-        if (append(q, fifo)) {
+        if (add_pending(q, fifo, now)) {
             q->npending_async++;
             continue;
         }
