@@ -64,7 +64,9 @@ void gp_stage_grow(gp_stage_pool *p)
             p->broken = 1;
         } else {
             for (size_t i = 0; i < GP_STAGE_SLAB_CHUNKS; i++) {
-                gp_stage_shard *sh = &p->shards[i % GP_STAGE_SHARDS];   /* dealt over the lists */
+                /* Dealt over the lists in runs, so that neighbouring descriptors (a cache line
+                 * holds two or three; `next` is written at every put) mostly share an owner. */
+                gp_stage_shard *sh = &p->shards[i * GP_STAGE_SHARDS / GP_STAGE_SLAB_CHUNKS];
 
                 s->chunks[i].host = (uint8_t *)s->mem + i * GP_STAGE_CHUNK_BYTES;
                 s->chunks[i].dev = dev != 0 ? dev + i * GP_STAGE_CHUNK_BYTES : 0;
