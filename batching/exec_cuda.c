@@ -1,14 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The cuda executor: a batch as one pinned arena and three launches: copy in, kernel, copy out. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#if defined(__linux__)
-# include <sys/prctl.h>
-#endif
 
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
@@ -520,43 +515,6 @@ static int cuda_open(gp_engine *e)
     return 1;
 }
 
-/* Sleep until CLOCK_MONOTONIC reaches `t` (ns). */
-static void sleep_until_ns(uint64_t t)
-{
-    struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
-
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
-/*
- * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
- * the dispatcher spins for the whole batch: one core per slot busy through copies and kernel,
- * counted in the process's CPU seconds per GB. spin: poll (the batch's done words where it has
- * them, else the event; see batch_look below); block: sleep in the driver until the GPU signals
- * (the event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us
- * (a lone 16 KiB message's round trip fits), then sleep in the driver. A batch expected to take
- * longer than twice spin_us (the slot's recent batches, from `start`, its first CUDA call: a
- * dispatcher's batch of async jobs) sleeps three quarters of that first and then polls every
- * GP_GPU_POLL_US: the driver's wake-up came ~25 µs after the GPU had finished on the H200 host
- * under 16 busy threads (gpu_us 308 -> 283 µs a batch with this, bench/RESULTS.md, eleventh
- * session). Only a thread whose sleeps end on time does this: the dispatchers set a 1 µs timer
- * slack (queue.c); an application thread leading its own batch has the default 50 µs, which would
- * make a 5 µs poll step late, and keeps spinning.
- */
-#define GP_GPU_POLL_US 5
-
-static int sleeps_precisely(void)
-{
-#if defined(PR_GET_TIMERSLACK)
-    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-
-    return slack >= 0 && slack <= 10000;
-#else
-    return 0;
-#endif
-}
-
 /*
  * A batch's last kernel can say that its results are back: each of its blocks sets its done word
  * to the batch's ticket once its share is in the pinned arena (kernels/batch_kernel.cu: the copy
@@ -603,6 +561,18 @@ static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError
     return err;
 }
 
+/*
+ * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
+ * the dispatcher spins for the whole batch. spin: poll (the batch's done words where it has them,
+ * else the event; see batch_look below); block: sleep in the driver until the GPU signals (the
+ * event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us (a
+ * lone 16 KiB message's round trip fits), then sleep in the driver, except on a dispatcher (an
+ * async jobs' batch), which polls up to twice what the slot's recent batches took (from `start`,
+ * its first CUDA call) before it sleeps. A dispatcher used to sleep three quarters of that and
+ * then poll every 5 µs: under 16 busy application threads its wake-ups came late, and the slot's
+ * next batch waited for them (H200, 16 threads x 32 jobs x 16 KiB AES-256-GCM 16.0-16.1 -> 18.1-19.1
+ * GB/s polling throughout, at 0-10% more CPU per GB; bench/RESULTS.md, twenty-third session).
+ */
 static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, gp_batch_end *b)
 {
     uint64_t spin = (uint64_t)e->knobs.spin_us * 1000u, until, expect = c->expect_ns, t;
@@ -611,36 +581,16 @@ static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, g
     b->query_at = gp_now_ns() + GP_QUERY_US * 1000u;
     if (e->knobs.wait == GP_WAIT_BLOCK)
         return batch_ended(c, b, cudaEventSynchronize(c->copied));
-    if (e->knobs.wait == GP_WAIT_ADAPTIVE && expect > 2 * spin && sleeps_precisely()) {
-        int polls = 0;
-
-        sleep_until_ns(start + expect / 4 * 3);
+    until = gp_now_ns() + spin;
+    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_queue_on_dispatcher() && start + 2 * expect + spin > until)
         until = start + 2 * expect + spin;
-        while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
-            if (t >= until) {
-                err = cudaEventSynchronize(c->copied);
-                break;
-            }
-            polls++;
-            sleep_until_ns(t + GP_GPU_POLL_US * 1000u);
+    while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
+        if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {
+            err = cudaEventSynchronize(c->copied);
+            break;
         }
-        err = batch_ended(c, b, err);
-        /* Done at the first look: it may have been done long before, so how long it took is not
-         * known; expect a little less next time rather than what the sleep itself made it. */
-        if (err == cudaSuccess && polls == 0) {
-            c->expect_ns = expect / 8 * 7;
-            return err;
-        }
-    } else {
-        until = gp_now_ns() + spin;
-        while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
-            if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {
-                err = cudaEventSynchronize(c->copied);
-                break;
-            }
-        }
-        err = batch_ended(c, b, err);
     }
+    err = batch_ended(c, b, err);
     /* What the next batch in this slot expects: a running mean of what this one took as seen here
      * (a batch that blocked reads long, and the mean forgets it in a few batches). */
     if (err == cudaSuccess) {
@@ -1060,12 +1010,13 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
         /* Which kernel says the results are back (wait_for_gpu): the lone launch, or the copy kernel
-         * out of a folded batch that an application thread leads (an unfolded batch's states come
-         * back by DMA after that kernel). A dispatcher's batches keep the event: it sleeps through
-         * most of a batch either way, and with the words evp_bench 1 x 32 and 4 x 32 read 10-13%
-         * lower on the H200 (not understood; 4 synchronous threads read 15% higher, 16 x 32 the
-         * same; bench/RESULTS.md, twenty-first session). */
-        end.blocks = lone > 0 ? lone_grid : fold && nc_out > 0 && !gp_queue_on_dispatcher() ? out_grid.x : 0;
+         * out of a folded batch (an unfolded batch's states come back by DMA after that kernel). A
+         * dispatcher's batches kept the event while it slept through most of a batch (with the
+         * words evp_bench 1 x 32 and 4 x 32 read 10-13% lower then, twenty-first session). Now that
+         * it polls throughout, the words spare it a driver call a look, which the other slots'
+         * launches waited behind: 16 x 64 AES-256-GCM with callbacks 23.1-23.5 -> 24.4-25.0 GB/s on
+         * an H200, the other cells within noise (bench/RESULTS.md, twenty-third session). */
+        end.blocks = lone > 0 ? lone_grid : fold && nc_out > 0 ? out_grid.x : 0;
         if (end.blocks > 0) {
             end.ticket = ++c->ticket;
             if (atomic_load(&g->silent_after) < 0 || atomic_fetch_sub(&g->silent_after, 1) != 0)

@@ -542,8 +542,8 @@ static void *dispatcher_main(void *arg)
      * thread's stack, rather than on the job's). */
     gp_async_pin_module();
 #if defined(PR_SET_TIMERSLACK)
-    /* Our own thread: its timed sleeps (the cuda executor polls a batch's end in 5 µs steps) end
-     * on time rather than up to the default 50 µs late. */
+    /* Our own thread: its timed sleeps (a pending batch's flush deadline) end on time rather than
+     * up to the default 50 µs late. */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
     pthread_mutex_lock(&q->lock);
