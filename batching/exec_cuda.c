@@ -564,7 +564,7 @@ static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError
 /*
  * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
  * the dispatcher spins for the whole batch. spin: poll (the batch's done words where it has them,
- * else the event; see batch_look below); block: sleep in the driver until the GPU signals (the
+ * else the event; see batch_look above); block: sleep in the driver until the GPU signals (the
  * event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us (a
  * lone 16 KiB message's round trip fits), then sleep in the driver, except on a dispatcher (an
  * async jobs' batch), which polls up to twice what the slot's recent batches took (from `start`,
