@@ -30,12 +30,15 @@ typedef enum gp_backend {
 #define GP_KNOB_CALIBRATE ((size_t)-1)
 #define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
 
+#define GP_STATS_STEPS 2            /* knob stats=steps */
+
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
 /* Knobs, from the provider's openssl.cnf section, overridden by GPUPROV_<KEY> variables. */
 typedef struct gp_knobs {
     gp_backend backend;
-    int stats;             /* print one stats line to stderr when the provider unloads */
+    int stats;             /* print one stats line to stderr when the provider unloads; GP_STATS_STEPS:
+                            * the cuda executor also times each step of a batch on the GPU */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
     int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and

@@ -108,6 +108,7 @@ typedef struct gp_cuda {
     atomic_uint_fast64_t st_lone;       /* batches run as one launch (gp_lone_kernel) */
     atomic_uint_fast64_t st_ns_issue;   /* of st_ns_gpu: issuing the batch's CUDA calls */
     atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
+    atomic_uint_fast64_t st_first_ns, st_last_ns;     /* the first batch's start, the last one's end */
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
     gp_stage_pool stage;
     int stage_ready;
@@ -344,7 +345,11 @@ static cudaError_t step_events_create(gp_engine *e, gp_cuda_slot *sl)
 {
     cudaError_t err = cudaSuccess;
 
-    for (int k = 0; k <= GP_GPU_STEPS && e->knobs.stats && err == cudaSuccess; k++)
+    /* Only with stats=steps: between a slot's steps they make each step run alone, and reading
+     * them costs the dispatcher a wait (H200, 16 threads x 32 jobs x 16 KiB AES-256-GCM: 14.7-15.9
+     * GB/s with them, host_out_us 77-84, against 19.2-20.6 and 5-6 without; bench/RESULTS.md,
+     * twenty-fourth session). */
+    for (int k = 0; k <= GP_GPU_STEPS && e->knobs.stats == GP_STATS_STEPS && err == cudaSuccess; k++)
         err = cudaEventCreate(&sl->step[k]);
     return err;
 }
@@ -609,18 +614,28 @@ static void cuda_close(gp_engine *e)
         return;
     if (e->knobs.stats && atomic_load(&c->st_batches) > 0) {
         double nb = (double)atomic_load(&c->st_batches);
+        /* The share of the slots' time from the first batch to the last that they held a batch. */
+        double span = (double)(atomic_load(&c->st_last_ns) - atomic_load(&c->st_first_ns)) * c->nslots;
+        double held = (double)(atomic_load(&c->st_ns_in) + atomic_load(&c->st_ns_gpu) + atomic_load(&c->st_ns_out));
 
         gp_log_line("gpuprov cuda: batches=%.0f lone_launches=%.0f mean_reqs=%.1f staged=%.1f early_launch=%d per batch: "
-                    "host_in_us=%.1f gpu_us=%.1f host_out_us=%.1f\n", nb, (double)atomic_load(&c->st_lone),
-                    (double)atomic_load(&c->st_reqs) / nb,
+                    "host_in_us=%.1f gpu_us=%.1f host_out_us=%.1f slots_busy=%.2f\n", nb,
+                    (double)atomic_load(&c->st_lone), (double)atomic_load(&c->st_reqs) / nb,
                     (double)atomic_load(&c->st_staged) / nb, c->nslots > 0 && c->slots[0].shape.early_launch,
                     (double)atomic_load(&c->st_ns_in) / nb / 1e3,
-                    (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3);
-        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f dma_in_us=%.1f copy_in_us=%.1f kernel_us=%.1f "
-                    "copy_out_us=%.1f dma_out_us=%.1f\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
-                    (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
-                    (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
-                    (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
+                    (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3,
+                    span > 0 ? held / span : 0.0);
+        if (e->knobs.stats != GP_STATS_STEPS)
+            gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f\n",
+                        (double)atomic_load(&c->st_ns_issue) / nb / 1e3);
+        else
+            gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f dma_in_us=%.1f copy_in_us=%.1f "
+                        "kernel_us=%.1f copy_out_us=%.1f dma_out_us=%.1f\n",
+                        (double)atomic_load(&c->st_ns_issue) / nb / 1e3, (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
+                        (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3,
+                        (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
+                        (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3,
+                        (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
     }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
@@ -1160,6 +1175,12 @@ out:
         atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_issue, t_issued - t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_out, t3 - t2, memory_order_relaxed);
+        {
+            uint_fast64_t unset = 0;
+
+            atomic_compare_exchange_strong(&g->st_first_ns, &unset, t0);
+            atomic_store_explicit(&g->st_last_ns, t3, memory_order_relaxed);
+        }
     }
     return ok;
 }

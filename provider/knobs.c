@@ -28,18 +28,22 @@ static void bad_knob(const char *key, const char *val, const char *expected)
     fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n", key, val, expected);
 }
 
-static int parse_bool(const char *key, const char *v, int dflt)
+/* 0 or 1 (or yes/no, true/false, on/off), or steps: 1, and the cuda executor also times each step
+ * of a batch on the GPU with events, which makes the steps run one at a time (README, the
+ * `gpuprov cuda:` lines). */
+static int parse_stats(const char *v)
 {
     if (v == NULL)
-        return dflt;
+        return 0;
+    if (strcasecmp(v, "steps") == 0)
+        return GP_STATS_STEPS;
     if (strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0 || strcasecmp(v, "true") == 0
         || strcasecmp(v, "on") == 0)
         return 1;
-    if (strcmp(v, "0") == 0 || strcasecmp(v, "no") == 0 || strcasecmp(v, "false") == 0
-        || strcasecmp(v, "off") == 0)
-        return 0;
-    bad_knob(key, v, "0 or 1");
-    return dflt;
+    if (strcmp(v, "0") != 0 && strcasecmp(v, "no") != 0 && strcasecmp(v, "false") != 0
+        && strcasecmp(v, "off") != 0)
+        bad_knob("stats", v, "0, 1 or steps");
+    return 0;
 }
 
 static int parse_count(const char *key, const char *v, int dflt, int max)
@@ -147,7 +151,7 @@ void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_g
     if (get_params != NULL)
         get_params(handle, params);
     k->backend = parse_backend(knob_value("backend", backend, env, sizeof(env)));
-    k->stats = parse_bool("stats", knob_value("stats", stats, env, sizeof(env)), 0);
+    k->stats = parse_stats(knob_value("stats", stats, env, sizeof(env)));
     k->host_threads = parse_count("host_threads",
                                   knob_value("host_threads", host_threads, env, sizeof(env)), 0, 1024);
     {

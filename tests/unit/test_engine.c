@@ -923,6 +923,9 @@ static void test_knobs_from_env(void **state)
     gp_knobs_load(&k, NULL, NULL);
     assert_int_equal(k.backend, GP_BACKEND_CPU);
     assert_int_equal(k.stats, 0);
+    setenv("GPUPROV_STATS", "Steps", 1);
+    gp_knobs_load(&k, NULL, NULL);
+    assert_int_equal(k.stats, GP_STATS_STEPS);
     setenv("GPUPROV_BACKEND", "gpu-please", 1);
     setenv("GPUPROV_STATS", "maybe", 1);
     setenv("GPUPROV_HOST_THREADS", "-2", 1);
