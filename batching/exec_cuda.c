@@ -617,6 +617,7 @@ static void cuda_close(gp_engine *e)
         /* The share of the slots' time from the first batch to the last that they held a batch. */
         double span = (double)(atomic_load(&c->st_last_ns) - atomic_load(&c->st_first_ns)) * c->nslots;
         double held = (double)(atomic_load(&c->st_ns_in) + atomic_load(&c->st_ns_gpu) + atomic_load(&c->st_ns_out));
+        char steps[160] = "";   /* the GPU's own time per step, with stats=steps */
 
         gp_log_line("gpuprov cuda: batches=%.0f lone_launches=%.0f mean_reqs=%.1f staged=%.1f early_launch=%d per batch: "
                     "host_in_us=%.1f gpu_us=%.1f host_out_us=%.1f slots_busy=%.2f\n", nb,
@@ -625,17 +626,13 @@ static void cuda_close(gp_engine *e)
                     (double)atomic_load(&c->st_ns_in) / nb / 1e3,
                     (double)atomic_load(&c->st_ns_gpu) / nb / 1e3, (double)atomic_load(&c->st_ns_out) / nb / 1e3,
                     span > 0 ? held / span : 0.0);
-        if (e->knobs.stats != GP_STATS_STEPS)
-            gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f\n",
-                        (double)atomic_load(&c->st_ns_issue) / nb / 1e3);
-        else
-            gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f dma_in_us=%.1f copy_in_us=%.1f "
-                        "kernel_us=%.1f copy_out_us=%.1f dma_out_us=%.1f\n",
-                        (double)atomic_load(&c->st_ns_issue) / nb / 1e3, (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3,
-                        (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3,
-                        (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3,
-                        (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3,
-                        (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
+        if (e->knobs.stats == GP_STATS_STEPS)
+            snprintf(steps, sizeof(steps), " dma_in_us=%.1f copy_in_us=%.1f kernel_us=%.1f copy_out_us=%.1f dma_out_us=%.1f",
+                     (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3,
+                     (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3,
+                     (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
+        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f%s\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
+                    steps);
     }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
