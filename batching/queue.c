@@ -537,6 +537,10 @@ static void *dispatcher_main(void *arg)
     int watcher = 0;
 
     on_dispatcher = 1;
+#if defined(PR_SET_NAME)
+    /* Named for top -H, perf and debuggers: the application's own threads keep their names. */
+    (void)prctl(PR_SET_NAME, "gp-dispatch", 0, 0, 0);
+#endif
 
     /* Wait contexts keep a pointer to our fd cleanup function: stay mapped (done here, on a
      * thread's stack, rather than on the job's). */
