@@ -96,6 +96,14 @@ int gp_async_wait(const gp_async_notify *n, atomic_int *done, unsigned fork_gen)
      * the parent's copy, whose wake-up a drain here would take. */
     if (gp_fork_generation() != fork_gen)
         return 0;
+    /* Callback mode: the job may not finish while the application's callback for it still runs
+     * (gp_async_complete): what the callback touches the application may free once the job is
+     * done. The result is published just before the call, so this wait is the callback's length. */
+    while (n->cb != NULL && atomic_load_explicit(done, memory_order_acquire) != GP_ASYNC_CALLBACK_RETURNED) {
+        if (gp_fork_generation() != fork_gen)
+            return 0;
+        sched_yield();
+    }
     if (n->fd >= 0) {
         uint64_t v;
 
@@ -113,10 +121,11 @@ void gp_async_complete(const gp_async_notify *np, atomic_int *done)
 
     if (n.cb != NULL) {
         /* A callback is an edge: once it has run, the application may resume the job and expects
-         * to find the result, so publish first (the callback argument is the application's, kept
-         * alive with its wait context). */
+         * to find the result, so publish first. The job then waits for the second store before it
+         * finishes (gp_async_wait), so nothing the callback touches goes away under it. */
         atomic_store_explicit(done, 1, memory_order_release);
         n.cb(n.cb_arg);
+        atomic_store_explicit(done, GP_ASYNC_CALLBACK_RETURNED, memory_order_release);
         return;
     }
     if (n.fd >= 0) {
