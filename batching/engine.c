@@ -315,6 +315,8 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 
     if (x == NULL)
         return 0;
+    if (atomic_load_explicit(&e->usable_gen[x->id], memory_order_acquire) == gp_fork_generation() + 1)
+        return 1;
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
     while (e->opened[x->id] == GP_OPENING) {
@@ -334,6 +336,8 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
         e->opened[x->id] = ok ? 1 : -1;
     }
     state = e->opened[x->id];
+    if (state == 1)
+        atomic_store_explicit(&e->usable_gen[x->id], gp_fork_generation() + 1, memory_order_release);
     pthread_mutex_unlock(&e->open_lock);
     return state == 1;
 }
@@ -469,6 +473,7 @@ static void *warmup_main(void *v)
         e->warm_calib_cpu_ns = thread_cpu_ns() - c1;
     }
     atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+    atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
     atomic_fetch_sub(&warmups_running, 1);
     return NULL;
 }
@@ -498,10 +503,6 @@ static int gpu_demand(gp_engine *e)
     return seen != self;
 }
 
-/* A message this large may go to the GPU even from a lone synchronous caller (hybrid.c, rule 2):
- * the round trip's fixed cost is small beside it. */
-#define GP_DEMAND_BYTES (256u * 1024u)
-
 
 /*
  * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens
@@ -516,7 +517,8 @@ static int warmed_up(gp_engine *e, int start)
 
     if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
         return 1;
-    if (!start)
+    /* Started in this process and not done: no lock (every message start asks until then). */
+    if (!start || atomic_load_explicit(&e->warm_started_gen, memory_order_acquire) == gen + 1)
         return 0;
     pthread_mutex_lock(&e->open_lock);
     check_fork(e);
@@ -527,6 +529,7 @@ static int warmed_up(gp_engine *e, int start)
         e->warm_started = 1;
         e->warm_gen = gen;
         atomic_store(&e->warm_done, 0);
+        atomic_store_explicit(&e->warm_started_gen, gen + 1, memory_order_release);
         atomic_fetch_add(&warmups_running, 1);
         if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
             atomic_fetch_sub(&warmups_running, 1);
@@ -543,6 +546,8 @@ void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
 {
     pthread_mutex_lock(&e->open_lock);
     e->opened[x->id] = -1;
+    atomic_store_explicit(&e->usable_gen[x->id], 0, memory_order_release);
+    atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
     if (atomic_load(&e->preferred) == x)
         atomic_store(&e->preferred, NULL);
     pthread_mutex_unlock(&e->open_lock);
@@ -600,6 +605,43 @@ static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
     atomic_store_explicit(&e->hybrid, hybrid, memory_order_relaxed);
     atomic_store_explicit(&e->preferred, got, memory_order_release);
     return got;
+}
+
+const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keylen, uint64_t last_bytes)
+{
+    const gp_executor *x = preferred_executor(e, 1);
+
+    if (atomic_load_explicit(&e->hybrid, memory_order_relaxed)) {
+        /* Rule 1 of the hybrid policy holds for every caller: a context whose last message was
+         * shorter than the GPU's threshold keeps its next one on the CPU too (TLS records). */
+        if (!gp_hybrid_cpu_only(e, alg) && !(last_bytes < gp_hybrid_cpu_below(e, alg)))
+            return NULL;
+    } else if (x != &gp_exec_cpu) {
+        return NULL;
+    }
+    return gp_cpu_direct_for(e, alg, keylen);
+}
+
+const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e)
+{
+    return &e->route_epoch;
+}
+
+void gp_engine_note_large(gp_engine *e, size_t len)
+{
+    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && executors[GP_EXEC_CUDA] != NULL
+        && !e->knobs.hybrid_gpu_host)
+        (void)warmed_up(e, 1);   /* later messages this large may go to the GPU */
+}
+
+void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes)
+{
+    if (calls == 0 || !e->knobs.stats)
+        return;
+    gp_stat_add(e, GP_ST_OPS, calls);
+    gp_stat_add(e, GP_ST_BATCHES, calls);
+    gp_stat_add(e, GP_ST_EXEC_OPS + GP_EXEC_CPU, calls);
+    gp_stat_add(e, GP_ST_BYTES, bytes);
 }
 
 const char *gp_engine_backend_name(gp_engine *e)
@@ -671,6 +713,11 @@ gp_key *gp_key_dup(const gp_key *k)
 int gp_key_matches(const gp_key *k, const uint8_t *key, size_t keylen)
 {
     return k != NULL && k->keylen == keylen && CRYPTO_memcmp(k->raw, key, keylen) == 0;
+}
+
+const uint8_t *gp_key_bytes(const gp_key *k)
+{
+    return k->raw;
 }
 
 void gp_key_free(gp_key *k)
@@ -919,41 +966,10 @@ static int cpu_call(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return 1;
 }
 
-int gp_msg_cpu_fast_begin(gp_msg *m, gp_cpu_fast *f)
-{
-    memset(f, 0, sizeof(*f));
-    if (m->exec != &gp_exec_cpu || m->cpu_algctx == NULL)
-        return 0;
-    f->update = m->cpu_direct->update;
-    f->algctx = m->cpu_algctx;
-    f->max_len = GP_DEMAND_BYTES - 1;   /* as gp_msg_crypt's own shortcut (cpu_call) */
-    f->tail = gp_alg_is_aes(m->key->alg);
-    return 1;
-}
-
-void gp_msg_cpu_fast_end(gp_msg *m, gp_cpu_fast *f)
-{
-    m->cpu_calls += f->calls;
-    m->cpu_bytes += f->bytes;
-    memset(f, 0, sizeof(*f));
-}
-
-void gp_msg_cpu_fast_failed(gp_msg *m)
-{
-    count_error(m->engine);
-}
-
 /* Add the message's cpu_call counts to the engine's stats. */
 static void fold_cpu_calls(gp_msg *m)
 {
-    gp_engine *e = m->engine;
-
-    if (m->cpu_calls != 0 && e->knobs.stats) {
-        gp_stat_add(e, GP_ST_OPS, m->cpu_calls);
-        gp_stat_add(e, GP_ST_BATCHES, m->cpu_calls);
-        gp_stat_add(e, GP_ST_EXEC_OPS + GP_EXEC_CPU, m->cpu_calls);
-        gp_stat_add(e, GP_ST_BYTES, m->cpu_bytes);
-    }
+    gp_engine_count_lane(m->engine, m->cpu_calls, m->cpu_bytes);
     m->cpu_calls = m->cpu_bytes = 0;
 }
 

@@ -3,6 +3,7 @@
 #ifndef GP_ENGINE_H
 #define GP_ENGINE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <openssl/core_dispatch.h>
@@ -111,6 +112,8 @@ gp_key *gp_key_dup(const gp_key *k);
  * `openssl speed` and many applications do per message, keep their schedules. */
 int gp_key_matches(const gp_key *k, const uint8_t *key, size_t keylen);
 void gp_key_free(gp_key *k);                  /* cleanses */
+/* The key's bytes, as given (the cpu lane hands them to the default provider). */
+const uint8_t *gp_key_bytes(const gp_key *k);
 
 /* Messages: one per EVP context; restarted for each new IV. */
 gp_msg *gp_msg_new(gp_engine *e);
@@ -149,50 +152,49 @@ static inline void gp_cpu_clean_upper_state(void)
 }
 
 /*
- * The cpu executor's fast lane. A message on the cpu executor's direct path can take its data
- * updates straight to the default provider's update function from the provider's own update:
- * EVP -> gpuprov -> default is then one extra indirect call and a few checks, where the way
- * through gp_msg_crypt cost 94 instructions on a 16-byte AES-CTR update (the default's own: 290).
- * gp_msg_cpu_fast_begin fills f when m runs there (returns 1), else clears it (0); f is valid
- * until m restarts, is freed or copied, and gp_msg_cpu_fast_end must come before any of those.
+ * The cpu lane. Where a context's messages run on the CPU, the provider hands each of its calls
+ * straight to the default provider's own function for the cipher, on a default-provider context
+ * of its own: EVP -> gpuprov -> default, one frame and a few checks more than EVP -> default. The
+ * engine only says whether a message starting now belongs there (gp_engine_cpu_lane) and gives the
+ * functions; it never sees the lane's calls. These are read from the default provider's dispatch
+ * table when the cpu executor opens and stay valid while the engine lives.
  */
-typedef struct gp_cpu_fast {
-    OSSL_FUNC_cipher_update_fn *update;   /* NULL: take gp_msg_crypt */
-    void *algctx;                         /* the default provider's context of the message */
-    size_t max_len;                       /* longer updates take gp_msg_crypt (they may start the
-                                           * GPU's warm-up) */
-    int tail;                             /* AES: the default's code returns with the vector state
-                                           * clean, so the provider may end in a tail call to
-                                           * `update` (ChaCha20's leaves the upper YMM halves in
-                                           * use: gp_cpu_fast_update clears them after the call) */
-    uint64_t calls, bytes;                /* updates made through f, for the stats */
-} gp_cpu_fast;
+typedef struct gp_cpu_direct {
+    void *provctx;
+    OSSL_FUNC_cipher_newctx_fn *newctx;
+    OSSL_FUNC_cipher_freectx_fn *freectx;
+    OSSL_FUNC_cipher_dupctx_fn *dupctx;
+    OSSL_FUNC_cipher_encrypt_init_fn *einit;
+    OSSL_FUNC_cipher_decrypt_init_fn *dinit;
+    OSSL_FUNC_cipher_update_fn *update;
+    OSSL_FUNC_cipher_final_fn *final;
+    OSSL_FUNC_cipher_get_ctx_params_fn *get_ctx_params;
+    OSSL_FUNC_cipher_set_ctx_params_fn *set_ctx_params;
+    size_t ivlen;                /* the cipher's default IV length (a new context starts there) */
+} gp_cpu_direct;
 
-int gp_msg_cpu_fast_begin(gp_msg *m, gp_cpu_fast *f);
-/* Hand f's counts to m (the stats line) and clear f. */
-void gp_msg_cpu_fast_end(gp_msg *m, gp_cpu_fast *f);
-/* An update through f failed: count it as gp_msg_crypt would. */
-void gp_msg_cpu_fast_failed(gp_msg *m);
+/* Updates from this size up leave the lane's shortcut: they may start the GPU's warm-up (a message
+ * this large may go to the GPU even from a lone synchronous caller, hybrid.c rule 2). */
+#define GP_DEMAND_BYTES (256u * 1024u)
 
-/* One call of the default provider's update on its context: AAD (out NULL) or data, whose output
- * size is the input length (ciphers of block size 1); the vector state cleaned after it. */
-static inline int gp_cpu_direct_update(OSSL_FUNC_cipher_update_fn *update, void *algctx,
-                                       const uint8_t *in, uint8_t *out, size_t len)
-{
-    size_t outl = 0;
-    int ok = update(algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
-
-    gp_cpu_clean_upper_state();
-    return ok;
-}
-
-/* out[0..len) = the message's cipher of in[0..len), len in 1..f->max_len; 1 on success. */
-static inline int gp_cpu_fast_update(gp_cpu_fast *f, const uint8_t *in, uint8_t *out, size_t len)
-{
-    f->calls++;
-    f->bytes += len;
-    return gp_cpu_direct_update(f->update, f->algctx, in, out, len);
-}
+/*
+ * Does a message of `alg` with a key of `keylen` bytes that starts now belong on the cpu lane?
+ * Returns the default provider's functions for it, or NULL (the message goes through the engine:
+ * gp_msg_start). `last_bytes` is the data length of the context's previous message (UINT64_MAX if
+ * none): with the hybrid policy active, a context whose messages are shorter than the GPU's
+ * threshold stays on the CPU. Lock-free once the executors are open; may start the GPU's warm-up
+ * when the process shows demand for it.
+ */
+const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keylen, uint64_t last_bytes);
+/* A word that changes whenever where messages go may have changed (the warm-up finished, an
+ * executor failed): a context on the lane asks gp_engine_cpu_lane again at its next message. Read
+ * it relaxed; it lives as long as the engine. */
+const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e);
+/* A lane update of `len` bytes (>= GP_DEMAND_BYTES): the process shows demand for the GPU. */
+void gp_engine_note_large(gp_engine *e, size_t len);
+/* A lane's counts (its updates and their bytes), added to the stats when it closes: the lane's own
+ * counters belong to its context, so no update touches a shared line. */
+void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes);
 
 /* A copy of the counters (kept only when knobs.stats is on), for tests and the stats line.
  * async_ops: requests made inside an ASYNC_JOB that paused the job while their batch ran. */

@@ -49,25 +49,6 @@ extern const gp_executor gp_exec_cpu;
 extern const gp_executor gp_exec_cuda;
 #endif
 
-/*
- * cpu executor: one default-provider cipher's own functions, read from its OSSL_DISPATCH table at
- * open, so a request costs one call into the provider instead of EVP -> provider. newctx == NULL
- * means the lookup failed and that slot goes through EVP_CIPHER_CTX as before. The code stays
- * loaded because the engine holds the EVP_CIPHER fetched from the same provider.
- */
-typedef struct gp_cpu_direct {
-    void *provctx;
-    OSSL_FUNC_cipher_newctx_fn *newctx;
-    OSSL_FUNC_cipher_freectx_fn *freectx;
-    OSSL_FUNC_cipher_dupctx_fn *dupctx;
-    OSSL_FUNC_cipher_encrypt_init_fn *einit;
-    OSSL_FUNC_cipher_decrypt_init_fn *dinit;
-    OSSL_FUNC_cipher_update_fn *update;
-    OSSL_FUNC_cipher_final_fn *final;
-    OSSL_FUNC_cipher_get_ctx_params_fn *get_ctx_params;
-    OSSL_FUNC_cipher_set_ctx_params_fn *set_ctx_params;
-    size_t ivlen;                /* the cipher's default IV length (a new context starts there) */
-} gp_cpu_direct;
 
 /* GPUs whose key tables a key may have a slot in (batching/key_table.h); further ones carry it in
  * every batch. */
@@ -271,11 +252,16 @@ struct gp_engine {
     pthread_mutex_t open_lock;
     _Atomic unsigned fork_gen;   /* gp_fork_generation() when the executors were opened */
     int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
+    /* gp_fork_generation() + 1 while opened[] says usable in this process: read without the lock
+     * by every message start (gp_engine_executor_usable). */
+    _Atomic unsigned usable_gen[GP_EXEC_COUNT];
+    _Atomic unsigned route_epoch;     /* gp_engine_route_epoch */
     _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use; in
                                                * hybrid mode the GPU-side executor */
     _Atomic int hybrid;          /* preferred is shared with the cpu executor by the hybrid policy */
     /* backend=auto: the GPU opens and the policy measures in the background (engine.c). */
     int warm_started;            /* under open_lock */
+    _Atomic unsigned warm_started_gen;   /* fork generation + 1 of the process it started in */
     _Atomic uintptr_t first_caller;   /* pthread_self() of the first thread to start a message */
     _Atomic unsigned caller_gen;      /* ... in this process: its fork generation + 1 (0: none yet) */
     _Atomic unsigned warm_gen;   /* the process it was started in */
@@ -349,6 +335,8 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
 void gp_hybrid_init(gp_hybrid *h);
 /* 1 when alg's numbers are known in this process and send no message of any size to the GPU. */
 int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg);
+/* Messages of alg shorter than this always run on the CPU (rule 1; 0 until measured). Lock-free. */
+size_t gp_hybrid_cpu_below(gp_engine *e, uint32_t alg);
 /* Measure every algorithm now (the auto backend's warm-up thread). */
 void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
@@ -366,6 +354,18 @@ void gp_hybrid_print(gp_engine *e);
 /* cpu executor: runs one request on the message's default-provider context (it cannot fail as an
  * executor, so the engine's fallback path has nothing to do for it); returns r->status. */
 int gp_cpu_run_one(gp_request *r);
+/* One call of the default provider's update on its context: AAD (out NULL) or data, whose output
+ * size is the input length (ciphers of block size 1); the vector state cleaned after it. */
+static inline int gp_cpu_direct_update(OSSL_FUNC_cipher_update_fn *update, void *algctx,
+                                       const uint8_t *in, uint8_t *out, size_t len)
+{
+    size_t outl = 0;
+    int ok = update(algctx, out, &outl, len, in, len) && (out == NULL || outl == len);
+
+    gp_cpu_clean_upper_state();
+    return ok;
+}
+
 /* gp_cpu_update for a message without the provider's own context (through EVP). */
 int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
 /* AAD (out NULL) or data of m, on the cpu executor at once; 1 on success. Inline: a 16-byte update
@@ -376,6 +376,10 @@ static inline int gp_cpu_update(gp_msg *m, const uint8_t *in, uint8_t *out, size
         return gp_cpu_update_evp(m, in, out, len);
     return gp_cpu_direct_update(m->cpu_direct->update, m->cpu_algctx, in, out, len);
 }
+
+/* cpu executor: the default provider's functions for (alg, keylen), or NULL where they could not be
+ * read (that cipher then runs through EVP_CIPHER_CTX, off the lane). The executor must be open. */
+const gp_cpu_direct *gp_cpu_direct_for(gp_engine *e, uint32_t alg, size_t keylen);
 
 /* E_K(in) for one block with the default provider's AES (AES-NI where the CPU has it) under key k;
  * 1 on success, else 0 and out untouched (exec_cpu.c). */

@@ -195,6 +195,13 @@ static void lookup_direct(gp_engine *e)
     }
 }
 
+const gp_cpu_direct *gp_cpu_direct_for(gp_engine *e, uint32_t alg, size_t keylen)
+{
+    int slot = cipher_slot(alg, keylen);
+
+    return slot >= 0 && e->cpu_direct[slot].newctx != NULL ? &e->cpu_direct[slot] : NULL;
+}
+
 static void free_all(gp_engine *e)
 {
     for (int i = 0; i < 8; i++) {

@@ -227,6 +227,16 @@ int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg)
            && (h->min_gpu_bytes == GP_KNOB_CALIBRATE || h->gpu_share <= 0.0);
 }
 
+size_t gp_hybrid_cpu_below(gp_engine *e, uint32_t alg)
+{
+    const gp_hybrid_alg *h = &e->hy.alg[alg < 5 ? alg : 0];
+
+    if (!atomic_load_explicit(&h->ready, memory_order_acquire)
+        || atomic_load_explicit(&e->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
+        return 0;
+    return h->min_gpu_bytes;
+}
+
 const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len)
 {
     gp_hybrid_alg *h = numbers(e, gpu, m);

@@ -21,14 +21,6 @@ static int is_gcm(const gp_cipher_ctx *ctx)
     return ctx->info->alg == GP_ALG_AES_GCM;
 }
 
-int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add)
-{
-    /* SP 800-38D §5.2.1.1: AAD below 2^64 bits; RFC 8439 §2.8: a 64-bit byte count. */
-    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 61) - 1 : UINT64_MAX;
-
-    return done <= max && add <= max - done;
-}
-
 static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                      const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
@@ -52,19 +44,64 @@ static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
         if (iv == NULL && ctx->iv_state == GP_IV_STARTED)
             ctx->iv_state = GP_IV_BUFFERED;   /* the message restarts under the new key */
     }
-    return gp_aead_set_ctx_params(ctx, params);
+    if (!gp_lane_init(ctx))
+        return 0;
+    return params == NULL || gp_aead_set_ctx_params(ctx, params);
+}
+
+/*
+ * The lane's shortcut for a TLS 1.3-style record's re-init: a new 96-bit IV and nothing else, on a
+ * context whose lane still stands (no key, no params, the IV length unchanged, TLS 1.2 record mode
+ * not set up). The checks and bookkeeping of aead_init, then the default provider's init is the
+ * last act (a tail call).
+ */
+static inline int aead_lane_reinit_fits(const gp_cipher_ctx *ctx, const unsigned char *key,
+                                        const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[])
+{
+    return ctx->lane.d != NULL && key == NULL && iv != NULL && params == NULL && ivlen == CHACHAPOLY_IV_LEN
+           && ctx->ivlen == CHACHAPOLY_IV_LEN && ctx->lane.ivlen == CHACHAPOLY_IV_LEN && !ctx->tls_fixed
+           && ctx->lane.key_loaded && gp_lane_current(ctx);
+}
+
+/* The default's init on the lane's context, the last act for AES (see gp_cpu_lane.tail). */
+static inline int lane_reinit(gp_cipher_ctx *ctx, OSSL_FUNC_cipher_encrypt_init_fn *init,
+                              const unsigned char *iv, size_t ivlen)
+{
+    int ok;
+
+    if (ctx->lane.tail)
+        return init(ctx->lane.algctx, NULL, 0, iv, ivlen, NULL);
+    ok = init(ctx->lane.algctx, NULL, 0, iv, ivlen, NULL);
+    gp_cpu_clean_upper_state();
+    return ok;
 }
 
 int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
                   size_t ivlen, const OSSL_PARAM params[])
 {
-    return aead_init(vctx, key, keylen, iv, ivlen, params, 1);
+    gp_cipher_ctx *ctx = vctx;
+
+    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
+        ctx->enc = 1;
+        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
+        gp_lane_restart(ctx);
+        return lane_reinit(ctx, ctx->lane.d->einit, iv, ivlen);
+    }
+    return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
 }
 
 int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
                   size_t ivlen, const OSSL_PARAM params[])
 {
-    return aead_init(vctx, key, keylen, iv, ivlen, params, 0);
+    gp_cipher_ctx *ctx = vctx;
+
+    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
+        ctx->enc = 0;
+        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
+        gp_lane_restart(ctx);
+        return lane_reinit(ctx, ctx->lane.d->dinit, iv, ivlen);
+    }
+    return aead_init(ctx, key, keylen, iv, ivlen, params, 0);
 }
 
 /* Make sure a message is in progress before AAD, data or Final. */
@@ -211,40 +248,89 @@ done:
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl);
 
-/* May this update take the fast lane? Its checks, and an AEAD's own: no TLS record pending and the
- * per-IV text limit kept. */
-static inline int aead_fast_fits(const gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
+/*
+ * The lane's shortcut: AAD or data of a started message, no TLS record pending, 1 <= inl <
+ * GP_DEMAND_BYTES, and every check of aead_update holding (AAD before data, the per-IV limits,
+ * the output size). The counts are kept before the call so that it is the last act.
+ */
+static inline int aead_lane_fits(gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
                                  const unsigned char *in, size_t inl)
 {
-    return gp_cipher_fast_fits(ctx, out, outsize, in, inl) && ctx->tls_aad_len == 0
-           && gp_aead_text_fits(ctx->info->alg, ctx->text_bytes, inl);
+    /* aad_bytes and text_bytes never pass their limits (every path checks before it adds). */
+    if (ctx->lane.d == NULL || ctx->iv_state != GP_IV_STARTED || ctx->tls_aad_len != 0
+        || inl - 1 >= GP_DEMAND_BYTES - 1 || in == NULL)
+        return 0;
+    if (out == NULL) {
+        if (ctx->data_started || inl > ctx->aad_max - ctx->aad_bytes)
+            return 0;
+        ctx->aad_bytes += inl;
+        return 1;
+    }
+    if (outsize < inl || inl > ctx->text_max - ctx->text_bytes)
+        return 0;
+    ctx->data_started = 1;
+    ctx->text_bytes += inl;
+    return 1;
 }
 
-/* Data of a message on the cpu executor: straight to the default provider, for GCM by a tail call
- * (cipher_ctx.h; AAD, TLS records and the first data update take aead_update). */
+/* A TLS 1.2 record on the lane: the default provider's context holds the fixed IV and the record
+ * header and does the whole record in one call (as its gcm_tls_cipher / chacha20_poly1305 TLS
+ * path does); the checks of gcm_tls_record and chachapoly_tls_record that are the provider's own
+ * run first. */
+static GP_NOINLINE int lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                           const unsigned char *in, size_t inl)
+{
+    int ok;
+
+    if (is_gcm(ctx) ? out != in || inl < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN
+                    : out == NULL || in == NULL || inl != ctx->tls_payload + AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TLS_RECORD);
+        ok = 0;
+    } else {
+        if (ctx->lane.count) {
+            ctx->lane.calls++;
+            ctx->lane.bytes += inl;
+        }
+        ok = ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, inl);
+        gp_cpu_clean_upper_state();
+        if (!ok) {
+            OPENSSL_cleanse(out, inl);   /* nothing of a forged record reaches the caller */
+            GP_RAISE(ctx->enc ? GP_R_INVALID_TLS_RECORD : GP_R_TAG_MISMATCH);
+        }
+    }
+    ctx->iv_state = GP_IV_FINISHED;
+    ctx->tls_aad_len = 0;
+    return ok;
+}
+
+/* AAD and data of a message on the lane go straight to the default provider (a tail call); the
+ * rest takes aead_update. */
 int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (ctx->fast.tail && aead_fast_fits(ctx, out, outsize, in, inl))
-        return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
+    if (aead_lane_fits(ctx, out, outsize, in, inl))
+        return gp_lane_tail(ctx, out, outl, outsize, in, inl);
+    if (ctx->lane.d != NULL && ctx->tls_aad_len != 0 && inl - 1 < INT_MAX && outsize >= inl)
+        return lane_tls_record(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }
 
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl)
 {
-    if (ctx->fast.update != NULL && aead_fast_fits(ctx, out, outsize, in, inl))
-        return gp_cipher_fast_call(ctx, out, outl, in, inl);
     *outl = 0;
     if (inl == 0)
         return 1;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
-    if (ctx->tls_aad_len != 0)
+    if (ctx->tls_aad_len != 0) {
+        if (ctx->lane.d != NULL)
+            return lane_tls_record(ctx, out, outl, outsize, in, inl);
         return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, in, inl)
                            : chachapoly_tls_record(ctx, out, outl, in, inl);
+    }
     if (in == NULL) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -262,6 +348,10 @@ static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_
             GP_RAISE(GP_R_MESSAGE_TOO_LONG);
             return 0;
         }
+        if (ctx->lane.d != NULL) {
+            ctx->aad_bytes += inl;
+            return gp_lane_update(ctx, out, outl, outsize, in, inl);
+        }
         if (!gp_msg_aad(ctx->msg, in, inl)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
@@ -274,23 +364,63 @@ static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_
         GP_RAISE(GP_R_MESSAGE_TOO_LONG);
         return 0;
     }
+    if (ctx->lane.d != NULL) {
+        ctx->data_started = 1;
+        ctx->text_bytes += inl;
+        return gp_lane_update(ctx, out, outl, outsize, in, inl);
+    }
     if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
-    if (ctx->fast.update == NULL)
-        (void)gp_msg_cpu_fast_begin(ctx->msg, &ctx->fast);   /* routed to the cpu executor? */
     ctx->data_started = 1;
     ctx->text_bytes += inl;
     *outl = inl;
     return 1;
 }
 
+/* Final on the lane: the default provider makes the tag (encrypt) or checks the one set with
+ * SET_TAG, in constant time (decrypt); the tag stays in its context for GET_TAG. */
+static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize)
+{
+    int ok = ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
+
+    gp_cpu_clean_upper_state();
+    ctx->iv_state = GP_IV_FINISHED;
+    if (ctx->enc)
+        ctx->tag_ready = ok;
+    else
+        ctx->tag_expected = 0;
+    if (!ok)
+        GP_RAISE(ctx->enc ? GP_R_EXECUTOR_FAILURE : GP_R_TAG_MISMATCH);
+    return ok;
+}
+
+static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize);
+
 int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
 {
     gp_cipher_ctx *ctx = vctx;
-    int r;
 
+    /* The lane's shortcut for encryption: the default provider's final is the last act. Its tag is
+     * then there for GET_TAG (its final cannot fail on a started message with a key). */
+    if (ctx->lane.d != NULL && ctx->enc && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0) {
+        int ok;
+
+        ctx->iv_state = GP_IV_FINISHED;
+        ctx->tag_ready = 1;
+        if (ctx->lane.tail)
+            return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
+        ok = ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
+        gp_cpu_clean_upper_state();
+        return ok;
+    }
+    return aead_final(ctx, out, outl, outsize);
+}
+
+static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize)
+{
+    int r;
     (void)out;
     (void)outsize;
     *outl = 0;
@@ -304,6 +434,8 @@ int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
     }
     if (!ensure_started(ctx))
         return 0;
+    if (ctx->lane.d != NULL)
+        return lane_final(ctx, out, outl, outsize);
     if (ctx->enc) {
         if (!gp_msg_tag(ctx->msg, ctx->tag)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
@@ -412,6 +544,10 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 
     if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL)
         goto bad;
+    /* Records of this connection run where its first message would: on the lane, the default
+     * provider's context takes the fixed IV (gp_aead_set_ctx_params hands it on) and counts. */
+    gp_lane_tls_setup(ctx);
+    ctx->tls_fixed = 1;
     if (!is_gcm(ctx)) {
         /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
         if (len != CHACHAPOLY_IV_LEN)
@@ -429,7 +565,8 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         if (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN)
             goto bad;
         memcpy(ctx->iv, p->data, len);
-        if (ctx->enc && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
+        if (ctx->enc && ctx->lane.d == NULL
+            && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
             GP_RAISE(GP_R_RANDOM_FAILURE);
             return 0;
         }
@@ -451,7 +588,22 @@ static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         return 0;
     }
     memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
+    if (ctx->lane.d != NULL)
+        return 1;   /* the lane's context takes it too */
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+}
+
+/* One parameter from the lane's context: what it holds of the message (its tag, its IV). */
+static int lane_get_one(gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    OSSL_PARAM one[2] = { *p, OSSL_PARAM_END };
+
+    if (!ctx->lane.d->get_ctx_params(ctx->lane.algctx, one)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    p->return_size = one[0].return_size;
+    return 1;
 }
 
 /* TLS1_GET_IV_GEN (GCM): hand out the invocation field for this record and count up. */
@@ -464,6 +616,8 @@ static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    if (ctx->lane.d != NULL)
+        return lane_get_one(ctx, p);
     if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
         return 0;
     if (olen == 0 || olen > ctx->ivlen)
@@ -486,6 +640,8 @@ static int get_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_IV_LENGTH);
         return 0;
     }
+    if (ctx->lane.d != NULL)
+        return lane_get_one(ctx, p);   /* in TLS 1.2 record mode it counts the invocations */
     if (!OSSL_PARAM_set_octet_string(p, ctx->iv, ctx->ivlen)
         && !OSSL_PARAM_set_octet_ptr(p, ctx->iv, ctx->ivlen)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
@@ -507,6 +663,8 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
         return 0;
     }
+    if (ctx->lane.d != NULL)
+        return lane_get_one(ctx, p);
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -519,11 +677,30 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
  * the tag at every message, and a locate per known name (a strcmp each) was a visible part of a
  * small message's cost.
  */
+static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
+
 int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    int ok = 1;
 
+    /* EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for the TLS
+     * padding after each TLS1_AAD: answered here, a comparison each. */
+    if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
+        if (strcmp(params[0].key, OSSL_CIPHER_PARAM_IVLEN) == 0)
+            return gp_param_set_size(params, ctx->ivlen);
+        if (ctx->tls_aad_len != 0 && strcmp(params[0].key, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
+            return gp_param_set_size(params, ctx->tls_aad_pad);
+    }
+    /* An encryption on the lane past its Final: the default provider's context answers the rest
+     * (GET_TAG after each TLS 1.3 record). */
+    if (ctx->lane.d != NULL && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0)
+        return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
+    return aead_get_ctx_params(ctx, params);
+}
+
+static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[])
+{
+    int ok = 1;
     for (OSSL_PARAM *p = params; p != NULL && p->key != NULL && ok; p++) {
         const char *k = p->key;
 
@@ -547,30 +724,38 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
     return ok;
 }
 
+/*
+ * One pass over the caller's params, in their order (EVP's ctrls and libssl set one at a time; a
+ * locate per known name was a visible part of a TLS record's cost). On the lane every param then
+ * goes on to the default provider's context as well, which keeps the message's own copy of them.
+ */
 int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    const OSSL_PARAM *p;
 
     if (params == NULL)
         return 1;
-    if (!gp_cipher_set_keylen(ctx, params))
-        return 0;
-    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG)) != NULL && !set_tag(ctx, p))
-        return 0;
-    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_IVLEN)) != NULL && !set_ivlen(ctx, p))
-        return 0;
-    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD)) != NULL
-        && !set_tls_aad(ctx, p))
-        return 0;
-    if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED)) != NULL
-        && !set_tls_iv_fixed(ctx, p))
-        return 0;
-    if (is_gcm(ctx) && (p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV)) != NULL
-        && !set_iv_inv(ctx, p))
-        return 0;
-    /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
-    return 1;
+    for (const OSSL_PARAM *p = params; p->key != NULL; p++) {
+        const char *k = p->key;
+        int ok = 1;
+
+        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
+            ok = set_tag(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
+            ok = set_tls_aad(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_IVLEN) == 0)
+            ok = set_ivlen(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
+            ok = gp_cipher_set_keylen(ctx, params);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0)
+            ok = set_tls_iv_fixed(ctx, p);
+        else if (is_gcm(ctx) && strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV) == 0)
+            ok = set_iv_inv(ctx, p);
+        /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
+        if (!ok)
+            return 0;
+    }
+    return ctx->lane.d == NULL || gp_lane_set_params(ctx, params);
 }
 
 const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)

@@ -22,6 +22,9 @@ void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info)
     ctx->info = info;
     ctx->ivlen = info->ivlen;
     ctx->pad = 1;
+    ctx->last_text_bytes = UINT64_MAX;
+    ctx->text_max = gp_aead_text_max(info->alg);
+    ctx->aad_max = gp_aead_aad_max(info->alg);
     ctx->msg = gp_msg_new(pc->engine);
     if (ctx->msg == NULL) {
         GP_RAISE(GP_R_OUT_OF_MEMORY);
@@ -37,8 +40,7 @@ void gp_cipher_freectx(void *vctx)
 
     if (ctx == NULL)
         return;
-    if (ctx->msg != NULL)
-        gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
+    gp_lane_close(ctx);
     gp_msg_free(ctx->msg);
     gp_key_free(ctx->key);
     /* IVs, tags and the TLS AAD are not keys, but nothing of a message should outlive it. */
@@ -57,10 +59,10 @@ void *gp_cipher_dupctx(void *vctx)
     memcpy(d, src, sizeof(*d));
     d->key = NULL;
     d->msg = NULL;
-    memset(&d->fast, 0, sizeof(d->fast));   /* the copy's message has its own default context */
+    memset(&d->lane, 0, sizeof(d->lane));
     if (src->key != NULL && (d->key = gp_key_dup(src->key)) == NULL)
         goto err;
-    if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL)
+    if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL || !gp_lane_dup(d, src))
         goto err;
     return d;
 err:
@@ -141,19 +143,23 @@ int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyle
         GP_RAISE(GP_R_OUT_OF_MEMORY);
         return 0;
     }
-    gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
     gp_key_free(ctx->key);
     ctx->key = k;
+    ctx->lane.key_loaded = 0;   /* the lane's context takes the new key at its next init */
     return 1;
 }
 
 int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
 {
-    gp_msg_cpu_fast_end(ctx->msg, &ctx->fast);
-    if (!gp_msg_start(ctx->msg, ctx->key, iv, ivlen, ctx->enc)) {
+    if (ctx->lane.d != NULL) {
+        if (!gp_lane_start(ctx, iv, ivlen))
+            return 0;
+    } else if (!gp_msg_start(ctx->msg, ctx->key, iv, ivlen, ctx->enc)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
+    if (ctx->iv_state >= GP_IV_STARTED)
+        ctx->last_text_bytes = ctx->text_bytes;
     ctx->iv_state = GP_IV_STARTED;
     ctx->aad_bytes = 0;
     ctx->text_bytes = 0;

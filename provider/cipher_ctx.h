@@ -9,9 +9,29 @@
 
 #include "prov.h"
 
-/* Kept out of line: the general path of an update, so that the fast lane before it needs no stack
- * frame and ends in a tail call (provider/stream_common.c). */
+/* Kept out of line: the general path of an update, so that the lane's shortcut before it needs no
+ * stack frame and ends in a tail call (provider/stream_common.c). */
 #define GP_NOINLINE __attribute__((noinline))
+
+/*
+ * The cpu lane (batching/engine.h): while `d` is set, the context's messages run on the default
+ * provider's context `algctx`, each EVP call handed straight to the default's function after the
+ * provider's own checks (provider/cpu_lane.c). It opens and closes only at a message boundary.
+ */
+typedef struct gp_cpu_lane {
+    const gp_cpu_direct *d;     /* NULL: closed; messages go through the engine */
+    void *algctx;
+    const _Atomic unsigned *epoch_word;   /* gp_engine_route_epoch: routing changed when it moves */
+    unsigned epoch;             /* its value when the lane was chosen */
+    int key_loaded;             /* algctx holds the context's key */
+    size_t ivlen;               /* GCM: the IV length algctx is set to */
+    int pinned;                 /* TLS 1.2 record mode was set up on algctx: it stays open */
+    int count;                  /* knob stats: count its updates and their bytes */
+    int tail;                   /* AES: the default's code returns with the vector state clean, so
+                                 * its functions may be the last act (a tail call); ChaCha20's
+                                 * leaves the upper YMM halves in use (gp_cpu_clean_upper_state) */
+    uint64_t calls, bytes;
+} gp_cpu_lane;
 
 /* Static description of one algorithm, as the default provider reports it. */
 typedef struct gp_cipher_info {
@@ -34,15 +54,16 @@ typedef struct gp_cipher_ctx {
     const gp_cipher_info *info;
     int enc;
     gp_key *key;                /* NULL until a key is set */
-    gp_msg *msg;
-    gp_cpu_fast fast;           /* while msg runs on the cpu executor: its data updates' shortcut
-                                 * to the default provider (batching/engine.h) */
+    gp_msg *msg;                /* the engine's message, while the lane is closed */
+    gp_cpu_lane lane;
     gp_iv_state iv_state;
     uint8_t iv[128];            /* the IV the next/current message starts from */
     size_t ivlen;
     uint8_t oiv[16];            /* CTR/ChaCha20: the IV as given (OSSL_CIPHER_PARAM_IV) */
     uint64_t aad_bytes;         /* this message */
     uint64_t text_bytes;
+    uint64_t last_text_bytes;   /* of the previous message (UINT64_MAX: none yet) */
+    uint64_t text_max, aad_max; /* AEAD: the per-IV limits (gp_aead_text_fits, gp_aead_aad_fits) */
     int data_started;
     unsigned int pad;           /* PADDING: stored and reported; stream modes do not pad */
     /* AEAD */
@@ -56,6 +77,7 @@ typedef struct gp_cipher_ctx {
     size_t tls_aad_pad;
     size_t tls_payload;         /* ChaCha20-Poly1305: payload length from the AAD */
     int iv_gen;                 /* GCM: TLS1_IV_FIXED set, invocation field per record */
+    int tls_fixed;              /* TLS1_IV_FIXED set (GCM and ChaCha20-Poly1305) */
     uint64_t tls_enc_records;
 } gp_cipher_ctx;
 
@@ -86,43 +108,61 @@ static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsig
     return 1;
 }
 
-/*
- * The cpu executor's fast lane (batching/engine.h, gp_cpu_fast), shared by the stream and AEAD
- * updates. It opens only after a good data update of a started message and closes when the
- * message restarts, so every check of the general path holds when gp_cipher_fast_fits does.
- */
-static inline int gp_cipher_fast_fits(const gp_cipher_ctx *ctx, const unsigned char *out,
-                                      size_t outsize, const unsigned char *in, size_t inl)
+/* The lane (provider/cpu_lane.c). */
+/* At every init, after the context's key, IV and direction are set: bring the lane's context in
+ * step, choosing the lane (or the engine) when a message starts; 0 with an error raised. */
+int gp_lane_init(gp_cipher_ctx *ctx);
+/* Start a message from `iv` on the lane's context (its key loaded first where needed). */
+int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
+/* TLS1_IV_FIXED was set: open the lane for the context's records where it belongs there. */
+void gp_lane_tls_setup(gp_cipher_ctx *ctx);
+/* Hand the caller's params to the lane's context; 0 with an error raised. */
+int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
+int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src);
+/* Free the lane's context and count its calls; the lane is closed afterwards. */
+void gp_lane_close(gp_cipher_ctx *ctx);
+/* A lane update that leaves the shortcut: checked by the caller, counted here, then one call. */
+int gp_lane_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                   const unsigned char *in, size_t inl);
+
+/* Has the engine's routing stayed as it was when the lane was chosen? */
+static inline int gp_lane_current(const gp_cipher_ctx *ctx)
 {
-    return inl - 1 < ctx->fast.max_len && outsize >= inl && in != NULL && out != NULL
-           && ctx->iv_state == GP_IV_STARTED;
+    return ctx->lane.pinned
+           || atomic_load_explicit(ctx->lane.epoch_word, memory_order_relaxed) == ctx->lane.epoch;
 }
 
-/* AES: a tail call with the caller's own arguments (the default provider's update takes the same
- * ones and sets *outl), counted before the call, so a failed update (the default raises its own
- * error) still counts its bytes. */
-static inline int gp_cipher_fast_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                                      size_t outsize, const unsigned char *in, size_t inl)
+/* A new message on the lane from the context's IV (just copied there): the per-message fields
+ * reset as gp_cipher_begin resets them. */
+static inline void gp_lane_restart(gp_cipher_ctx *ctx)
 {
-    ctx->text_bytes += inl;
-    ctx->fast.calls++;
-    ctx->fast.bytes += inl;
-    return ctx->fast.update(ctx->fast.algctx, out, outl, outsize, in, inl);
+    if (ctx->iv_state >= GP_IV_STARTED)
+        ctx->last_text_bytes = ctx->text_bytes;
+    ctx->iv_state = GP_IV_STARTED;
+    ctx->aad_bytes = 0;
+    ctx->text_bytes = 0;
+    ctx->data_started = 0;
+    ctx->tag_ready = 0;
+    ctx->tls_aad_len = 0;
 }
 
-/* ChaCha20's: a call, then the vector state cleaned (gp_cpu_fast_update). */
-static inline int gp_cipher_fast_call(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                                      const unsigned char *in, size_t inl)
+/* The shortcut's tail: counted before the call, so the call is the function's last act (a tail
+ * call with the caller's own arguments; the default's update sets *outl and raises its own
+ * errors). */
+static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                               const unsigned char *in, size_t inl)
 {
-    *outl = 0;
-    if (!gp_cpu_fast_update(&ctx->fast, in, out, inl)) {
-        gp_msg_cpu_fast_failed(ctx->msg);
-        GP_RAISE(GP_R_EXECUTOR_FAILURE);
-        return 0;
+    int ok;
+
+    if (ctx->lane.count) {
+        ctx->lane.calls++;
+        ctx->lane.bytes += inl;
     }
-    ctx->text_bytes += inl;
-    *outl = inl;
-    return 1;
+    if (ctx->lane.tail)
+        return ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, inl);
+    ok = ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, inl);
+    gp_cpu_clean_upper_state();
+    return ok;
 }
 
 /* Set a size_t param, raising INVALID_PARAMETER when it does not fit. */
@@ -142,17 +182,34 @@ OSSL_FUNC_cipher_gettable_ctx_params_fn gp_ctr_gettable_ctx_params, gp_chacha20_
 OSSL_FUNC_cipher_settable_ctx_params_fn gp_ctr_settable_ctx_params, gp_chacha20_settable_ctx_params;
 
 /* AEAD modes (AES-GCM, ChaCha20-Poly1305): provider/aead_common.c */
-/* Per-IV limits: may `add` more bytes follow `done`? (SP 800-38D §5.2.1.1, RFC 8439 §2.8) */
+/* Per-IV limits. SP 800-38D §5.2.1.1: at most 2^39 - 256 bits of plaintext per IV and AAD below
+ * 2^64 bits. RFC 8439 §2.8: the 32-bit block counter starts at 1, so at most (2^32 - 1) 64-byte
+ * blocks per nonce, and a 64-bit AAD byte count. */
+static inline uint64_t gp_aead_text_max(uint32_t alg)
+{
+    return alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 36) - 32 : ((UINT64_C(1) << 32) - 1) * 64;
+}
+
+static inline uint64_t gp_aead_aad_max(uint32_t alg)
+{
+    return alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 61) - 1 : UINT64_MAX;
+}
+
+/* May `add` more bytes follow `done`? */
 static inline int gp_aead_text_fits(uint32_t alg, uint64_t done, uint64_t add)
 {
-    /* SP 800-38D §5.2.1.1: at most 2^39 - 256 bits of plaintext per IV. RFC 8439 §2.8: the 32-bit
-     * block counter starts at 1, so at most (2^32 - 1) 64-byte blocks per nonce. */
-    uint64_t max = alg == GP_ALG_AES_GCM ? (UINT64_C(1) << 36) - 32 : ((UINT64_C(1) << 32) - 1) * 64;
+    uint64_t max = gp_aead_text_max(alg);
 
     return done <= max && add <= max - done;
 }
 
-int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add);
+static inline int gp_aead_aad_fits(uint32_t alg, uint64_t done, uint64_t add)
+{
+    uint64_t max = gp_aead_aad_max(alg);
+
+    return done <= max && add <= max - done;
+}
+
 OSSL_FUNC_cipher_encrypt_init_fn gp_aead_einit;
 OSSL_FUNC_cipher_decrypt_init_fn gp_aead_dinit;
 OSSL_FUNC_cipher_update_fn gp_aead_update;

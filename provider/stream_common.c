@@ -70,7 +70,9 @@ static int stream_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyl
     }
     if (key != NULL && !gp_cipher_set_key(ctx, key, keylen))
         return 0;
-    return gp_stream_set_ctx_params(ctx, params);
+    if (!gp_lane_init(ctx))
+        return 0;
+    return params == NULL || gp_stream_set_ctx_params(ctx, params);
 }
 
 int gp_stream_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
@@ -88,23 +90,25 @@ int gp_stream_dinit(void *vctx, const unsigned char *key, size_t keylen, const u
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                      const unsigned char *in, size_t inl);
 
-/* A message on the cpu executor goes straight to the default provider's update (cipher_ctx.h):
- * for AES by a tail call, ~20 instructions of ours. */
+/* Data of a message on the lane goes straight to the default provider's update (a tail call)
+ * when every check of stream_update holds: a started message, 1 <= inl < GP_DEMAND_BYTES, both
+ * buffers, room for the output. */
 int gp_stream_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                      const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (ctx->fast.tail && gp_cipher_fast_fits(ctx, out, outsize, in, inl))
-        return gp_cipher_fast_tail(ctx, out, outl, outsize, in, inl);
+    if (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED && inl - 1 < GP_DEMAND_BYTES - 1
+        && outsize >= inl && in != NULL && out != NULL) {
+        ctx->text_bytes += inl;
+        return gp_lane_tail(ctx, out, outl, outsize, in, inl);
+    }
     return stream_update(ctx, out, outl, outsize, in, inl);
 }
 
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                      const unsigned char *in, size_t inl)
 {
-    if (ctx->fast.update != NULL && gp_cipher_fast_fits(ctx, out, outsize, in, inl))
-        return gp_cipher_fast_call(ctx, out, outl, in, inl);
     *outl = 0;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
@@ -125,12 +129,14 @@ static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, siz
     }
     if (ctx->iv_state != GP_IV_STARTED && !gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
         return 0;
+    if (ctx->lane.d != NULL) {
+        ctx->text_bytes += inl;
+        return gp_lane_update(ctx, out, outl, outsize, in, inl);
+    }
     if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
-    if (ctx->fast.update == NULL)
-        (void)gp_msg_cpu_fast_begin(ctx->msg, &ctx->fast);   /* routed to the cpu executor? */
     ctx->text_bytes += inl;
     *outl = inl;
     return 1;

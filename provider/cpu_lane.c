@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The cpu lane: a context's messages on the default provider's own context, each call handed on. */
+#include <string.h>
+
+#include <openssl/core_names.h>
+
+#include "cipher_ctx.h"
+
+/*
+ * Where a context's messages run on the CPU, loading gpuprov must cost what not loading it costs:
+ * the lane keeps one default-provider context per gpuprov context and gives it every init, update,
+ * final and parameter of the message, so a TLS record is the same calls into the default provider
+ * that EVP makes without gpuprov (one per record in TLS 1.2 record mode). The provider's own checks
+ * (README, "Behaviour worth knowing") run before each call, on the context's own fields: the lane
+ * takes no lock and touches no memory another thread writes.
+ *
+ * The lane is chosen when a message starts (gp_engine_cpu_lane): a new context, a new IV, or a
+ * new key. A context on the lane asks again only when the engine's routing changed since it chose
+ * (the GPU warm-up finished, an executor failed), so an IV-only re-init of a TLS 1.3 connection
+ * costs nothing of the engine's. A context whose TLS 1.2 record mode was set up on the lane stays
+ * there: the default provider's context then holds the fixed IV and counts the records.
+ */
+
+static int is_gcm(const gp_cipher_ctx *ctx)
+{
+    return ctx->info->alg == GP_ALG_AES_GCM;
+}
+
+/* Count the lane's calls into the stats (when they are kept) and free its context. */
+void gp_lane_close(gp_cipher_ctx *ctx)
+{
+    gp_cpu_lane *l = &ctx->lane;
+
+    if (l->d == NULL)
+        return;
+    gp_engine_count_lane(ctx->provctx->engine, l->calls, l->bytes);
+    l->d->freectx(l->algctx);   /* the default provider cleanses its key schedule */
+    memset(l, 0, sizeof(*l));
+}
+
+/* Ask the engine where a message starting now belongs; open or close the lane to match. Returns 1
+ * when the lane is open afterwards. */
+static int lane_choose(gp_cipher_ctx *ctx)
+{
+    gp_engine *e = ctx->provctx->engine;
+    const _Atomic unsigned *word = gp_engine_route_epoch(e);
+    unsigned epoch = atomic_load_explicit(word, memory_order_relaxed);
+    const gp_cpu_direct *d;
+    void *algctx;
+
+    /* A context whose TLS 1.2 fixed IV went to the engine's message keeps its records there. */
+    if (ctx->tls_fixed && ctx->lane.d == NULL)
+        return 0;
+    d = gp_engine_cpu_lane(e, ctx->info->alg, ctx->info->keylen, ctx->last_text_bytes);
+    if (d == ctx->lane.d && d != NULL) {
+        ctx->lane.epoch = epoch;
+        return 1;
+    }
+    gp_lane_close(ctx);
+    if (d == NULL || (algctx = d->newctx(d->provctx)) == NULL)
+        return 0;   /* the engine serves it (on the cpu executor too, if that is where it goes) */
+    ctx->lane.d = d;
+    ctx->lane.algctx = algctx;
+    ctx->lane.epoch_word = word;
+    ctx->lane.epoch = epoch;
+    ctx->lane.ivlen = d->ivlen;
+    ctx->lane.count = ctx->provctx->knobs.stats != 0;
+    ctx->lane.tail = ctx->info->alg == GP_ALG_AES_CTR || ctx->info->alg == GP_ALG_AES_GCM;
+    return 1;
+}
+
+/* One init on the lane's context: the key where it does not hold it yet, and `iv` if given, as
+ * EVP would pass them (the IV length first for GCM IVs other than the default). */
+static int lane_einit(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
+{
+    gp_cpu_lane *l = &ctx->lane;
+    const uint8_t *key = l->key_loaded ? NULL : gp_key_bytes(ctx->key);
+    int ok;
+
+    if (iv != NULL && is_gcm(ctx) && l->ivlen != ivlen) {
+        OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+        p[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &ivlen);
+        if (!l->d->set_ctx_params(l->algctx, p))
+            goto err;
+        l->ivlen = ivlen;
+    }
+    ok = (ctx->enc ? l->d->einit : l->d->dinit)(l->algctx, key, key != NULL ? ctx->info->keylen : 0,
+                                                 iv, iv != NULL ? ivlen : 0, NULL);
+    gp_cpu_clean_upper_state();
+    if (!ok)
+        goto err;
+    l->key_loaded = 1;
+    return 1;
+err:
+    l->key_loaded = 0;
+    GP_RAISE(GP_R_EXECUTOR_FAILURE);
+    return 0;
+}
+
+int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
+{
+    return lane_einit(ctx, iv, ivlen);
+}
+
+int gp_lane_init(gp_cipher_ctx *ctx)
+{
+    gp_cpu_lane *l = &ctx->lane;
+
+    if (ctx->key == NULL)
+        return 1;   /* nothing can run before a key; the lane keeps what it has */
+    /* A message in progress stays where it runs; a new one (a buffered IV) may move. */
+    if (ctx->iv_state != GP_IV_STARTED
+        && (l->d == NULL || !gp_lane_current(ctx))
+        && !lane_choose(ctx))
+        return 1;
+    if (l->d == NULL)
+        return 1;
+    if (ctx->iv_state != GP_IV_BUFFERED)
+        return lane_einit(ctx, NULL, 0);   /* the key, or only the direction */
+    return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+}
+
+void gp_lane_tls_setup(gp_cipher_ctx *ctx)
+{
+    if (ctx->lane.d == NULL && ctx->key != NULL && ctx->iv_state != GP_IV_STARTED) {
+        ctx->tls_fixed = 0;   /* the fixed IV goes to the lane's context with this call */
+        (void)lane_choose(ctx);
+        ctx->tls_fixed = 1;
+    }
+    if (ctx->lane.d != NULL)
+        ctx->lane.pinned = 1;
+}
+
+int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+{
+    gp_cpu_lane *l = &ctx->lane;
+
+    if (!l->d->set_ctx_params(l->algctx, params)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (is_gcm(ctx))
+        l->ivlen = ctx->ivlen;   /* the provider's own IVLEN check ran first and agreed */
+    return 1;
+}
+
+int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src)
+{
+    memset(&dst->lane, 0, sizeof(dst->lane));
+    if (src->lane.d == NULL)
+        return 1;
+    /* The default provider's dupctx is a deep copy: key schedule, counter, GHASH/Poly1305 state. */
+    if ((dst->lane.algctx = src->lane.d->dupctx(src->lane.algctx)) == NULL)
+        return 0;
+    dst->lane.d = src->lane.d;
+    dst->lane.epoch_word = src->lane.epoch_word;
+    dst->lane.epoch = src->lane.epoch;
+    dst->lane.key_loaded = src->lane.key_loaded;
+    dst->lane.ivlen = src->lane.ivlen;
+    dst->lane.pinned = src->lane.pinned;
+    dst->lane.count = src->lane.count;
+    dst->lane.tail = src->lane.tail;
+    return 1;
+}
+
+int gp_lane_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                   const unsigned char *in, size_t inl)
+{
+    int ok;
+
+    gp_engine_note_large(ctx->provctx->engine, inl);
+    if (ctx->lane.count) {
+        ctx->lane.calls++;
+        ctx->lane.bytes += inl;
+    }
+    ok = ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, inl);
+    gp_cpu_clean_upper_state();
+    if (!ok)
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+    return ok;
+}
