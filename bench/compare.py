@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The comparison (issue 4): `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305,
+"""The comparison: `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305,
 the default provider against gpuprov, over message sizes x -async_jobs x -multi.
 
 One `openssl speed -mr -elapsed -seconds S -bytes N` process per (cipher, size, async_jobs, multi,
@@ -12,8 +12,8 @@ Configurations:
   gpuprov       gpuprov as a user gets it: OPENSSL_CONF=config/gpuprov.cnf, backend=auto (hybrid)
   gpuprov-cuda  the same with GPUPROV_BACKEND=cuda (forced); only on a host with an NVIDIA GPU
   gpuprov-host, gpuprov-cpu   forced executors, on request (--configs)
-Forced configurations run only at the largest -async_jobs and -multi 1 (where the targets need
-them) unless --forced-everywhere.
+Forced configurations run only at the largest -async_jobs and -multi 1 (the summary's cell) unless
+--forced-everywhere.
 
 Every gpuprov run has GPUPROV_STATS=1 (unless --no-stats): the stats line(s) it prints at unload
 are parsed into the CSV (ops, batches, mean batch, executor split) and prove that gpuprov did the
@@ -337,7 +337,7 @@ def verify_loading(args, configs):
 
 
 # ---------------------------------------------------------------------------------------------
-# Targets, tables, RESULTS.md
+# Summary, tables, RESULTS.md
 
 def median(xs):
     xs = sorted(xs)
@@ -382,67 +382,58 @@ def spread(r):
     return " (repeats %.2f\u2013%.2f)" % (r["ratio_min"], r["ratio_max"])
 
 
-def targets(rows, has_gpu):
-    """(target, cell, measured, needed, verdict) for each check of issue 4."""
+def summary(rows):
+    """(cells, cipher, gpuprov / default) rows: the headline cells of the comparison, each ratio a
+    median with the range of its repeats. Figures only: what they mean for a user is in
+    docs/performance.md."""
     ix = aggregate(rows)
     asyncs = sorted({int(r["async_jobs"]) for r in rows})
+    multis = sorted({int(r["multi"]) for r in rows})
+    big = max((int(r["size"]) for r in rows), default=0)
     out = []
-    no_gpu = "n/a: no GPU (gpuprov ran its cpu executor)"
 
-    def verdict(x, need, gpu_needed=True):
-        if x is None:
-            return "not measured"
-        if gpu_needed and not has_gpu:
-            return no_gpu
-        return "PASS" if x >= need else "FAIL"
-
-    for cipher, need in (("aes-256-gcm", 2.5), ("aes-128-ctr", 3.5), ("chacha20-poly1305", 9.0)):
-        r = ix.get((cipher, 16384, 64, 1, "gpuprov"))
+    def fmt(r):
         x = ratio_of(r)
-        c = ratio_of(ix.get((cipher, 16384, 64, 1, "gpuprov-cuda")))
-        meas = ("%.2f\u00d7%s" % (x, spread(r)) if x is not None else "-") + (
-            " (forced cuda %.2f\u00d7)" % c if c is not None else "")
-        out.append(("16 KiB, 1 process, async 64, hybrid", PRETTY[cipher], meas,
-                    "\u2265 %.1f\u00d7" % need, verdict(x, need)))
-    for cipher in CIPHERS:
+        return "%.2f\u00d7%s" % (x, spread(r)) if x is not None else "-"
+
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        a, m = asyncs[-1], multis[0]
+        meas = "hybrid " + fmt(ix.get((cipher, big, a, m, "gpuprov")))
+        for cfg in FORCED:
+            r = ix.get((cipher, big, a, m, cfg))
+            if r is not None:
+                meas += "; forced %s %s" % (FORCED[cfg], fmt(r))
+        out.append(("%s B, async %d, -multi %d" % (big, a, m), PRETTY[cipher], meas))
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
         hy = [(ratio_of(r), k) for k, r in ix.items()
               if k[0] == cipher and k[4] == "gpuprov" and ratio_of(r) is not None]
         if not hy:
-            out.append(("every size/async/multi, hybrid", PRETTY[cipher], "-", "\u2265 0.95\u00d7",
-                        "not measured"))
             continue
-        worst, k = min(hy)
-        below = sum(1 for x, _ in hy if x < 0.95)
-        meas = "min %.2f\u00d7 at %d B async %d multi %d%s; %d of %d cells below" % (
-            worst, k[1], k[2], k[3], spread(ix[k]), below, len(hy))
-        out.append(("every size/async/multi, hybrid", PRETTY[cipher], meas, "\u2265 0.95\u00d7",
-                    "PASS" if worst >= 0.95 else "FAIL"))
-    for cipher in CIPHERS:
-        for a in asyncs:
-            r = ix.get((cipher, 16384, a, 16, "gpuprov"))
-            x = ratio_of(r)
-            if x is None:
-                continue
-            out.append(("-multi 16, 16 KiB, hybrid", "%s, async %d" % (PRETTY[cipher], a),
-                        "%.2f\u00d7%s" % (x, spread(r)), "\u2265 1.15\u00d7", verdict(x, 1.15)))
-    if not any(t[0].startswith("-multi 16") for t in out):
-        out.append(("-multi 16, 16 KiB, hybrid", "all", "-", "\u2265 1.15\u00d7", "not measured"))
-    x = ratio_of(ix.get(("chacha20-poly1305", 1024, 64, 1, "gpuprov-cuda")))
-    out.append(("1 KiB forced cuda, async 64, 1 process", "ChaCha20-Poly1305",
-                "%.2f\u00d7" % x if x is not None else "-", "\u2265 1\u00d7",
-                verdict(x, 1.0) if has_gpu else no_gpu.split(" (")[0]))
-    # The issue's CPU claim: the GPU path costs less CPU per GB than the default's own crypto.
-    for cipher in CIPHERS:
-        d = ix.get((cipher, 16384, 64, 1, "default"))
-        for cfg in ("gpuprov-cuda", "gpuprov"):
-            g = ix.get((cipher, 16384, 64, 1, cfg))
-            if d and g and d["cpu_s_per_gb"] and g["cpu_s_per_gb"]:
-                dv, gv = float(d["cpu_s_per_gb"]), float(g["cpu_s_per_gb"])
-                ok = "PASS" if gv < dv else "FAIL"
-                out.append(("CPU s/GB below default's (16 KiB, async 64, 1 process)",
-                            "%s, %s" % (PRETTY[cipher], cfg), "%.3f vs %.3f" % (gv, dv), "<",
-                            ok if has_gpu else no_gpu))
-                break
+        worst, kw = min(hy)
+        best, kb = max(hy)
+        out.append(("every size, async, -multi (hybrid)", PRETTY[cipher],
+                    "lowest %.2f\u00d7 at %d B async %d multi %d%s; highest %.2f\u00d7 at %d B "
+                    "async %d multi %d%s; %d cells" % (worst, kw[1], kw[2], kw[3], spread(ix[kw]),
+                                                      best, kb[1], kb[2], kb[3], spread(ix[kb]),
+                                                      len(hy))))
+    if len(multis) > 1:
+        for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+            cells = ["async %d %s" % (a, fmt(ix.get((cipher, big, a, multis[-1], "gpuprov"))))
+                     for a in asyncs if ix.get((cipher, big, a, multis[-1], "gpuprov"))]
+            if cells:
+                out.append(("%s B, -multi %d (hybrid)" % (big, multis[-1]), PRETTY[cipher],
+                            "; ".join(cells)))
+    # CPU cost: user+sys seconds per GB of every configuration at the largest size and async.
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        a = asyncs[-1]
+        cells = []
+        for cfg in KNOWN_CONFIGS:
+            r = ix.get((cipher, big, a, multis[0], cfg))
+            if r and r["cpu_s_per_gb"]:
+                cells.append("%s %.3f" % (cfg, float(r["cpu_s_per_gb"])))
+        if cells:
+            out.append(("CPU s/GB, %s B, async %d, -multi %d" % (big, a, multis[0]), PRETTY[cipher],
+                        ", ".join(cells)))
     return out
 
 
@@ -503,8 +494,7 @@ def results_section(rows, meta, plots, plot_note, results_path):
     ok = [r for r in rows if r["status"] == "ok"]
     configs = [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in rows)]
     s = [BEGIN,
-         "## %s \u2014 bench/compare: `openssl speed`, default provider vs gpuprov (%s)" % (
-             meta["date"], dev), "",
+         "## openssl speed against the default provider (bench/compare)", "",
          "Written by `bench/compare` from one run; do not edit between the markers (the next run "
          "replaces it). Device: **%s**; host CPU: %s, %d cores; %s; gpuprov %s; %s." % (
              meta["gpu"] if has_gpu else "none (no GPU on this host)", meta["host_cpu"],
@@ -519,12 +509,12 @@ def results_section(rows, meta, plots, plot_note, results_path):
     if not has_gpu:
         s += ["**No GPU on this host**: `gpuprov` (backend=auto) runs its cpu executor (the "
               "default provider's code behind gpuprov's queue), `gpuprov-cuda` is dropped, and the "
-              "GPU targets read n/a. These figures say what loading gpuprov costs on a GPU-less "
+              "figures say nothing about the GPU. They say what loading gpuprov costs on a GPU-less "
               "machine; the GPU figures come from the same command on a GPU host.", ""]
     reps = max((int(r["rep"]) for r in rows if r.get("rep")), default=1)
     s += [("Each cell ran %d times, the configurations interleaved within each repeat; figures "
            "are medians, a ratio is the median of the per-repeat ratios (each against the default "
-           "run of the same repeat), with the range of the repeats where a target names it. "
+           "run of the same repeat), with the range of the repeats in the summary. "
            % reps if reps > 1 else "") +
           "A run is one `openssl speed -mr -elapsed -seconds %s -bytes N [-async_jobs A] "
           "[-multi M] -evp CIPHER` process; GB/s = 10^9 bytes/s as speed reports it (with "
@@ -532,9 +522,10 @@ def results_section(rows, meta, plots, plot_note, results_path):
           "(getrusage, start-up included) per 10^9 bytes encrypted; cores busy = CPU s / wall s. "
           "Ratios are against the default provider in the same cell of the same compare run. "
           "Configurations: %s." % (rows[0]["seconds"] if rows else "?", ", ".join(configs)), "",
-          "### Targets (issue 4)", "",
-          "| target | cell | measured | needed | verdict |", "|---|---|---|---|---|"]
-    for t in targets(rows, has_gpu):
+          "### Summary (%s)" % dev, "",
+          "gpuprov / default in the same cell; above 1 gpuprov is faster.", "",
+          "| cells | cipher | gpuprov / default |", "|---|---|---|"]
+    for t in summary(rows):
         s.append("| %s |" % " | ".join(t))
     s += ["", "### gpuprov (hybrid) / default, by async_jobs (a) and -multi (m)", "",
           ratio_table(rows), "",
@@ -587,15 +578,21 @@ def short_version(v):
     return v.split(" (Library")[0]
 
 
-def draw_plots(rows, meta, outdir):
+def draw_plots(rows, meta, outdir, keep_existing=False):
     """Throughput and CPU s/GB against message size, one PNG each per cipher, a panel per
-    -multi, a line per (configuration, async_jobs). Returns (paths, note)."""
+    -multi, a line per (configuration, async_jobs). Returns (paths, note). keep_existing (with
+    --plot-only): where matplotlib is missing, link the PNGs already in outdir, which an earlier
+    run drew from the same CSV."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, NullLocator
     except ImportError:
+        old = [outdir / ("%s-%s.png" % (what, c)) for c in CIPHERS
+               if any(r["cipher"] == c for r in rows) for what in ("throughput", "cpu")]
+        if keep_existing and old and all(p.is_file() for p in old):
+            return old, "kept (matplotlib is not importable here; drawn earlier from this CSV)"
         return [], ("skipped (matplotlib is not importable here). Draw them later with "
                     "`bench/compare --plot-only %s` where it is (see `bench/compare --help` for "
                     "installing it from wheels without network)." % meta["csv"])
@@ -654,20 +651,20 @@ def draw_plots(rows, meta, outdir):
 
 # ---------------------------------------------------------------------------------------------
 
-def report(rows, meta, outdir, results_path):
-    plots, note = draw_plots(rows, meta, outdir)
+def report(rows, meta, outdir, results_path, keep_plots=False):
+    plots, note = draw_plots(rows, meta, outdir, keep_plots)
     if results_path:
         update_results(results_path, results_section(rows, meta, plots, note, results_path))
     say("compare: plots: %s" % (", ".join(str(p) for p in plots) if plots else note))
     if results_path:
         say("compare: %s updated (between %s and %s)" % (results_path, BEGIN, END))
     has_gpu = meta["gpu"] != "none"
-    say("\nTargets (ratios against the default provider in the same run; device: %s):"
+    say("\nSummary (gpuprov / default in the same run; device: %s):"
         % (meta["gpu"] if has_gpu else "none, no GPU on this host"))
-    t = targets(rows, has_gpu)
-    w = [max(len(x[i]) for x in t) for i in range(4)]
+    t = summary(rows)
+    w = [max(len(x[i]) for x in t) for i in range(2)] if t else [0, 0]
     for x in t:
-        say("  %-*s  %-*s  %-*s  %-*s  %s" % (w[0], x[0], w[1], x[1], w[2], x[2], w[3], x[3], x[4]))
+        say("  %-*s  %-*s  %s" % (w[0], x[0], w[1], x[1], x[2]))
 
 
 def main():
@@ -726,7 +723,7 @@ def main():
         outdir = (args.out or csv_path.parent).resolve()
         outdir.mkdir(parents=True, exist_ok=True)
         results = None if args.no_results else (args.results or ROOT / "bench" / "RESULTS.md")
-        report(rows, meta, outdir, results)
+        report(rows, meta, outdir, results, keep_plots=True)
         return 0
 
     if args.quick:
