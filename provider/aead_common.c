@@ -685,12 +685,8 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 
     /* EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for the TLS
      * padding after each TLS1_AAD: answered here, a comparison each. */
-    if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
-        if (strcmp(params[0].key, OSSL_CIPHER_PARAM_IVLEN) == 0)
-            return gp_param_set_size(params, ctx->ivlen);
-        if (ctx->tls_aad_len != 0 && strcmp(params[0].key, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
-            return gp_param_set_size(params, ctx->tls_aad_pad);
-    }
+    if (params != NULL && params[0].key != NULL && params[1].key == NULL && gp_param_is_ivlen(params[0].key))
+        return gp_param_set_size(params, ctx->ivlen);
     /* An encryption on the lane past its Final: the default provider's context answers the rest
      * (GET_TAG after each TLS 1.3 record). */
     if (ctx->lane.d != NULL && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0)
@@ -701,6 +697,11 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[])
 {
     int ok = 1;
+
+    /* The TLS padding, asked after each TLS1_AAD: the lane's context need not answer it. */
+    if (ctx->tls_aad_len != 0 && params[0].key != NULL && params[1].key == NULL
+        && strcmp(params[0].key, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
+        return gp_param_set_size(params, ctx->tls_aad_pad);
     for (OSSL_PARAM *p = params; p != NULL && p->key != NULL && ok; p++) {
         const char *k = p->key;
 

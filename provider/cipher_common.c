@@ -176,7 +176,7 @@ void gp_cipher_update_refused(size_t outsize, size_t inl)
         GP_RAISE(GP_R_OUTPUT_BUFFER_TOO_SMALL);
 }
 
-int gp_param_set_size(OSSL_PARAM *p, size_t v)
+int gp_param_set_size_slow(OSSL_PARAM *p, size_t v)
 {
     if (OSSL_PARAM_set_size_t(p, v))
         return 1;

@@ -165,8 +165,24 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
     return ok;
 }
 
-/* Set a size_t param, raising INVALID_PARAMETER when it does not fit. */
-int gp_param_set_size(OSSL_PARAM *p, size_t v);
+/* Set a size_t param, raising INVALID_PARAMETER when it does not fit. Inline for the form EVP
+ * builds (a size_t), which it asks for at every init. */
+int gp_param_set_size_slow(OSSL_PARAM *p, size_t v);
+static inline int gp_param_set_size(OSSL_PARAM *p, size_t v)
+{
+    if (p->data_type == OSSL_PARAM_UNSIGNED_INTEGER && p->data_size == sizeof(size_t) && p->data != NULL) {
+        *(size_t *)p->data = v;
+        p->return_size = sizeof(size_t);
+        return 1;
+    }
+    return gp_param_set_size_slow(p, v);
+}
+
+/* Is `key` OSSL_CIPHER_PARAM_IVLEN ("ivlen")? Byte by byte, stopping at the first difference. */
+static inline int gp_param_is_ivlen(const char *key)
+{
+    return key[0] == 'i' && key[1] == 'v' && key[2] == 'l' && key[3] == 'e' && key[4] == 'n' && key[5] == '\0';
+}
 /* KEYLEN is settable to each algorithm's own value only. */
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
 
