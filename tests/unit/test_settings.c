@@ -402,6 +402,8 @@ static void print_table(void)
             snprintf(dflt, sizeof(dflt), s->dflt_fraction < 0 ? "measured" : "%g", s->dflt_fraction);
         else if (s->syntax == GP_SYNTAX_BYTES && s->dflt == -1)
             snprintf(dflt, sizeof(dflt), "measured");
+        else if (s->syntax == GP_SYNTAX_NUMBER && s->dflt < s->min && s->words == NULL)
+            snprintf(dflt, sizeof(dflt), "unset");
         else {
             snprintf(dflt, sizeof(dflt), "%lld", s->dflt);
             for (const gp_setting_word *w = s->words; w != NULL && w->word != NULL; w++)
