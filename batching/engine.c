@@ -76,7 +76,7 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
     pthread_once(&atfork_once, register_atfork);
     e->fork_gen = gp_fork_generation();
     atomic_init(&e->max_inflight, 1);
-    if (!gp_queue_init(&e->queue)) {
+    if (!gp_queue_init(&e->queue, &e->knobs)) {
         free(e);
         return NULL;
     }

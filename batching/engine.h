@@ -9,6 +9,7 @@
 #include <openssl/core_dispatch.h>
 #include <openssl/types.h>
 
+#include "batching/settings.h"
 #include "kernels/batch_abi.h"
 
 /*
@@ -19,47 +20,6 @@
  * A message is owned by the executor chosen when it starts (the cpu executor keeps its own
  * default-provider context, so a message that starts there finishes there).
  */
-
-typedef enum gp_backend {
-    GP_BACKEND_AUTO = 0,   /* hybrid where a usable GPU is found, else cpu */
-    GP_BACKEND_CUDA,       /* every message on the GPU (measurement, tests) */
-    GP_BACKEND_HOST,
-    GP_BACKEND_CPU,
-    GP_BACKEND_HYBRID      /* each message to the GPU or the cpu executor by policy (hybrid.c) */
-} gp_backend;
-
-#define GP_KNOB_CALIBRATE ((size_t)-1)
-#define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
-
-#define GP_STATS_STEPS 2            /* knob stats=steps */
-
-typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
-
-/* Knobs, from the provider's openssl.cnf section, overridden by GPUPROV_<KEY> variables. */
-typedef struct gp_knobs {
-    gp_backend backend;
-    int stats;             /* print one stats line to stderr when the provider unloads; GP_STATS_STEPS:
-                            * the cuda executor also times each step of a batch on the GPU */
-    int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
-    int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
-    int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
-                            * device arenas and async dispatcher thread (0: the default, 4) */
-    /* Batching (host and cuda executors): a batch flushes at max_batch_ops requests or
-     * max_batch_bytes bytes, flush_us after its first request, or when every active submitter
-     * is waiting in it. */
-    int max_batch_ops;
-    size_t max_batch_bytes;
-    int flush_us;
-    gp_wait_mode wait;     /* how a submitter waits for its batch */
-    int spin_us;           /* adaptive: spin this long, then block */
-    /* Hybrid policy (batching/hybrid.c). GP_KNOB_CALIBRATE / a negative share: measured at first
-     * use in each process. */
-    size_t min_gpu_bytes;  /* messages whose first data request is shorter stay on the CPU */
-    size_t lone_gpu_bytes; /* the same for a lone synchronous caller (it waits a whole round trip) */
-    double gpu_share;      /* fraction of eligible messages sent to the GPU, 0..1 */
-    int hybrid_gpu_host;   /* tests: the host executor plays the GPU's part in the hybrid policy,
-                            * so machines without a GPU exercise it */
-} gp_knobs;
 
 typedef struct gp_engine gp_engine;
 typedef struct gp_key gp_key;

@@ -176,7 +176,8 @@ typedef struct gp_queue {
     /* Read by every async request, written about once per process: */
     _Alignas(64) _Atomic unsigned dispatchers_live;   /* gp_fork_generation() + 1 while this process's run */
     /* Async jobs hand their own per-request work (prepare, staging) to their thread only once jobs
-     * of two threads or more have queued (submit_async); stage_one_thread: test hook. */
+     * of two threads or more have queued (submit_async); stage_one_thread: test hook (set only
+     * where GP_TEST_HOOKS). */
     _Atomic uintptr_t async_thread;   /* the last thread an async request came from */
     _Atomic int async_threads;        /* 1: more than one so far, in this process */
     int stage_one_thread;
@@ -187,7 +188,7 @@ typedef struct gp_queue {
     struct gp_queue *next;       /* every engine's queue, for the fork handlers (queue.c) */
 } gp_queue;
 
-int gp_queue_init(gp_queue *q);
+int gp_queue_init(gp_queue *q, const gp_knobs *k);
 void gp_queue_cleanup(gp_queue *q);
 /* Run r through the queue; returns r->status. Outside an ASYNC_JOB the caller waits as knobs.wait
  * says (and may lead the batch); inside one the job pauses until the dispatcher has run it. */

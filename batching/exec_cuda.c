@@ -84,23 +84,24 @@ typedef struct gp_cuda {
     gp_cuda_slot *slots;
     int nslots;
     atomic_uint next;            /* where the next batch looks for a free slot first */
-    /* Test hook ($GPUPROV_TEST_CUDA_FAULT_AFTER=N): after N good batches, launch with an empty grid
-     * so the runtime itself reports an error, to prove the fallback path. */
+#if GP_TEST_HOOKS
+    /* Test hook (cuda_fault_after = N): after N good batches, launch with an empty grid so the
+     * runtime itself reports an error, to prove the fallback path. */
     atomic_long fault_after;
-    /* Test hook ($GPUPROV_TEST_CUDA_SILENT_AFTER=N): after N good batches with done words, the
-     * batch's last kernel is not told where they are, so it ends without writing them. */
+    /* Test hook (cuda_silent_after = N): after N good batches with done words, the batch's last
+     * kernel is not told where they are, so it ends without writing them. */
     atomic_long silent_after;
-    /* Test hook ($GPUPROV_TEST_GHASH_MMA_ANY_BATCH): GCM's tensor-core GHASH for batches of any
-     * size, so that the gpu suite's small batches run it (only with build option ghash_mma). */
+    /* Test hook (ghash_mma_any_batch): GCM's tensor-core GHASH for batches of any size, so that
+     * the gpu suite's small batches run it (only with build option ghash_mma). */
     int mma_any_batch;
-    /* $GPUPROV_LONE_LAUNCH=0: small batches take the three launches too (A/B measurements). */
+#endif
+#if GP_EXPERIMENT_SWITCHES
+    /* Experiment lone_launch = 0: small batches take the three launches too (A/B measurements). */
     int lone_off;
-    /* $GPUPROV_SMALL_REFS=N: at most N refs take the batch kernel's latency build (0: none; A/B
-     * measurements); -1: unset, as many as the GPU holds a warp each (kernels/launch.h). */
-    long small_refs;
-    /* $GPUPROV_SPREAD=0: the latency kernels keep a warp per unit (GP_BATCH_NARROW; A/B
+    /* Experiment spread = 0: the latency kernels keep a warp per unit (GP_BATCH_NARROW; A/B
      * measurements of kernels/batch_kernel.cu's spread pass). */
     int spread_off;
+#endif
     /* Knob stats: where a batch's time goes (nanoseconds summed over batches), printed at unload:
      * planning and copying into the pinned arena, the CUDA calls up to the results being back,
      * delivering results to the callers. */
@@ -396,7 +397,13 @@ static unsigned int lone_blocks(gp_engine *e, const gp_cuda *g, const gp_cuda_sl
 {
     const unsigned int most = c->shape.lone_blocks;
 
-    if (g->lone_off || most == 0 || !fold || nstaged + nspows + nup + nwipes + nmma != 0
+#if GP_EXPERIMENT_SWITCHES
+    if (g->lone_off)
+        return 0;
+#else
+    (void)g;
+#endif
+    if (most == 0 || !fold || nstaged + nspows + nup + nwipes + nmma != 0
         || nrefs > (size_t)most * LONE_REFS_PER_BLOCK
         || atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) > 1)
         return 0;
@@ -446,7 +453,7 @@ static void cuda_close(gp_engine *e);
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
-    int n = 0, first, ngpus, per_gpu, no_early;
+    int n = 0, first, ngpus, per_gpu;
     cudaError_t err = cudaGetDeviceCount(&n);
 
     if (err != cudaSuccess || n == 0) {
@@ -470,16 +477,15 @@ static int cuda_open(gp_engine *e)
         OPENSSL_free(c);
         return 0;
     }
-    atomic_init(&c->fault_after, getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") != NULL
-                ? strtol(getenv("GPUPROV_TEST_CUDA_FAULT_AFTER"), NULL, 10) : -1);
-    atomic_init(&c->silent_after, getenv("GPUPROV_TEST_CUDA_SILENT_AFTER") != NULL
-                ? strtol(getenv("GPUPROV_TEST_CUDA_SILENT_AFTER"), NULL, 10) : -1);
-    c->mma_any_batch = getenv("GPUPROV_TEST_GHASH_MMA_ANY_BATCH") != NULL;
-    c->lone_off = getenv("GPUPROV_LONE_LAUNCH") != NULL && strcmp(getenv("GPUPROV_LONE_LAUNCH"), "0") == 0;
-    c->small_refs = getenv("GPUPROV_SMALL_REFS") != NULL ? strtol(getenv("GPUPROV_SMALL_REFS"), NULL, 10) : -1;
-    c->spread_off = getenv("GPUPROV_SPREAD") != NULL && strcmp(getenv("GPUPROV_SPREAD"), "0") == 0;
-    /* Test hook ($GPUPROV_TEST_NO_EARLY_LAUNCH): every launch waits for the one before it ends. */
-    no_early = getenv("GPUPROV_TEST_NO_EARLY_LAUNCH") != NULL;
+#if GP_TEST_HOOKS
+    atomic_init(&c->fault_after, e->knobs.test.cuda_fault_after);
+    atomic_init(&c->silent_after, e->knobs.test.cuda_silent_after);
+    c->mma_any_batch = e->knobs.test.ghash_mma_any_batch;
+#endif
+#if GP_EXPERIMENT_SWITCHES
+    c->lone_off = !e->knobs.exp.lone_launch;
+    c->spread_off = !e->knobs.exp.spread;
+#endif
     c->stage_device = first;
     c->open_gen = gp_fork_generation();
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
@@ -504,10 +510,17 @@ static int cuda_open(gp_engine *e)
             cuda_close(e);
             return 0;
         }
-        if (no_early)
+#if GP_TEST_HOOKS
+        /* Test hook (no_early_launch): every launch waits for the one before it ends. */
+        if (e->knobs.test.no_early_launch)
             sl->shape.early_launch = 0;
-        if (c->small_refs >= 0 && (unsigned long)c->small_refs < sl->shape.small_refs)
-            sl->shape.small_refs = (unsigned int)c->small_refs;
+#endif
+#if GP_EXPERIMENT_SWITCHES
+        /* Experiment small_refs = N: at most N refs take the batch kernel's latency build (0:
+         * none; A/B measurements); unset: as many as the GPU holds a warp each (kernels/launch.h). */
+        if (e->knobs.exp.small_refs >= 0 && (unsigned int)e->knobs.exp.small_refs < sl->shape.small_refs)
+            sl->shape.small_refs = (unsigned int)e->knobs.exp.small_refs;
+#endif
         if (!arena_reserve(e, sl, ARENA_MIN)) {
             cuda_close(e);
             return 0;
@@ -797,7 +810,11 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     uint64_t kbatch = 0;
     size_t total = 0;
     uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
+#if GP_EXPERIMENT_SWITCHES
     unsigned int flags = g->spread_off ? GP_BATCH_NARROW : 0;
+#else
+    unsigned int flags = 0;
+#endif
     gp_unit_ref *refs;
     gp_work *work;
     cudaError_t err;
@@ -838,8 +855,13 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const gp_request *r = &reqs[idx[i]];
 
         c->mma[i] = NO_MMA;
-        if (gp_ghash_mma_wanted(r->msg->st.alg, c->jobs[i].nunits, nrefs - m,
-                                g->mma_any_batch ? 0 : gp_kernel_warps_at_once(&c->shape))
+#if GP_TEST_HOOKS
+        const uint64_t mma_min_warps = g->mma_any_batch ? 0 : gp_kernel_warps_at_once(&c->shape);
+#else
+        const uint64_t mma_min_warps = gp_kernel_warps_at_once(&c->shape);
+#endif
+
+        if (gp_ghash_mma_wanted(r->msg->st.alg, c->jobs[i].nunits, nrefs - m, mma_min_warps)
             && gp_key_ghmma_get(r->msg->key) != NULL) {
             /* One copy per key: the same key among the batch's last MMA_DEDUP requests with one. */
             for (size_t k = i, seen = 0; k-- > 0 && seen < MMA_DEDUP && c->mma[i] == NO_MMA;) {
@@ -1019,8 +1041,10 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         unsigned int lone_grid = lone;
 
         const void *kernel = gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
+#if GP_TEST_HOOKS
         if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
             grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+#endif
         /* Which kernel says the results are back (wait_for_gpu): the lone launch, or the copy kernel
          * out of a folded batch (an unfolded batch's states come back by DMA after that kernel). A
          * dispatcher's batches kept the event while it slept through most of a batch (with the
@@ -1031,8 +1055,11 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         end.blocks = lone > 0 ? lone_grid : fold && nc_out > 0 ? out_grid.x : 0;
         if (end.blocks > 0) {
             end.ticket = ++c->ticket;
-            if (atomic_load(&g->silent_after) < 0 || atomic_fetch_sub(&g->silent_after, 1) != 0)
-                words = gpu_addr((uint8_t *)c->done);   /* else the test hook: the kernel is not told */
+            words = gpu_addr((uint8_t *)c->done);
+#if GP_TEST_HOOKS
+            if (atomic_load(&g->silent_after) >= 0 && atomic_fetch_sub(&g->silent_after, 1) == 0)
+                words = 0;   /* test hook: the kernel is not told */
+#endif
         }
         if (lone == 0 && end.blocks > 0) {
             out_done = words;

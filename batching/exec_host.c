@@ -89,6 +89,8 @@ void gp_host_run_one(gp_request *r)
     r->status = GP_REQ_OK;
 }
 
+#if GP_TEST_HOOKS
+/* The host_stage test hook's pool: plain memory. */
 static void *test_stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
 {
     (void)ctx;
@@ -101,25 +103,30 @@ static void test_stage_release(void *ctx, void *mem, size_t bytes)
     (void)ctx;
     OPENSSL_clear_free(mem, bytes);
 }
+#endif
 
 static int host_open(gp_engine *e)
 {
-    /* Test hook ($GPUPROV_TEST_HOST_INFLIGHT=N): let the queue run N host batches at once (they
-     * take turns in the pool), so that machines without a GPU exercise what the cuda executor's
-     * slots make happen: several leaders, several async dispatchers, split async batches. */
-    const char *v = getenv("GPUPROV_TEST_HOST_INFLIGHT");
+#if GP_TEST_HOOKS
+    /* Test hook (host_inflight = N): let the queue run N host batches at once (they take turns in
+     * the pool), so that machines without a GPU exercise what the cuda executor's slots make
+     * happen: several leaders, several async dispatchers, split async batches. */
+    const int n = e->knobs.test.host_inflight;
 
-    if (v != NULL && atoi(v) > 1)
-        atomic_store(&e->max_inflight, atoi(v) < GP_MAX_DISPATCHERS ? atoi(v) : GP_MAX_DISPATCHERS);
-    /* Test hook ($GPUPROV_TEST_HOST_STAGE): async jobs stage their data for the host executor too,
-     * in plain memory (a small pool, so that it runs dry and jobs also go unstaged), so that CI runs
-     * the queue's staging path (batching/stage.h) without a GPU. */
-    if (getenv("GPUPROV_TEST_HOST_STAGE") != NULL && (e->host_stage = OPENSSL_zalloc(sizeof(*e->host_stage))) != NULL
+    if (n > 1)
+        atomic_store(&e->max_inflight, n < GP_MAX_DISPATCHERS ? n : GP_MAX_DISPATCHERS);
+    /* Test hook (host_stage): async jobs stage their data for the host executor too, in plain
+     * memory (a small pool, so that it runs dry and jobs also go unstaged), so that CI runs the
+     * queue's staging path (batching/stage.h) without a GPU. */
+    if (e->knobs.test.host_stage && (e->host_stage = OPENSSL_zalloc(sizeof(*e->host_stage))) != NULL
         && !gp_stage_pool_init(e->host_stage, (size_t)GP_STAGE_SLAB_CHUNKS * GP_STAGE_CHUNK_BYTES, test_stage_alloc,
                                test_stage_release, NULL)) {
         OPENSSL_free(e->host_stage);
         e->host_stage = NULL;
     }
+#else
+    (void)e;
+#endif
     return 1;   /* plain C: always available */
 }
 

@@ -161,18 +161,21 @@ static void register_queue_atfork(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-int gp_queue_init(gp_queue *q)
+int gp_queue_init(gp_queue *q, const gp_knobs *k)
 {
     memset(q, 0, sizeof(*q));
     if (gp_mutex_init(&q->lock) != 0)
         return 0;
-    /* Test hook ($GPUPROV_TEST_STAGE_ONE_THREAD): jobs of a single thread do their own per-request
-     * work too, so the suites' one-thread async drivers run that path. */
-    q->stage_one_thread = getenv("GPUPROV_TEST_STAGE_ONE_THREAD") != NULL;
-    /* Test hook ($GPUPROV_TEST_UNWATCH_DELAY_US): the watcher pauses, lock held, between deciding
-     * to block and ceasing to watch, so that jobs push into that window (dispatcher_wait). */
-    if (getenv("GPUPROV_TEST_UNWATCH_DELAY_US") != NULL)
-        q->test_unwatch_delay_us = (unsigned)(strtoul(getenv("GPUPROV_TEST_UNWATCH_DELAY_US"), NULL, 10) % 1000000u);
+#if GP_TEST_HOOKS
+    /* Test hook (stage_one_thread): jobs of a single thread do their own per-request work too, so
+     * the suites' one-thread async drivers run that path. */
+    q->stage_one_thread = k->test.stage_one_thread;
+    /* Test hook (unwatch_delay_us): the watcher pauses, lock held, between deciding to block and
+     * ceasing to watch, so that jobs push into that window (dispatcher_wait). */
+    q->test_unwatch_delay_us = (unsigned)k->test.unwatch_delay_us;
+#else
+    (void)k;
+#endif
     init_conds(q);
     pthread_once(&queue_atfork_once, register_queue_atfork);
     pthread_mutex_lock(&queues_lock);
@@ -500,11 +503,13 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
      * watching, so they woke nobody): the deadline was computed without them (UINT64_MAX when
      * nothing was pending), so go back and decide again rather than sleep on them. Sleeping on
      * them hung async jobs three times in ~10,000 runs of the async-host test (thirteenth session). */
+#if GP_TEST_HOOKS
     if (*watcher && q->test_unwatch_delay_us > 0) {
         struct timespec d = { 0, (long)q->test_unwatch_delay_us * 1000L };
 
         nanosleep(&d, NULL);
     }
+#endif
     dispatcher_unwatch(q, watcher);
     if (atomic_load_explicit(&q->events, memory_order_relaxed) != seen || q->dispatcher_stop)
         return;   /* (a drain that failed an entry dropped the lock: a stop may have come) */
@@ -688,8 +693,12 @@ static int async_own_work(gp_queue *q)
 {
     uintptr_t self = (uintptr_t)pthread_self(), prev;
 
-    if (atomic_load_explicit(&q->async_threads, memory_order_relaxed) || q->stage_one_thread)
+    if (atomic_load_explicit(&q->async_threads, memory_order_relaxed))
         return 1;
+#if GP_TEST_HOOKS
+    if (q->stage_one_thread)
+        return 1;
+#endif
     prev = atomic_exchange_explicit(&q->async_thread, self, memory_order_relaxed);
     if (prev == 0 || prev == self)
         return 0;

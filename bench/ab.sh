@@ -5,6 +5,9 @@
 # (lone-call latency, 16 threads) and openssl speed -async_jobs 64 forced onto the cuda executor,
 # each with GPUPROV_STATS=1 (the stats lines show batch sizes and where a batch's time goes).
 # usage: bench/ab.sh OLD_SOURCE_DIR [NEW_BUILD_DIR]      (logs in $OUT or NEW_BUILD_DIR/ab)
+# An A/B within one build by the settled experiments' switches (GPUPROV_LONE_LAUNCH=0,
+# GPUPROV_SMALL_REFS=N, GPUPROV_SPREAD=0) needs a build with -Dexperiments=true: the module of a
+# plain build has none of them (batching/settings.c); AB_MESON_ARGS reach the old tree's build.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 old_src=$(cd "$1" && pwd)
@@ -16,7 +19,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   echo "ab: no NVIDIA GPU on this machine: nothing to compare"
   exit 0
 fi
-(cd "$old_src" && meson setup "$old" -Dcuda=enabled -Dgpu_sm="${GPU_SM:-90}" >/dev/null && ninja -C "$old" >/dev/null) \
+(cd "$old_src" && meson setup "$old" -Dcuda=enabled -Dgpu_sm="${GPU_SM:-90}" ${AB_MESON_ARGS:-} >/dev/null && ninja -C "$old" >/dev/null) \
   || { echo "ab: the old tree did not build"; exit 1; }
 sz=${AB_SIZES:-16,1024,16384}
 for v in old new; do

@@ -61,7 +61,8 @@ extern const OSSL_DISPATCH gp_aes128ctr_functions[], gp_aes192ctr_functions[], g
 extern const OSSL_DISPATCH gp_aes128gcm_functions[], gp_aes192gcm_functions[], gp_aes256gcm_functions[];
 extern const OSSL_DISPATCH gp_chacha20_functions[], gp_chacha20_poly1305_functions[];
 
-/* Knobs: the provider's config section through the core, then GPUPROV_<KEY> variables. */
+/* Knobs: the provider's config section through the core, handed to the settings registry
+ * (batching/settings.h), whose GPUPROV_* variables win. */
 void gp_knobs_load(gp_knobs *k, const OSSL_CORE_HANDLE *handle, OSSL_FUNC_core_get_params_fn *get_params);
 
 #endif

@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # The gpu suite on a GPU machine: build with nvcc, run every test through the cuda executor, then
 # again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
+# The suites load the test module ($build/provider/test-module/gpuprov.so: the GPUPROV_TEST_* hooks
+# tests/meson.build sets), the speed and evp-bench steps the production one ($build/provider).
 # usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT, GPU_MESON_ARGS optional;
-#        e.g. GPU_MESON_ARGS=-Dghash_mma=true for the tensor-core GHASH)
+#        e.g. GPU_MESON_ARGS=-Dghash_mma=true for the tensor-core GHASH, -Dexperiments=true for the
+#        settled experiments' A/B switches GPUPROV_LONE_LAUNCH, GPUPROV_SMALL_REFS, GPUPROV_SPREAD)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

@@ -80,19 +80,37 @@ typedef struct {
     gp_msg *m;
 } msg_case;
 
+/* Knobs all zero but the backend (as these tests have always run: every request flushes its batch),
+ * with the test hooks and experiment switches at their defaults: a zeroed hook is not off
+ * (cuda_fault_after = 0 fails the first batch). */
+static gp_knobs knobs_zeroed(gp_backend backend)
+{
+    gp_knobs k, d;
+
+    gp_settings_defaults(&d);
+    memset(&k, 0, sizeof(k));
+    k.backend = backend;
+    k.test = d.test;
+    k.exp = d.exp;
+    return k;
+}
+
 /* Many messages, their requests interleaved in one batch: each message's requests must still run
  * in order, whichever worker takes them. */
 static void run_batch(gp_backend backend, int host_threads)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = backend, .stats = 1, .host_threads = host_threads };
-    gp_engine *e = gp_engine_new(&knobs, lib);
+    gp_knobs knobs = knobs_zeroed(backend);
+    gp_engine *e;
     msg_case mc[NMSG];
     gp_request reqs[NMSG * 4];
     size_t nreq = 0;
     gp_stats st;
 
+    knobs.stats = 1;
+    knobs.host_threads = host_threads;
+    e = gp_engine_new(&knobs, lib);
     assert_non_null(e);
     gptest_rand_seed();
     for (int i = 0; i < NMSG; i++) {
@@ -181,15 +199,15 @@ static void test_host_batch_inline(void **state)
     run_batch(GP_BACKEND_HOST, 1);
 }
 
-/* A failed GPU batch mid-stream (the test hook `hook`=1 picks how it fails, `lone_off` whether the
- * executor's lone cluster launch or its three launches run it): the failed batch and the rest of
- * its messages complete on the host from the same state, byte-identical; new messages go to the cpu
- * executor. */
-static void cuda_failure_falls_back(const char *hook, int lone_off)
+/* A failed GPU batch mid-stream (the test hook cuda_fault_after or, with `silent`,
+ * cuda_silent_after picks how it fails; `lone_off` whether the executor's lone cluster launch or
+ * its three launches run it): the failed batch and the rest of its messages complete on the host
+ * from the same state, byte-identical; new messages go to the cpu executor. */
+static void cuda_failure_falls_back(int silent, int lone_off)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = GP_BACKEND_CUDA, .stats = 1 };
+    gp_knobs knobs = knobs_zeroed(GP_BACKEND_CUDA);
     gp_engine *e;
     const alg_desc *a = &algs[4];   /* AES-256-GCM */
     uint8_t key[32], iv[16], aad[40], in[3000], out[3000], ref[3016], tag[16], ref_tag[16];
@@ -197,11 +215,14 @@ static void cuda_failure_falls_back(const char *hook, int lone_off)
     gp_msg *m;
     gp_stats st;
 
-    /* Read when the cuda executor opens (the first message): the AAD (carried with the data) and
-     * the first part run on the GPU as one batch, the second batch fails. */
-    setenv(hook, "1", 1);
-    if (lone_off)
-        setenv("GPUPROV_LONE_LAUNCH", "0", 1);
+    /* The AAD (carried with the data) and the first part run on the GPU as one batch, the second
+     * batch fails. */
+    knobs.stats = 1;
+    if (silent)
+        knobs.test.cuda_silent_after = 1;
+    else
+        knobs.test.cuda_fault_after = 1;
+    knobs.exp.lone_launch = !lone_off;
     e = gp_engine_new(&knobs, lib);
     gptest_rand_bytes(key, sizeof(key));
     gptest_rand_bytes(iv, sizeof(iv));
@@ -211,8 +232,6 @@ static void cuda_failure_falls_back(const char *hook, int lone_off)
     k = gp_key_new(e, a->alg, key, a->keylen);
     m = gp_msg_new(e);
     assert_true(gp_msg_start(m, k, iv, 12, 1));
-    unsetenv(hook);
-    unsetenv("GPUPROV_LONE_LAUNCH");
     assert_string_equal(gp_engine_backend_name(e), "cuda");
     assert_true(gp_msg_aad(m, aad, sizeof(aad)));
     assert_true(gp_msg_crypt(m, in, out, 1000));
@@ -238,8 +257,8 @@ static void cuda_failure_falls_back(const char *hook, int lone_off)
 static void test_cuda_fault_falls_back(void **state)
 {
     (void)state;
-    cuda_failure_falls_back("GPUPROV_TEST_CUDA_FAULT_AFTER", 0);
-    cuda_failure_falls_back("GPUPROV_TEST_CUDA_FAULT_AFTER", 1);
+    cuda_failure_falls_back(0, 0);
+    cuda_failure_falls_back(0, 1);
 }
 
 /* A batch whose last kernel ends without writing its done words (batching/exec_cuda.c
@@ -248,8 +267,8 @@ static void test_cuda_fault_falls_back(void **state)
 static void test_cuda_silent_kernel_falls_back(void **state)
 {
     (void)state;
-    cuda_failure_falls_back("GPUPROV_TEST_CUDA_SILENT_AFTER", 0);
-    cuda_failure_falls_back("GPUPROV_TEST_CUDA_SILENT_AFTER", 1);
+    cuda_failure_falls_back(1, 0);
+    cuda_failure_falls_back(1, 1);
 }
 
 /* Knobs as an unconfigured provider has them (environment aside), for one backend. */
@@ -362,13 +381,15 @@ static void test_many_tiny(void **state)
     enum { N = 3000 };
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
-    gp_engine *e = gp_engine_new(&knobs, lib);
+    gp_knobs knobs = knobs_zeroed(env_backend());
+    gp_engine *e;
     static msg_case mc[N];
     static gp_request reqs[N];
     gp_stats st;
 
     (void)state;
+    knobs.stats = 1;
+    e = gp_engine_new(&knobs, lib);
     for (int i = 0; i < N; i++) {
         msg_case *c = &mc[i];
 
@@ -415,10 +436,12 @@ static void test_unit_boundaries(void **state)
                                    2047, 2048, 2049, 4096 + 63, 65536, 65536 + 1 };
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = env_backend(), .stats = 1 };
-    gp_engine *e = gp_engine_new(&knobs, lib);
+    gp_knobs knobs = knobs_zeroed(env_backend());
+    gp_engine *e;
 
     (void)state;
+    knobs.stats = 1;
+    e = gp_engine_new(&knobs, lib);
     for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
         for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
             one_message(e, lib, &algs[a], lens[i]);
@@ -498,7 +521,7 @@ static void test_verify_statuses(void **state)
 
     (void)state;
     for (size_t b = 0; b < 2; b++) {
-        gp_knobs knobs = { .backend = backends[b] };
+        gp_knobs knobs = knobs_zeroed(backends[b]);
         gp_engine *e = gp_engine_new(&knobs, lib);
         uint8_t key[32] = { 1 }, iv[12] = { 2 }, pt[100], ct[100], back[100], tag[16];
         gp_key *k = gp_key_new(e, GP_ALG_AES_GCM, key, 32);
@@ -591,7 +614,7 @@ static void test_cpu_direct_matches_evp(void **state)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = GP_BACKEND_CPU };
+    gp_knobs knobs = knobs_zeroed(GP_BACKEND_CPU);
     gp_engine *direct = gp_engine_new(&knobs, lib), *evp = gp_engine_new(&knobs, lib);
     static const size_t lens[] = { 0, 1, 15, 16, 17, 64, 100, 1000 };
     static const size_t gcm_ivlens[] = { 12, 1, 16, 60 };
@@ -657,7 +680,7 @@ static void test_cpu_unusable_falls_back_to_host(void **state)
     /* Only the null provider: the default one is no longer loaded implicitly, so the cpu executor
      * cannot fetch anything. */
     OSSL_PROVIDER *null = OSSL_PROVIDER_load(lib, "null");
-    gp_knobs knobs = { .backend = GP_BACKEND_CPU };
+    gp_knobs knobs = knobs_zeroed(GP_BACKEND_CPU);
     gp_engine *e = gp_engine_new(&knobs, lib);
     uint8_t key[16] = { 0 }, iv[16] = { 0 }, in[32] = { 0 }, out[32];
     gp_key *k = gp_key_new(e, GP_ALG_AES_CTR, key, 16);
@@ -706,7 +729,7 @@ static void test_ekj0_aesni_matches_kernel(void **state)
 {
     OSSL_LIB_CTX *lib = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *dflt = OSSL_PROVIDER_load(lib, "default");
-    gp_knobs knobs = { .backend = GP_BACKEND_HOST };
+    gp_knobs knobs = knobs_zeroed(GP_BACKEND_HOST);
     gp_engine *e = gp_engine_new(&knobs, lib);
 
     (void)state;

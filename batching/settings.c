@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The settings registry: each knob's key, variable, class, syntax, default and range, and its parser. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "settings.h"
+
+/* Every field a row names is an int (enums included), a size_t or a double. */
+_Static_assert(sizeof(gp_backend) == sizeof(int) && sizeof(gp_wait_mode) == sizeof(int),
+               "enum knobs are stored as int");
+
+#define FIELD(f) offsetof(gp_knobs, f), sizeof(((gp_knobs *)0)->f)
+
+static const gp_setting_word backend_words[] = {
+    { "auto", GP_BACKEND_AUTO }, { "cuda", GP_BACKEND_CUDA }, { "host", GP_BACKEND_HOST },
+    { "cpu", GP_BACKEND_CPU }, { "hybrid", GP_BACKEND_HYBRID }, { NULL, 0 }
+};
+static const gp_setting_word wait_words[] = {
+    { "adaptive", GP_WAIT_ADAPTIVE }, { "spin", GP_WAIT_SPIN }, { "block", GP_WAIT_BLOCK }, { NULL, 0 }
+};
+static const gp_setting_word stats_words[] = {
+    { "0", 0 }, { "no", 0 }, { "false", 0 }, { "off", 0 },
+    { "1", 1 }, { "yes", 1 }, { "true", 1 }, { "on", 1 }, { "steps", GP_STATS_STEPS }, { NULL, 0 }
+};
+static const gp_setting_word device_words[] = { { "all", GP_DEVICE_ALL }, { NULL, 0 } };
+static const gp_setting_word hybrid_gpu_words[] = { { "cuda", 0 }, { "host", 1 }, { NULL, 0 } };
+#if GP_EXPERIMENT_SWITCHES
+static const gp_setting_word bool_words[] = {
+    { "0", 0 }, { "no", 0 }, { "false", 0 }, { "off", 0 },
+    { "1", 1 }, { "yes", 1 }, { "true", 1 }, { "on", 1 }, { NULL, 0 }
+};
+#endif
+
+#define CALIBRATE (-1)   /* the default of the hybrid policy's knobs: measured at first use */
+
+static const gp_setting registry[] = {
+    /* user */
+    { .key = "backend", .env = "GPUPROV_BACKEND", .cls = GP_SETTING_USER, .syntax = GP_SYNTAX_WORD,
+      FIELD(backend), .dflt = GP_BACKEND_AUTO, .words = backend_words,
+      .expected = "auto, hybrid, cuda, host or cpu",
+      .meaning = "executor for new messages: auto (the hybrid policy where a usable GPU is found, else "
+                 "cpu), hybrid, cuda, host or cpu" },
+    { .key = "device", .env = "GPUPROV_DEVICE", .cls = GP_SETTING_USER, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(device), .dflt = 0, .min = 0, .max = 1023, .words = device_words,
+      .expected = "a device index from 0, or all",
+      .meaning = "CUDA device of the cuda executor; all: batches spread over every GPU" },
+    { .key = "stats", .env = "GPUPROV_STATS", .cls = GP_SETTING_USER, .syntax = GP_SYNTAX_WORD,
+      FIELD(stats), .dflt = 0, .words = stats_words, .expected = "0, 1 or steps",
+      .meaning = "at unload, print the stats lines to stderr; steps: also time each GPU step of a batch" },
+    /* tuning */
+    { .key = "host_threads", .env = "GPUPROV_HOST_THREADS", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(host_threads), .dflt = 0, .min = 0, .max = 1024,
+      .expected = "a number from 0 to 1024",
+      .meaning = "worker threads of the host executor (0: one per online CPU)" },
+    /* Four slots a GPU (README, the streams row, and bench/RESULTS.md: 2 -> 3 -> 4 gained, more
+     * lost at one thread and in openssl speed). */
+    { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(streams), .dflt = 4, .min = 0, .max = 8, .floor = 1, .expected = "a number from 1 to 8",
+      .meaning = "cuda: batches in flight per GPU, each with its own stream, arenas and dispatcher "
+                 "(0 means 1)" },
+    { .key = "max_batch_ops", .env = "GPUPROV_MAX_BATCH_OPS", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(max_batch_ops), .dflt = 4096, .min = 0, .max = 1 << 20,
+      .floor = 1, .expected = "a number from 1 to 1048576",
+      .meaning = "a batch flushes at this many requests (0 means 1)" },
+    { .key = "max_batch_bytes", .env = "GPUPROV_MAX_BATCH_BYTES", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(max_batch_bytes), .dflt = 8 << 20, .min = 0, .max = 1 << 30,
+      .expected = "a number from 0 to 1073741824",
+      .meaning = "...or at this many bytes" },
+    { .key = "flush_us", .env = "GPUPROV_FLUSH_US", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(flush_us), .dflt = 50, .min = 0, .max = 1000000, .expected = "a number from 0 to 1000000",
+      .meaning = "...or this many us after its first request (or when it holds its share of the callers)" },
+    { .key = "wait", .env = "GPUPROV_WAIT", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
+      FIELD(wait), .dflt = GP_WAIT_ADAPTIVE, .words = wait_words, .expected = "spin, block or adaptive",
+      .meaning = "how a caller waits for its batch and a dispatcher for the GPU: adaptive spins "
+                 "spin_us, then blocks" },
+    { .key = "spin_us", .env = "GPUPROV_SPIN_US", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(spin_us), .dflt = 50, .min = 0, .max = 1000000, .expected = "a number from 0 to 1000000",
+      .meaning = "wait adaptive: spin this long before blocking" },
+    { .key = "min_gpu_bytes", .env = "GPUPROV_MIN_GPU_BYTES", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_BYTES, FIELD(min_gpu_bytes), .dflt = CALIBRATE, .min = 0, .max = 1ll << 40,
+      .expected = "a byte count such as 4096, 16k or 1m",
+      .meaning = "hybrid: messages whose first data request is shorter stay on the CPU (default: measured)" },
+    { .key = "lone_gpu_bytes", .env = "GPUPROV_LONE_GPU_BYTES", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_BYTES, FIELD(lone_gpu_bytes), .dflt = CALIBRATE, .min = 0, .max = 1ll << 40,
+      .expected = "a byte count such as 4096, 16k or 1m",
+      .meaning = "hybrid: the same for a lone synchronous caller (default: measured)" },
+    { .key = "gpu_share", .env = "GPUPROV_GPU_SHARE", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_FRACTION, FIELD(gpu_share), .dflt_fraction = -1.0,
+      .expected = "a fraction from 0 to 1",
+      .meaning = "hybrid: fraction of the eligible messages sent to the GPU (default: measured)" },
+    { .key = "hybrid_gpu", .env = "GPUPROV_HYBRID_GPU", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
+      FIELD(hybrid_gpu_host), .dflt = 0, .words = hybrid_gpu_words, .expected = "cuda or host",
+      .meaning = "hybrid: which executor plays the GPU's part (host: machines without a GPU exercise "
+                 "the policy)" },
+#if GP_EXPERIMENT_SWITCHES
+    /* experiment: kept on (bench/RESULTS.md, fifteenth and seventeenth sessions) */
+    { .env = "GPUPROV_LONE_LAUNCH", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_WORD,
+      FIELD(exp.lone_launch), .dflt = 1, .words = bool_words, .expected = "0 or 1",
+      .meaning = "0: a small batch alone in flight takes the three launches too" },
+    { .env = "GPUPROV_SMALL_REFS", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(exp.small_refs), .dflt = -1, .min = 0, .max = 1 << 20, .expected = "a number from 0 up",
+      .meaning = "at most N refs take the batch kernel's latency build (0: none; unset: a warp each "
+                 "as the GPU holds)" },
+    { .env = "GPUPROV_SPREAD", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_WORD,
+      FIELD(exp.spread), .dflt = 1, .words = bool_words, .expected = "0 or 1",
+      .meaning = "0: the latency kernels keep a warp per unit (no spread units)" },
+#endif
+#if GP_TEST_HOOKS
+    { .env = "GPUPROV_TEST_CUDA_FAULT_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
+      .meaning = "after N good batches the cuda executor's next launch fails (the fallback's test)" },
+    { .env = "GPUPROV_TEST_CUDA_SILENT_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_silent_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
+      .meaning = "after N good batches with done words, the next batch's last kernel does not write them" },
+    { .env = "GPUPROV_TEST_GHASH_MMA_ANY_BATCH", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.ghash_mma_any_batch), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "GCM's tensor-core GHASH in batches of any size (the gpu suite's small batches)" },
+    { .env = "GPUPROV_TEST_NO_EARLY_LAUNCH", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.no_early_launch), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "every launch waits for the one before it to end" },
+    { .env = "GPUPROV_TEST_STAGE_ONE_THREAD", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.stage_one_thread), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "a single thread's async jobs stage their own data too" },
+    { .env = "GPUPROV_TEST_UNWATCH_DELAY_US", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.unwatch_delay_us), .dflt = 0, .min = 0, .max = 999999, .expected = "a number from 0 to 999999",
+      .meaning = "the queue's watcher pauses this long in its window before it stops watching" },
+    { .env = "GPUPROV_TEST_HOST_INFLIGHT", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.host_inflight), .dflt = 0, .min = 0, .max = 1024, .expected = "a number from 0 up",
+      .meaning = "host batches run at once (at most the dispatcher count; below 2: one)" },
+    { .env = "GPUPROV_TEST_HOST_STAGE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.host_stage), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "async jobs stage their data for the host executor, in a small pool of plain memory" },
+#endif
+};
+
+const gp_setting *gp_settings_table(size_t *n)
+{
+    *n = sizeof(registry) / sizeof(registry[0]);
+    return registry;
+}
+
+const gp_setting *gp_settings_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++)
+        if (strcmp(registry[i].env, name) == 0 || (registry[i].key != NULL && strcmp(registry[i].key, name) == 0))
+            return &registry[i];
+    return NULL;
+}
+
+static void store(gp_knobs *k, const gp_setting *s, long long v, double d)
+{
+    void *field = (char *)k + s->offset;
+
+    if (s->syntax == GP_SYNTAX_FRACTION)
+        *(double *)field = d;
+    else if (s->size == sizeof(size_t) && s->size != sizeof(int))
+        *(size_t *)field = (size_t)v;   /* CALIBRATE (-1) becomes GP_KNOB_CALIBRATE */
+    else
+        *(int *)field = (int)v;
+}
+
+static int parse_word(const gp_setting *s, const char *v, long long *out)
+{
+    for (const gp_setting_word *w = s->words; w != NULL && w->word != NULL; w++) {
+        if (strcasecmp(v, w->word) == 0) {
+            *out = w->value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int parse_number(const gp_setting *s, const char *v, long long *out)
+{
+    char *end;
+    long long n = strtoll(v, &end, 10);
+
+    if (*v == '\0' || *end != '\0' || n < s->min || n > s->max)
+        return 0;
+    *out = n < s->floor ? s->floor : n;
+    return 1;
+}
+
+static int parse_bytes(const gp_setting *s, const char *v, long long *out)
+{
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned shift = 0;
+
+    if (end == v)
+        return 0;   /* no digits ("k" alone) */
+    if (*end == 'k' || *end == 'K')
+        shift = 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20, end++;
+    if (*v == '\0' || *v == '-' || *end != '\0' || n > ((unsigned long long)s->max >> shift))
+        return 0;
+    *out = (long long)(n << shift);
+    return 1;
+}
+
+static int parse_fraction(const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+
+    if (*v == '\0' || *end != '\0' || !(d >= 0.0 && d <= 1.0))
+        return 0;
+    *out = d;
+    return 1;
+}
+
+/* Store s's value from text v; 0 (the field untouched) when v cannot be parsed. */
+static int parse(gp_knobs *k, const gp_setting *s, const char *v)
+{
+    long long n = 0;
+    double d = 0.0;
+    int ok;
+
+    switch (s->syntax) {
+    case GP_SYNTAX_NUMBER:
+        ok = parse_word(s, v, &n) || parse_number(s, v, &n);
+        break;
+    case GP_SYNTAX_BYTES:
+        ok = parse_bytes(s, v, &n);
+        break;
+    case GP_SYNTAX_FRACTION:
+        ok = parse_fraction(v, &d);
+        break;
+    default:
+        ok = parse_word(s, v, &n);
+        break;
+    }
+    if (ok)
+        store(k, s, n, d);
+    return ok;
+}
+
+void gp_settings_defaults(gp_knobs *k)
+{
+    memset(k, 0, sizeof(*k));
+    for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++)
+        store(k, &registry[i], registry[i].dflt, registry[i].dflt_fraction);
+}
+
+void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg)
+{
+    gp_settings_defaults(k);
+    for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++) {
+        const gp_setting *s = &registry[i];
+        const char *v = getenv(s->env);
+
+        if (v != NULL && *v == '\0')
+            v = NULL;   /* an empty variable is unset */
+        if (v == NULL && s->key != NULL && config != NULL)
+            v = config(arg, s->key);
+        if (v != NULL && !parse(k, s, v))
+            fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n",
+                    s->key != NULL ? s->key : s->env, v, s->expected);
+    }
+}

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The settings registry: every knob declared once (settings.c), parsed in one place into gp_knobs. */
+#ifndef GP_SETTINGS_H
+#define GP_SETTINGS_H
+
+#include <stddef.h>
+
+/*
+ * Build flavours. GP_TEST_HOOKS (the test module, provider/test-module/): the GPUPROV_TEST_*
+ * hooks exist; without it neither their variables nor the code that reads them is compiled.
+ * GP_EXPERIMENTS (build option experiments): the A/B switches of settled experiments exist. A
+ * test build has those switches too, so that its tests can run both sides of them. gp_knobs has
+ * the same layout in every flavour (the provider and most of the engine are compiled once); a
+ * field of a class that a flavour lacks is never set or read there.
+ */
+#ifndef GP_TEST_HOOKS
+# define GP_TEST_HOOKS 0
+#endif
+#ifndef GP_EXPERIMENTS
+# define GP_EXPERIMENTS 0
+#endif
+#define GP_EXPERIMENT_SWITCHES (GP_EXPERIMENTS || GP_TEST_HOOKS)
+
+typedef enum gp_backend {
+    GP_BACKEND_AUTO = 0,   /* hybrid where a usable GPU is found, else cpu */
+    GP_BACKEND_CUDA,       /* every message on the GPU (measurement, tests) */
+    GP_BACKEND_HOST,
+    GP_BACKEND_CPU,
+    GP_BACKEND_HYBRID      /* each message to the GPU or the cpu executor by policy (hybrid.c) */
+} gp_backend;
+
+#define GP_KNOB_CALIBRATE ((size_t)-1)
+#define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
+
+#define GP_STATS_STEPS 2            /* knob stats=steps */
+
+typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
+
+/* Class test (GP_TEST_HOOKS builds only): ways for the suites to reach paths that machines without
+ * a GPU, or runs without a fault, would not take. */
+typedef struct gp_test_hooks {
+    int cuda_fault_after;     /* after N good batches the next one's launch fails; -1: never */
+    int cuda_silent_after;    /* after N good batches with done words, the next one's last kernel
+                               * is not told where they are; -1: never */
+    int ghash_mma_any_batch;  /* GCM's tensor-core GHASH in batches of any size */
+    int no_early_launch;      /* every launch waits for the one before it to end */
+    int stage_one_thread;     /* a single thread's async jobs stage their data too */
+    int unwatch_delay_us;     /* the queue's watcher pauses between deciding to block and ceasing
+                               * to watch */
+    int host_inflight;        /* host batches the queue runs at once (below 2: one) */
+    int host_stage;           /* the host executor gives async jobs a small staging pool */
+} gp_test_hooks;
+
+/* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
+ * settled experiments; the defaults are what every other build does. */
+typedef struct gp_experiments {
+    int lone_launch;          /* 0: a small batch alone in flight takes the three launches too */
+    int small_refs;           /* at most N refs take the latency build of the batch kernel (0:
+                               * none); -1: as many as the GPU holds a warp each */
+    int spread;               /* 0: the latency kernels keep a warp per unit (GP_BATCH_NARROW) */
+} gp_experiments;
+
+/* The parsed settings. Start from gp_settings_defaults or gp_settings_load: a zeroed gp_knobs is
+ * not the defaults. */
+typedef struct gp_knobs {
+    gp_backend backend;
+    int stats;             /* print one stats line to stderr when the provider unloads; GP_STATS_STEPS:
+                            * the cuda executor also times each step of a batch on the GPU */
+    int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
+    int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
+    int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
+                            * device arenas and async dispatcher thread */
+    /* Batching (host and cuda executors): a batch flushes at max_batch_ops requests or
+     * max_batch_bytes bytes, flush_us after its first request, or when every active submitter
+     * is waiting in it. */
+    int max_batch_ops;
+    size_t max_batch_bytes;
+    int flush_us;
+    gp_wait_mode wait;     /* how a submitter waits for its batch */
+    int spin_us;           /* adaptive: spin this long, then block */
+    /* Hybrid policy (batching/hybrid.c). GP_KNOB_CALIBRATE / a negative share: measured at first
+     * use in each process. */
+    size_t min_gpu_bytes;  /* messages whose first data request is shorter stay on the CPU */
+    size_t lone_gpu_bytes; /* the same for a lone synchronous caller (it waits a whole round trip) */
+    double gpu_share;      /* fraction of eligible messages sent to the GPU, 0..1 */
+    int hybrid_gpu_host;   /* the host executor plays the GPU's part in the hybrid policy, so
+                            * machines without a GPU exercise it */
+    gp_test_hooks test;
+    gp_experiments exp;
+} gp_knobs;
+
+/* Who may set a knob, and why it exists. user and tuning knobs come from the provider's config
+ * section or their variable; test and experiment knobs from their variable only, and only in the
+ * builds that have them. */
+typedef enum gp_setting_class {
+    GP_SETTING_USER = 0,   /* what a deployment chooses */
+    GP_SETTING_TUNING,     /* performance trade-offs with measured defaults */
+    GP_SETTING_TEST,       /* test hooks (GP_TEST_HOOKS) */
+    GP_SETTING_EXPERIMENT  /* A/B switches of settled experiments (GP_EXPERIMENT_SWITCHES) */
+} gp_setting_class;
+
+/* How a knob's text is read. */
+typedef enum gp_setting_syntax {
+    GP_SYNTAX_NUMBER = 0,  /* a decimal integer in [min, max], or one of the words */
+    GP_SYNTAX_BYTES,       /* a byte count with an optional k or m suffix (KiB, MiB), at most max */
+    GP_SYNTAX_FRACTION,    /* a decimal fraction from 0 to 1 */
+    GP_SYNTAX_WORD         /* one of the words, case-insensitive */
+} gp_setting_syntax;
+
+typedef struct gp_setting_word {
+    const char *word;
+    long long value;
+} gp_setting_word;
+
+typedef struct gp_setting {
+    const char *key;            /* the config section's key; NULL: set by the variable only */
+    const char *env;            /* the environment variable, which wins over the config */
+    gp_setting_class cls;
+    gp_setting_syntax syntax;
+    size_t offset, size;        /* the gp_knobs field: an int, a size_t or (fraction) a double */
+    long long dflt;             /* the default (a fraction's: dflt_fraction) */
+    double dflt_fraction;
+    long long min, max;         /* numbers, byte counts */
+    long long floor;            /* a parsed number below it becomes it (0 = no floor) */
+    const gp_setting_word *words;   /* NULL-ended; NUMBER: alternatives to a number */
+    const char *expected;       /* what the error line says a value must be */
+    const char *meaning;        /* one line for the knob table (docs) */
+} gp_setting;
+
+/* The registry of this build, in declaration order; *n: its length. */
+const gp_setting *gp_settings_table(size_t *n);
+/* The registry's entry for a variable or config key, NULL when this build has none. */
+const gp_setting *gp_settings_find(const char *name);
+
+/* Where the config section's values come from: the value of `key`, or NULL when it is unset. */
+typedef const char *gp_settings_config_fn(void *arg, const char *key);
+
+/* Every knob of this build to its default. */
+void gp_settings_defaults(gp_knobs *k);
+/*
+ * Every knob of this build from its variable when that is set and not empty, else (user and
+ * tuning knobs) from config(arg, key) when config is not NULL and returns a value, else its
+ * default. A value that cannot be parsed is reported on stderr and the default is used.
+ */
+void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg);
+
+#endif
