@@ -8,6 +8,10 @@
 # $enc holds an openssl command line split on purpose (no element has spaces or glob characters).
 # shellcheck disable=SC2086
 set -u
+# The gpu suite's runs skip (exit 77, meson's "skipped") on a machine without a GPU.
+if [ "${GPTEST_NEEDS_GPU:-0}" = 1 ] && [ ! -e /dev/nvidiactl ]; then
+    echo "SKIP: no NVIDIA GPU on this machine (the gpu suite needs one)"; exit 77
+fi
 
 OPENSSL=${OPENSSL:-openssl}
 SRC=${GPTEST_SOURCE_ROOT:?GPTEST_SOURCE_ROOT is not set}

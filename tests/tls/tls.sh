@@ -20,6 +20,10 @@
 # gpuprov, as tests/integration/openssl-sanitized.sh does). TLS_SIZES overrides the body sizes;
 # GPTEST_KEEP_TMP=1 keeps the temp dir.
 set -u
+# The gpu suite's runs skip (exit 77, meson's "skipped") on a machine without a GPU.
+if [ "${GPTEST_NEEDS_GPU:-0}" = 1 ] && [ ! -e /dev/nvidiactl ]; then
+    echo "SKIP: no NVIDIA GPU on this machine (the gpu suite needs one)"; exit 77
+fi
 
 MODE=${1:?usage: tls.sh sserver|nginx|interop|tamper}
 SRC=${GPTEST_SOURCE_ROOT:?GPTEST_SOURCE_ROOT is not set}
