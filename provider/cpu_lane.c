@@ -66,6 +66,17 @@ static int lane_choose(gp_cipher_ctx *ctx)
     ctx->lane.ivlen = d->ivlen;
     ctx->lane.count = ctx->provctx->knobs.stats != 0;
     ctx->lane.tail = ctx->info->alg == GP_ALG_AES_CTR || ctx->info->alg == GP_ALG_AES_GCM;
+    /* A decryption's tag may have been set before the lane opened (SET_TAG before the key): the
+     * lane's context needs it for Final. */
+    if (ctx->info->aead && !ctx->enc && ctx->tag_expected) {
+        OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, ctx->taglen);
+        if (!d->set_ctx_params(algctx, p)) {
+            gp_lane_close(ctx);
+            return 0;
+        }
+    }
     return 1;
 }
 
@@ -125,7 +136,8 @@ void gp_lane_tls_setup(gp_cipher_ctx *ctx)
 {
     if (ctx->lane.d == NULL && ctx->key != NULL && ctx->iv_state != GP_IV_STARTED) {
         ctx->tls_fixed = 0;   /* the fixed IV goes to the lane's context with this call */
-        (void)lane_choose(ctx);
+        if (lane_choose(ctx) && !lane_einit(ctx, NULL, 0))
+            gp_lane_close(ctx);   /* the key did not load: the engine keeps the records */
         ctx->tls_fixed = 1;
     }
     if (ctx->lane.d != NULL)

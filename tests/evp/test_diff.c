@@ -610,6 +610,64 @@ static void test_tag_lengths(void **state)
     tag_lengths(evp_cipher_index("ChaCha20-Poly1305"));
 }
 
+/* ---- setup orders: what comes before the key ----------------------------------------------------- */
+
+/* A decryption whose tag (or IV) is set before its key, as EVP allows: init with the cipher only,
+ * then SET_TAG and the IV, then the key. Where a context's messages run on the cpu lane, what was
+ * set before the lane opened must reach it. gpuprov and default must agree on the verdict and the
+ * plaintext, with the right tag and with a wrong one. */
+static void setup_order_case(int idx, int tag_first, int bad)
+{
+    const size_t len = 45;
+    unsigned char key[32], iv[12], pt[64], ct[64], tag[16], out[2][64];
+    int outl, fl, rc[2];
+
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(pt, sizeof(pt));
+    {
+        EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+        assert_int_equal(EVP_EncryptInit_ex2(c, evp_cipher(g_env, idx, 0), key, iv, NULL), 1);
+        assert_int_equal(EVP_EncryptUpdate(c, ct, &outl, pt, (int)len), 1);
+        assert_int_equal(EVP_EncryptFinal_ex(c, ct + len, &fl), 1);
+        assert_int_equal(evp_get_tag(c, tag, 16), 1);
+        EVP_CIPHER_CTX_free(c);
+    }
+    tag[3] ^= (unsigned char)bad;
+    for (int gp = 0; gp < 2; gp++) {
+        EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+        assert_int_equal(EVP_DecryptInit_ex2(c, evp_cipher(g_env, idx, gp), NULL, tag_first ? NULL : iv, NULL), 1);
+        if (tag_first)
+            assert_int_equal(evp_set_tag(c, tag, 16), 1);
+        assert_int_equal(EVP_DecryptInit_ex2(c, NULL, key, tag_first ? iv : NULL, NULL), 1);
+        if (!tag_first)
+            assert_int_equal(evp_set_tag(c, tag, 16), 1);
+        assert_int_equal(EVP_DecryptUpdate(c, out[gp], &outl, ct, (int)len), 1);
+        rc[gp] = EVP_DecryptFinal_ex(c, out[gp] + len, &fl);
+        EVP_CIPHER_CTX_free(c);
+    }
+    ERR_clear_error();   /* a wrong tag's Final leaves its reason behind, by design */
+    assert_int_equal(rc[1], rc[0]);
+    assert_int_equal(rc[0], !bad);
+    assert_memory_equal(out[1], out[0], len);
+    if (!bad)
+        assert_memory_equal(out[1], pt, len);
+}
+
+static void test_setup_orders(void **state)
+{
+    (void)state;
+    for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
+        if (!is_aead(&evp_ciphers[idx]))
+            continue;
+        for (int tag_first = 0; tag_first < 2; tag_first++)
+            for (int bad = 0; bad < 2; bad++)
+                setup_order_case(idx, tag_first, bad);
+    }
+}
+
 /* ---- libsodium as a second, independent reference ------------------------------------------------ */
 
 static void run_evp(EVP_CIPHER_CTX *c, int enc, const unsigned char *key, const unsigned char *iv,
@@ -1089,6 +1147,7 @@ int main(void)
         cmocka_unit_test(diff_chacha20),
         cmocka_unit_test(test_copy),
         cmocka_unit_test(test_tag_lengths),
+        cmocka_unit_test(test_setup_orders),
         cmocka_unit_test(test_sodium_chacha20poly1305),
         cmocka_unit_test(test_sodium_chacha20),
         cmocka_unit_test(test_ignored_params),
