@@ -531,6 +531,10 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
              "all ok" if not failures else "%d failed" % failures, meta["load"]), ""]
     if meta.get("note"):
         s += [meta["note"], ""]
+    if meta.get("busy"):
+        s += ["**The host was busy** (load average %s): other processes shared its cores, so single runs "
+              "vary widely; read the ranges, and measure again on an idle host before drawing "
+              "conclusions from a ratio within them." % meta["load"], ""]
     s += ["default: `OPENSSL_CONF=/dev/null` (the default provider). gpuprov: "
           "`OPENSSL_CONF=config/gpuprov.cnf OPENSSL_MODULES=<build>/provider`, no GPUPROV_* "
           "variable (backend auto%s). Before the timed runs, short runs with GPUPROV_STATS=1 "
@@ -556,7 +560,10 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
                                              meta["tls_seconds"], meta["tls_layout"],
                                              meta["tls_rounds"]), "",
               tls_table(tls_res), ""]
-    s += ["CSV: `%s` (one row per run)." % rel, END]
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", meta["csv"]],
+                             capture_output=True).returncode == 0
+    s += ["CSV: `%s` (one row per run%s)." % (rel, "; build output, not in git" if ignored
+                                              else ""), END]
     return "\n".join(wrap_prose(x) for x in s) + "\n"
 
 
@@ -668,6 +675,9 @@ def main():
 
     t_start = t_all = time.monotonic()
     load0 = os.getloadavg()[0]
+    if load0 > 0.5 * host["cores"]:
+        say("tax: note: load average %.1f on %d cores: other processes will disturb the figures"
+            % (load0, host["cores"]))
     total = n_speed + n_tls
     done = [0]
 
@@ -697,6 +707,7 @@ def main():
                 duration=fmt_dur(time.monotonic() - t_all),
                 load="%.1f at the start, %.1f at the end" % (load0, os.getloadavg()[0]),
                 nginx=nginx_v.split("/")[-1] if nginx_v else "?",
+                busy=max(load0, os.getloadavg()[0]) > 0.5 * host["cores"],
                 tls_layout=lay["text"] if lay else "", note=args.note, seconds=args.seconds,
                 repeat=args.repeat, tls_conns=args.tls_conns, tls_seconds=args.tls_seconds,
                 tls_rounds=args.tls_rounds)
