@@ -28,7 +28,10 @@ intact, and the gpuprov nginx must count operations in its stats lines. A failed
 run: a silent fall-back to the default provider would read as a fake 1.00x.
 
 Figures: per cell, the median and range (min-max) of each configuration's rate and of the
-per-repeat ratio gpuprov/default (each against the default run of the same repeat). Written: a
+per-repeat ratio gpuprov/default (each against the default run of the same repeat); also the
+ratio of work per CPU second (speed: operations per user+sys second of the speed process; tls:
+requests per CPU second of nginx's processes), which time spent waiting for a core on a busy
+host does not disturb. Written: a
 CSV (one row per run) and a JSON of the run's host and command in --out (default <build>/tax),
 and the section between <!-- tax:begin --> and <!-- tax:end --> of bench/RESULTS.md (under the
 heading "## Cost of loading gpuprov (bench/tax)", created when absent).
@@ -40,6 +43,7 @@ import datetime
 import json
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -82,7 +86,7 @@ Examples:
 """
 FIELDS = ["date", "part", "cipher", "mode", "dir", "async_jobs", "size", "config", "rep",
           "seconds", "status", "rate", "unit", "count", "wall_s", "connections", "workers",
-          "wrk_threads", "nginx_cpus", "wrk_cpus", "server_cpu_s", "note"]
+          "wrk_threads", "nginx_cpus", "wrk_cpus", "cpu_s", "note"]
 
 
 def size_label(n):
@@ -127,8 +131,10 @@ def speed_cmd(cell, seconds):
 
 def run_speed(cell, config, seconds, build, stats=False):
     """One speed process. Returns status ('ok' or what went wrong), rate (bytes/s, speed's +F),
-    count (operations, +R), wall seconds, stderr and the command."""
+    count (operations, +R), wall seconds, cpu (user+sys seconds of the process and its threads,
+    from RUSAGE_CHILDREN: runs are sequential), stderr and the command."""
     cmd = speed_cmd(cell, seconds)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=clean_env(config, build, stats), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -140,6 +146,7 @@ def run_speed(cell, config, seconds, build, stats=False):
         out, err = proc.communicate()
         status = "timeout"
     wall = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     # -mr: "+F:<n>:<name>:<bytes/s per size...>" on stdout (one size here, -bytes N), and
     # "+R:<count>:<name>:<seconds>" on stderr.
     rates = [float(l.split(":")[3]) for l in out.splitlines() if l.startswith("+F:")]
@@ -149,7 +156,8 @@ def run_speed(cell, config, seconds, build, stats=False):
     elif status == "ok" and not rates:
         status = "no-figures"
     return {"status": status, "rate": rates[-1] if rates else 0.0,
-            "count": counts[-1] if counts else 0, "wall": wall, "stderr": err, "cmd": cmd}
+            "count": counts[-1] if counts else 0, "wall": wall, "stderr": err, "cmd": cmd,
+            "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)}
 
 
 def verify_speed(args, groups):
@@ -254,7 +262,7 @@ def verify_tls(args, lay, workdir):
 def run_tls(args, lay, config, suite, size, workdir):
     kv, status, text = run_tls_script(tls_cmd("run", args, lay, config, suite, size, workdir),
                                       args.tls_seconds * 3 + 120)
-    res = {"status": status, "rate": 0.0, "count": 0, "wall": 0.0, "server_cpu_s": "",
+    res = {"status": status, "rate": 0.0, "count": 0, "wall": 0.0, "cpu": 0.0,
            "text": text, "note": ""}
     if status != "ok" or not kv or not kv.get("requests"):
         res["status"] = status if status != "ok" else "no-figures"
@@ -262,7 +270,7 @@ def run_tls(args, lay, config, suite, size, workdir):
     m = re.match(r"([\d.]+)\s*(\w*)", kv.get("duration", ""))
     dur = float(m.group(1)) * {"s": 1, "ms": 0.001, "m": 60, "us": 1e-6}.get(m.group(2), 1) \
         if m else 0.0
-    res.update(count=int(kv["requests"]), wall=dur, server_cpu_s=kv.get("server_cpu_s", ""))
+    res.update(count=int(kv["requests"]), wall=dur, cpu=float(kv.get("server_cpu_s") or 0))
     res["rate"] = res["count"] / dur if dur > 0 else 0.0
     errs = []
     if kv.get("non2xx", "0") != "0":
@@ -320,17 +328,23 @@ def repeat_ratio(runs, rep):
 
 
 def summarize(runs):
-    """runs: {(config, rep): res}. Returns per-config rate lists and the per-repeat ratios."""
-    rates = {c: [runs[(c, r)]["rate"] for (cc, r) in sorted(runs) if cc == c
-                 and runs[(c, r)]["status"] == "ok"] for c in CONFIGS}
-    ratios = []
+    """runs: {(config, rep): res}. Returns {"rates": {config: [rate of each ok run]},
+    "ratios": [gpuprov/default rate, per repeat], "cpu_ratios": [gpuprov/default work per CPU
+    second (count / cpu), per repeat]}; a repeat counts where both of its runs are ok."""
+    out = {"rates": {c: [runs[k]["rate"] for k in sorted(runs) if k[0] == c
+                         and runs[k]["status"] == "ok"] for c in CONFIGS},
+           "ratios": [], "cpu_ratios": []}
     for (c, r) in sorted(runs):
         if c != "gpuprov":
             continue
         d, g = runs.get(("default", r)), runs[(c, r)]
-        if d and d["status"] == "ok" and g["status"] == "ok" and d["rate"] > 0:
-            ratios.append(g["rate"] / d["rate"])
-    return rates, ratios
+        if not (d and d["status"] == "ok" and g["status"] == "ok"):
+            continue
+        if d["rate"] > 0:
+            out["ratios"].append(g["rate"] / d["rate"])
+        if d["cpu"] > 0 and g["cpu"] > 0 and d["count"] > 0:
+            out["cpu_ratios"].append((g["count"] / g["cpu"]) / (d["count"] / d["cpu"]))
+    return out
 
 
 class Recorder:
@@ -361,7 +375,8 @@ def measure_speed(args, cells, rec, progress):
                 rec.add(part="speed", cipher=cipher, mode=mode, dir=direction, async_jobs=a,
                         size=size, config=config, rep=rep, seconds=args.seconds,
                         status=res["status"], rate="%.0f" % res["rate"], unit="bytes/s",
-                        count=res["count"], wall_s="%.3f" % res["wall"])
+                        count=res["count"], wall_s="%.3f" % res["wall"],
+                        cpu_s="%.4f" % res["cpu"])
                 if res["status"] != "ok":
                     failures += 1
                     say("tax: ERROR: %s, %s #%d: %s\n  command: %s\n  stderr: %s" % (
@@ -370,11 +385,11 @@ def measure_speed(args, cells, rec, progress):
                 progress("%s, %s #%d: %.1f MB/s%s" % (
                     cell_label(cell), config, rep, res["rate"] / 1e6, repeat_ratio(runs, rep)
                     if config == order(rep)[-1] else ""))
-        rates, ratios = summarize(runs)
-        results[cell] = (rates, ratios)
-        say("tax: cell %s: default %s MB/s, gpuprov %s MB/s, ratio %s" % (
-            cell_label(cell), fmt_spread(rates["default"], "%.1f", 1e6),
-            fmt_spread(rates["gpuprov"], "%.1f", 1e6), fmt_spread(ratios, "%.3f")))
+        sm = results[cell] = summarize(runs)
+        say("tax: cell %s: default %s MB/s, gpuprov %s MB/s, ratio %s, per CPU s %s" % (
+            cell_label(cell), fmt_spread(sm["rates"]["default"], "%.1f", 1e6),
+            fmt_spread(sm["rates"]["gpuprov"], "%.1f", 1e6), fmt_spread(sm["ratios"], "%.3f"),
+            fmt_spread(sm["cpu_ratios"], "%.3f")))
     return results, failures
 
 
@@ -394,7 +409,7 @@ def measure_tls(args, lay, workdir, rec, progress):
                             count=res["count"], wall_s="%.3f" % res["wall"],
                             connections=args.tls_conns, workers=lay["workers"],
                             wrk_threads=lay["wrk_threads"], nginx_cpus=lay["nginx_cpus"],
-                            wrk_cpus=lay["wrk_cpus"], server_cpu_s=res["server_cpu_s"],
+                            wrk_cpus=lay["wrk_cpus"], cpu_s="%.2f" % res["cpu"],
                             note=res["note"])
                     if res["status"] != "ok":
                         failures += 1
@@ -405,11 +420,12 @@ def measure_tls(args, lay, workdir, rec, progress):
                         suite, size_label(size), config, rnd, res["rate"],
                         res["rate"] * size / 1e6, repeat_ratio(runs, rnd)
                         if config == order(rnd)[-1] else ""))
-            rates, ratios = summarize(runs)
-            results[(suite, size)] = (rates, ratios)
-            say("tax: cell nginx %s %s: default %s req/s, gpuprov %s req/s, ratio %s" % (
-                suite, size_label(size), fmt_spread(rates["default"], "%.0f"),
-                fmt_spread(rates["gpuprov"], "%.0f"), fmt_spread(ratios, "%.3f")))
+            sm = results[(suite, size)] = summarize(runs)
+            say("tax: cell nginx %s %s: default %s req/s, gpuprov %s req/s, ratio %s, per "
+                "nginx CPU s %s" % (suite, size_label(size), fmt_spread(sm["rates"]["default"], "%.0f"),
+                                   fmt_spread(sm["rates"]["gpuprov"], "%.0f"),
+                                   fmt_spread(sm["ratios"], "%.3f"),
+                                   fmt_spread(sm["cpu_ratios"], "%.3f")))
     return results, failures
 
 
@@ -419,7 +435,8 @@ def results_from_csv(path):
     rows = list(csv.DictReader(open(path)))
     speed, tls = {}, {}
     for r in rows:
-        res = {"status": r["status"], "rate": float(r["rate"] or 0)}
+        res = {"status": r["status"], "rate": float(r["rate"] or 0),
+               "count": int(r["count"] or 0), "cpu": float(r.get("cpu_s") or 0)}
         if r["part"] == "speed":
             key = (r["cipher"], r["mode"], r["dir"], int(r["async_jobs"]), int(r["size"]))
             speed.setdefault(key, {})[(r["config"], int(r["rep"]))] = res
@@ -444,8 +461,8 @@ def column_name(col):
 
 
 def speed_table(results, what):
-    """Markdown: a row per cipher x size, a column per (mode, dir, async). what: 'ratio' for the
-    median gpuprov/default ratio [range], 'default' for the default provider's MB/s."""
+    """Markdown: a row per cipher x size, a column per (mode, dir, async). what: 'ratios' or
+    'cpu_ratios' (median gpuprov/default [range]), 'default' (the default provider's MB/s)."""
     cols = speed_columns(results)
     head = ["cipher", "size"] + [column_name(c) for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * len(cols)]
@@ -457,46 +474,48 @@ def speed_table(results, what):
                 r = results.get((cipher, mode, direction, a, size))
                 if r is None:
                     cells.append("n/a" if mode == "aead" and cipher not in AEAD_CIPHERS else "-")
-                elif what == "ratio":
-                    cells.append(fmt_spread(r[1], "%.2f"))
+                elif what == "default":
+                    cells.append(fmt_spread(r["rates"]["default"], "%.0f", 1e6))
                 else:
-                    cells.append(fmt_spread(r[0]["default"], "%.0f", 1e6))
+                    cells.append(fmt_spread(r[what], "%.2f"))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def tls_table(results):
-    head = ["suite", "body", "default req/s", "gpuprov req/s", "gpuprov / default"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|"]
-    for (suite, size), (rates, ratios) in sorted(results.items(),
+    head = ["suite", "body", "default req/s", "gpuprov req/s", "gpuprov / default",
+            "requests per nginx CPU s, gpuprov / default"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---:|"]
+    for (suite, size), sm in sorted(results.items(),
                                                   key=lambda kv: (SUITES.index(kv[0][0])
                                                                   if kv[0][0] in SUITES else 9,
                                                                   kv[0][1])):
-        lines.append("| %s | %s | %s | %s | %s |" % (
-            suite, size_label(size), fmt_spread(rates["default"], "%.0f"),
-            fmt_spread(rates["gpuprov"], "%.0f"), fmt_spread(ratios, "%.2f")))
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (
+            suite, size_label(size), fmt_spread(sm["rates"]["default"], "%.0f"),
+            fmt_spread(sm["rates"]["gpuprov"], "%.0f"), fmt_spread(sm["ratios"], "%.2f"),
+            fmt_spread(sm["cpu_ratios"], "%.2f")))
     return "\n".join(lines)
 
 
 def below_target(results):
     """Speed cells whose median ratio is under the CPU path's target for their size."""
     out = []
-    for cell, (_, ratios) in results.items():
-        if not ratios:
+    for cell, sm in results.items():
+        if not sm["ratios"]:
             continue
         need = TARGET_SMALL if cell[4] in SMALL_SIZES else TARGET
-        if median(ratios) < need:
-            out.append((median(ratios), cell, need))
+        if median(sm["ratios"]) < need:
+            out.append((median(sm["ratios"]), cell, need))
     return sorted(out)
 
 
 def target_text(results):
-    n = sum(1 for _, (_, r) in results.items() if r)
+    n = sum(1 for sm in results.values() if sm["ratios"])
     low = below_target(results)
     head = ("Against the CPU path's target (gpuprov/default \u2265 %.2f\u00d7 at 16 and 64 B, "
             "\u2265 %.2f\u00d7 from 256 B up; median ratios): " % (TARGET_SMALL, TARGET))
     if not low:
-        return head + "all %d cells meet it." % n
+        return head + "every one of the %d cells meets it." % n
     worst = ", ".join("%s %s %s a%d %s %.3f" % (PRETTY[c[0]], c[1], c[2], c[3], size_label(c[4]),
                                                  r) for r, c, _ in low[:8])
     return head + "%d of %d cells below; lowest: %s%s." % (
@@ -506,12 +525,16 @@ def target_text(results):
 def console_tables(speed_res, tls_res):
     if speed_res:
         say("\nopenssl speed, gpuprov / default (median [min\u2013max] of the per-repeat ratios):")
-        say(speed_table(speed_res, "ratio"))
+        say(speed_table(speed_res, "ratios"))
+        say("\nopenssl speed, work per CPU second (user+sys of the speed process), gpuprov / "
+            "default:")
+        say(speed_table(speed_res, "cpu_ratios"))
         say("\nopenssl speed, the default provider, MB/s (median [min\u2013max]):")
         say(speed_table(speed_res, "default"))
         say("\n" + target_text(speed_res))
     if tls_res:
-        say("\nnginx + wrk, requests/s (median [min\u2013max] of the rounds):")
+        say("\nnginx + wrk, requests/s and requests per nginx CPU second (median [min\u2013max] "
+            "of the rounds):")
         say(tls_table(tls_res))
 
 
@@ -532,9 +555,10 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
     if meta.get("note"):
         s += [meta["note"], ""]
     if meta.get("busy"):
-        s += ["**The host was busy** (load average %s): other processes shared its cores, so single runs "
-              "vary widely; read the ranges, and measure again on an idle host before drawing "
-              "conclusions from a ratio within them." % meta["load"], ""]
+        s += ["**The host was busy** (load average %s): other processes shared its cores, so "
+              "single runs vary widely; read the ranges, lean on the CPU-second tables (time "
+              "spent waiting for a core does not count there), and measure again on an idle "
+              "host before drawing conclusions from a ratio within them." % meta["load"], ""]
     s += ["default: `OPENSSL_CONF=/dev/null` (the default provider). gpuprov: "
           "`OPENSSL_CONF=config/gpuprov.cnf OPENSSL_MODULES=<build>/provider`, no GPUPROV_* "
           "variable (backend auto%s). Before the timed runs, short runs with GPUPROV_STATS=1 "
@@ -548,7 +572,12 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
               "aead = `-aead` (TLS-like records: IV, 13-byte AAD, payload, tag; n/a for AES-CTR, "
               "which speed refuses). %d runs per cell and configuration, the two alternating; "
               "median [min\u2013max] of the per-repeat ratios." % (meta["seconds"], meta["repeat"]), "",
-              speed_table(speed_res, "ratio"), "", target_text(speed_res), "",
+              speed_table(speed_res, "ratios"), "", target_text(speed_res), "",
+              "#### openssl speed: work per CPU second, gpuprov / default", "",
+              "Operations per CPU second (user+sys of the speed process and its threads, "
+              "start-up included) of gpuprov over the default provider's, per repeat; above 1: "
+              "gpuprov costs less CPU per byte.", "",
+              speed_table(speed_res, "cpu_ratios"), "",
               "#### openssl speed: the default provider, MB/s (10^6 bytes/s)", "",
               speed_table(speed_res, "default"), ""]
     if tls_res:
@@ -556,7 +585,8 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
               "nginx %s, TLS 1.3 with one suite (ssl_conf_command Ciphersuites), keep-alive; "
               "wrk (%d connections, %d s per run) with the default provider; %s. %d round(s), the "
               "configurations alternating; median [min\u2013max]; every run with no socket error "
-              "and no non-2xx response." % (meta.get("nginx", "?"), meta["tls_conns"],
+              "and no non-2xx response. nginx CPU s: user+sys of its master and workers (/proc) "
+              "during the run." % (meta.get("nginx", "?"), meta["tls_conns"],
                                              meta["tls_seconds"], meta["tls_layout"],
                                              meta["tls_rounds"]), "",
               tls_table(tls_res), ""]
