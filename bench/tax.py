@@ -30,8 +30,8 @@ run: a silent fall-back to the default provider would read as a fake 1.00x.
 Figures: per cell, the median and range (min-max) of each configuration's rate and of the
 per-repeat ratio gpuprov/default (each against the default run of the same repeat); also the
 ratio of work per CPU second (speed: operations per user+sys second of the speed process; tls:
-requests per CPU second of nginx's processes), which time spent waiting for a core on a busy
-host does not disturb. Written: a
+requests per CPU second of nginx's processes): the price in CPU, and a figure from which time
+spent waiting for a core on a busy host is left out. Written: a
 CSV (one row per run) and a JSON of the run's host and command in --out (default <build>/tax),
 and the section between <!-- tax:begin --> and <!-- tax:end --> of bench/RESULTS.md (under the
 heading "## Cost of loading gpuprov (bench/tax)", created when absent).
@@ -556,9 +556,10 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
         s += [meta["note"], ""]
     if meta.get("busy"):
         s += ["**The host was busy** (load average %s): other processes shared its cores, so "
-              "single runs vary widely; read the ranges, lean on the CPU-second tables (time "
-              "spent waiting for a core does not count there), and measure again on an idle "
-              "host before drawing conclusions from a ratio within them." % meta["load"], ""]
+              "single runs vary widely (the CPU-second ratios leave out time spent waiting for a "
+              "core, not the slow-down that shared caches and cores cause); read the ranges, and "
+              "measure again on an idle host before drawing conclusions from a ratio within "
+              "them." % meta["load"], ""]
     s += ["default: `OPENSSL_CONF=/dev/null` (the default provider). gpuprov: "
           "`OPENSSL_CONF=config/gpuprov.cnf OPENSSL_MODULES=<build>/provider`, no GPUPROV_* "
           "variable (backend auto%s). Before the timed runs, short runs with GPUPROV_STATS=1 "
