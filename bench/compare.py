@@ -32,17 +32,17 @@ import datetime
 import json
 import math
 import os
-import re
 import resource
 import shlex
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import (ROOT, csv_list, fmt_dur, host_info, median, parse_stats, say,
+                      short_version, wrap_prose, write_section)
+
 CIPHERS = ["aes-256-gcm", "aes-128-ctr", "chacha20-poly1305"]
 SIZES = [16, 64, 256, 1024, 8192, 16384]
 ASYNC = [0, 8, 64]
@@ -61,42 +61,8 @@ FIELDS = ["date", "host_cpu", "cores", "gpu", "openssl", "gpuprov_commit", "ciph
 STAT_KEYS = ["ops", "batches", "cuda_ops", "host_ops", "cpu_ops", "fallbacks", "errors"]
 
 
-def say(msg=""):
-    print(msg, flush=True)
-
-
-def csv_list(kind):
-    return lambda s: [kind(x) for x in s.split(",") if x.strip() != ""]
-
-
 # ---------------------------------------------------------------------------------------------
 # The host
-
-def sh(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def host_info():
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = "none"
-    if sh(["sh", "-c", "command -v nvidia-smi"]) and sh(["nvidia-smi", "-L"]):
-        gpu = sh(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()[0]
-    commit = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "unknown"
-    if sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]):
-        commit += "-dirty"
-    return {"host_cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu,
-            "openssl": sh(["openssl", "version"]), "gpuprov_commit": commit}
-
 
 def become_subreaper():
     """Make this process the reaper of orphaned grandchildren (PR_SET_CHILD_SUBREAPER), so that
@@ -146,18 +112,6 @@ def speed_cmd(cipher, size, async_jobs, multi, seconds):
     if multi > 1:
         cmd += ["-multi", str(multi)]
     return cmd + ["-evp", cipher]
-
-
-def parse_stats(text):
-    """Sum the `gpuprov stats: k=v ...` lines (one per process) into a dict; None when absent."""
-    total, seen = {}, False
-    for m in re.finditer(r"^gpuprov stats: (.*)$", text, re.M):
-        seen = True
-        for k, v in re.findall(r"(\w+)=([-\d.]+)", m.group(1)):
-            if k == "mean_batch":
-                continue
-            total[k] = total.get(k, 0) + (float(v) if "." in v else int(v))
-    return total if seen else None
 
 
 def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats):
@@ -249,11 +203,6 @@ def plan(args, configs):
     return runs
 
 
-def fmt_dur(s):
-    s = int(round(s))
-    return "%dh%02dm" % (s // 3600, s % 3600 // 60) if s >= 3600 else "%dm%02ds" % (s // 60, s % 60)
-
-
 def fmt_gbs(bps):
     return "%.3f GB/s" % (bps / 1e9) if bps < 1e9 else "%.2f GB/s" % (bps / 1e9)
 
@@ -338,12 +287,6 @@ def verify_loading(args, configs):
 
 # ---------------------------------------------------------------------------------------------
 # Summary, tables, RESULTS.md
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
 
 def aggregate(rows):
     """One row per (cipher, size, async, multi, config) over its repeats (CSV column rep; older
@@ -541,24 +484,8 @@ def results_section(rows, meta, plots, plot_note, results_path):
     return "\n".join(wrap_prose(x) for x in s) + "\n"
 
 
-def wrap_prose(text, width=100):
-    """Wrap a paragraph as RESULTS.md's prose is wrapped; tables, headings, images stay."""
-    if text[:1] in ("", "|", "#", "!", "<"):
-        return text
-    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
-
-
 def update_results(path, section):
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END) + len(END)
-        text = text[:a] + section.rstrip("\n") + text[b:]
-    else:
-        # Newest first: after the introduction, before the first dated section.
-        m = re.search(r"^## ", text, re.M)
-        at = m.start() if m else len(text)
-        text = text[:at] + section + "\n" + text[at:]
-    path.write_text(text)
+    write_section(path, BEGIN, END, section)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,10 +499,6 @@ def minor_label(v, _pos):
     """Log-axis minor ticks: label the 2s and 5s of each decade."""
     lead = v / 10 ** math.floor(math.log10(v)) if v > 0 else 0
     return "%g" % v if round(lead) in (2, 5) else ""
-
-
-def short_version(v):
-    return v.split(" (Library")[0]
 
 
 def draw_plots(rows, meta, outdir, keep_existing=False):

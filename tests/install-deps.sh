@@ -3,7 +3,7 @@
 # Installs what gpuprov builds and tests with on Debian/Ubuntu (skips what is already there).
 set -euo pipefail
 pkgs=(gcc pkg-config meson ninja-build openssl libssl-dev libcmocka-dev libsodium-dev python3 git ca-certificates
-      nginx-light curl)   # nginx-light, curl: the tls suite (tests/tls)
+      nginx-light curl wrk)   # nginx-light, curl: the tls suite (tests/tls); wrk: bench/tax
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
