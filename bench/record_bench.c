@@ -51,7 +51,9 @@ static int set_tls12_keys(EVP_CIPHER_CTX *ctx, const record_setup *s, int enc)
 static int tls12_aad(EVP_CIPHER_CTX *ctx, const record_setup *s, int enc)
 {
     unsigned char aad[13];
-    size_t len = (size_t)s->bytes + (enc ? 0 : TAG_LEN) + (s->gcm && !enc ? TLS12_EXPLICIT : 0);
+    /* The record's length as libssl passes it: GCM's counts the explicit nonce both ways (RFC 5288
+     * §3), a received record's its tag too; the provider takes them off (RFC 5246 §6.2.3.3). */
+    size_t len = (size_t)s->bytes + (enc ? 0 : TAG_LEN) + (s->gcm ? TLS12_EXPLICIT : 0);
 
     memcpy(aad, s->aad12, 11);
     aad[11] = (unsigned char)(len >> 8);
