@@ -21,8 +21,20 @@ static int is_gcm(const gp_cipher_ctx *ctx)
     return ctx->info->alg == GP_ALG_AES_GCM;
 }
 
+static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                          const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc);
+
 static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                      const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
+{
+    int ok = aead_init_body(ctx, key, keylen, iv, ivlen, params, enc);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                          const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
     ctx->enc = enc;
     if (iv != NULL) {
@@ -85,6 +97,7 @@ int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const uns
         ctx->enc = 1;
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
+        gp_lane_rearm(ctx);
         return lane_reinit(ctx, ctx->lane.d->einit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
@@ -99,6 +112,7 @@ int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const uns
         ctx->enc = 0;
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
+        gp_lane_rearm(ctx);
         return lane_reinit(ctx, ctx->lane.d->dinit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 0);
@@ -257,7 +271,8 @@ static inline int aead_lane_fits(gp_cipher_ctx *ctx, const unsigned char *out, s
                                  const unsigned char *in, size_t inl)
 {
     /* aad_bytes and text_bytes never pass their limits (every path checks before it adds). */
-    if (ctx->lane.d == NULL || ctx->iv_state != GP_IV_STARTED || ctx->tls_aad_len != 0
+    if ((ctx->lane.go == NULL
+         && (ctx->lane.d == NULL || ctx->iv_state != GP_IV_STARTED || ctx->tls_aad_len != 0))
         || inl - 1 >= GP_DEMAND_BYTES - 1 || in == NULL)
         return 0;
     if (out == NULL) {
@@ -300,6 +315,7 @@ static GP_NOINLINE int lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, s
     }
     ctx->iv_state = GP_IV_FINISHED;
     ctx->tls_aad_len = 0;
+    gp_lane_rearm(ctx);
     return ok;
 }
 
@@ -310,15 +326,30 @@ int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (aead_lane_fits(ctx, out, outsize, in, inl))
+    if (aead_lane_fits(ctx, out, outsize, in, inl)) {
+        if (ctx->lane.go != NULL)
+            return ctx->lane.go(ctx->lane.algctx, out, outl, outsize, in, inl);
         return gp_lane_tail(ctx, out, outl, outsize, in, inl);
+    }
     if (ctx->lane.d != NULL && ctx->tls_aad_len != 0 && inl - 1 < INT_MAX && outsize >= inl)
         return lane_tls_record(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }
 
+static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                            const unsigned char *in, size_t inl);
+
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl)
+{
+    int ok = aead_update_body(ctx, out, outl, outsize, in, inl);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                            const unsigned char *in, size_t inl)
 {
     *outl = 0;
     if (inl == 0)
@@ -391,8 +422,10 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
         ctx->tag_ready = ok;
     else
         ctx->tag_expected = 0;
-    if (!ok)
-        GP_RAISE(ctx->enc ? GP_R_EXECUTOR_FAILURE : GP_R_TAG_MISMATCH);
+    /* A wrong tag is the verdict, returned as 0 without an error queued, as the default provider
+     * returns it (libssl raises its own for a record). */
+    if (!ok && ctx->enc)
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
     return ok;
 }
 
@@ -409,16 +442,37 @@ int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
 
         ctx->iv_state = GP_IV_FINISHED;
         ctx->tag_ready = 1;
+        ctx->lane.go = NULL;
         if (ctx->lane.tail)
             return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
         ok = ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
         gp_cpu_clean_upper_state();
         return ok;
     }
+    /* And for decryption with its tag set: the default provider's verdict is the result. */
+    if (ctx->lane.d != NULL && !ctx->enc && ctx->tag_expected && ctx->iv_state == GP_IV_STARTED
+        && ctx->tls_aad_len == 0) {
+        ctx->iv_state = GP_IV_FINISHED;
+        ctx->tag_expected = 0;
+        ctx->lane.go = NULL;
+        if (ctx->lane.tail)
+            return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
+        return lane_final(ctx, out, outl, outsize);
+    }
     return aead_final(ctx, out, outl, outsize);
 }
 
+static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize);
+
 static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize)
+{
+    int ok = aead_final_body(ctx, out, outl, outsize);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize)
 {
     int r;
     (void)out;
@@ -449,7 +503,8 @@ static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t
     ctx->tag_expected = 0;
     ctx->iv_state = GP_IV_FINISHED;
     if (r != GP_REQ_OK) {
-        GP_RAISE(r == GP_REQ_BAD_TAG ? GP_R_TAG_MISMATCH : GP_R_EXECUTOR_FAILURE);
+        if (r != GP_REQ_BAD_TAG)
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);   /* a wrong tag is the verdict alone (lane_final) */
         return 0;
     }
     return 1;
@@ -694,7 +749,18 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
     return aead_get_ctx_params(ctx, params);
 }
 
+static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
+
+/* GET_IV_GEN may start a message: the shortcut is re-judged after it. */
 static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[])
+{
+    int ok = aead_get_ctx_params_body(ctx, params);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
 {
     int ok = 1;
 
@@ -730,10 +796,19 @@ static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params
  * locate per known name was a visible part of a TLS record's cost). On the lane every param then
  * goes on to the default provider's context as well, which keeps the message's own copy of them.
  */
+static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
+
 int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
+    int ok = aead_set_ctx_params(ctx, params);
 
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+{
     if (params == NULL)
         return 1;
     for (const OSSL_PARAM *p = params; p->key != NULL; p++) {

@@ -64,6 +64,7 @@ void *gp_cipher_dupctx(void *vctx)
         goto err;
     if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL || !gp_lane_dup(d, src))
         goto err;
+    gp_lane_rearm(d);
     return d;
 err:
     GP_RAISE(GP_R_OUT_OF_MEMORY);

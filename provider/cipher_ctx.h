@@ -26,6 +26,10 @@ typedef struct gp_cpu_lane {
     int key_loaded;             /* algctx holds the context's key */
     size_t ivlen;               /* GCM: the IV length algctx is set to */
     int pinned;                 /* TLS 1.2 record mode was set up on algctx: it stays open */
+    /* The default's update while the shortcut may call it straight: the lane open, a started
+     * message, no TLS record pending, AES (tail) and no counting. Recomputed by gp_lane_rearm at
+     * the end of every entry point but the shortcut itself, the only places where those change. */
+    OSSL_FUNC_cipher_update_fn *go;
     int count;                  /* knob stats: count its updates and their bytes */
     int tail;                   /* AES: the default's code returns with the vector state clean, so
                                  * its functions may be the last act (a tail call); ChaCha20's
@@ -124,6 +128,12 @@ void gp_lane_close(gp_cipher_ctx *ctx);
 /* A lane update that leaves the shortcut: checked by the caller, counted here, then one call. */
 int gp_lane_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl);
+
+static inline void gp_lane_rearm(gp_cipher_ctx *ctx)
+{
+    ctx->lane.go = ctx->lane.d != NULL && ctx->lane.tail && !ctx->lane.count
+                   && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0 ? ctx->lane.d->update : NULL;
+}
 
 /* Has the engine's routing stayed as it was when the lane was chosen? */
 static inline int gp_lane_current(const gp_cipher_ctx *ctx)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Provider entry point: init, teardown, algorithm query, provider params and reason strings. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
@@ -30,6 +31,18 @@ static OSSL_FUNC_core_vset_error_fn *core_vset_error;
 #define GP_MAX_INSTANCES 16
 static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
 static const OSSL_CORE_HANDLE *instances[GP_MAX_INSTANCES];
+/* The first live one, kept apart so that raising an error takes no lock. */
+static _Atomic(const OSSL_CORE_HANDLE *) raise_handle;
+
+/* Under instances_lock, after a change to instances. */
+static void raise_handle_update(void)
+{
+    const OSSL_CORE_HANDLE *h = NULL;
+
+    for (int i = 0; i < GP_MAX_INSTANCES && h == NULL; i++)
+        h = instances[i];
+    atomic_store_explicit(&raise_handle, h, memory_order_release);
+}
 
 static void instance_add(const OSSL_CORE_HANDLE *handle)
 {
@@ -40,6 +53,7 @@ static void instance_add(const OSSL_CORE_HANDLE *handle)
             break;
         }
     }
+    raise_handle_update();
     pthread_mutex_unlock(&instances_lock);
 }
 
@@ -49,19 +63,16 @@ static void instance_remove(const OSSL_CORE_HANDLE *handle)
     for (int i = 0; i < GP_MAX_INSTANCES; i++)
         if (instances[i] == handle)
             instances[i] = NULL;
+    raise_handle_update();
     pthread_mutex_unlock(&instances_lock);
 }
 
 void gp_raise(const char *file, int line, const char *func, int reason)
 {
-    const OSSL_CORE_HANDLE *handle = NULL;
+    const OSSL_CORE_HANDLE *handle = atomic_load_explicit(&raise_handle, memory_order_acquire);
 
     if (core_new_error == NULL)
         return;
-    pthread_mutex_lock(&instances_lock);
-    for (int i = 0; i < GP_MAX_INSTANCES && handle == NULL; i++)
-        handle = instances[i];
-    pthread_mutex_unlock(&instances_lock);
     core_new_error(handle);
     core_set_error_debug(handle, file, line, func);
     core_vset_error(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason),

@@ -46,7 +46,7 @@ static void next_block_counter(const gp_cipher_ctx *ctx, uint8_t out[16])
     counter_add(ctx, out, (ctx->text_bytes + blk - 1) / blk);
 }
 
-static int stream_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+static int stream_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                        const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
     ctx->enc = enc;
@@ -75,6 +75,15 @@ static int stream_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyl
     return params == NULL || gp_stream_set_ctx_params(ctx, params);
 }
 
+static int stream_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                       const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
+{
+    int ok = stream_init_body(ctx, key, keylen, iv, ivlen, params, enc);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
 int gp_stream_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
                     size_t ivlen, const OSSL_PARAM params[])
 {
@@ -98,16 +107,30 @@ int gp_stream_update(void *vctx, unsigned char *out, size_t *outl, size_t outsiz
 {
     gp_cipher_ctx *ctx = vctx;
 
-    if (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED && inl - 1 < GP_DEMAND_BYTES - 1
-        && outsize >= inl && in != NULL && out != NULL) {
+    if ((ctx->lane.go != NULL || (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED))
+        && inl - 1 < GP_DEMAND_BYTES - 1 && outsize >= inl && in != NULL && out != NULL) {
         ctx->text_bytes += inl;
+        if (ctx->lane.go != NULL)
+            return ctx->lane.go(ctx->lane.algctx, out, outl, outsize, in, inl);
         return gp_lane_tail(ctx, out, outl, outsize, in, inl);
     }
     return stream_update(ctx, out, outl, outsize, in, inl);
 }
 
+static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                              const unsigned char *in, size_t inl);
+
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                      const unsigned char *in, size_t inl)
+{
+    int ok = stream_update_body(ctx, out, outl, outsize, in, inl);
+
+    gp_lane_rearm(ctx);
+    return ok;
+}
+
+static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                              const unsigned char *in, size_t inl)
 {
     *outl = 0;
     if (!gp_cipher_check_update(outsize, inl, out))

@@ -163,7 +163,7 @@ static int job_main(void *argp)
                   && (size_t)outl == a->len[m]);
         ok = EVP_DecryptFinal_ex(c, a->dec[m] + a->len[m], &outl);
         if (bad) {
-            a->bad_tag_rejected = ok == 0 && ERR_peek_error() != 0;
+            a->bad_tag_rejected = ok == 0;   /* the verdict alone, as the default provider's */
             ERR_clear_error();
         } else {
             JOB_CHECK(ok == 1);
@@ -482,7 +482,7 @@ static void test_jobs_callbacks(void **state)
     run_jobs(48, 1, 0);
 }
 
-/* A third of the AEAD jobs get a wrong tag on one message: that final fails with an error, the
+/* A third of the AEAD jobs get a wrong tag on one message: that final fails, the
  * job goes on with its next messages, and every other result stays exact. */
 static void test_jobs_bad_tag(void **state)
 {
