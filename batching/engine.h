@@ -101,7 +101,7 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
  * that leaves AVX; it costs about a cycle. Right after a call every vector register is clobbered
  * anyway, so the clobber list costs nothing.
  */
-extern int gp_cpu_has_avx;   /* exec_cpu.c, at load: the CPU and the OS enable AVX */
+extern int gp_cpu_has_avx;   /* batching/base/base.c, at load: the CPU and the OS enable AVX */
 static inline void gp_cpu_clean_upper_state(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -134,7 +134,7 @@ typedef struct gp_cpu_direct {
 } gp_cpu_direct;
 
 /* Updates from this size up leave the lane's shortcut: they may start the GPU's warm-up (a message
- * this large may go to the GPU even from a lone synchronous caller, hybrid.c rule 2). */
+ * this large may go to the GPU even from a lone synchronous caller, batching/policy/hybrid.c, rule 2). */
 #define GP_DEMAND_BYTES (256u * 1024u)
 
 /*

@@ -8,8 +8,10 @@
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
-#include "key_table.h"
+#include "batching/async_wait.h"
+#include "batching/core/core.h"
+#include "batching/key_table.h"
+#include "batching/kstate.h"
 #include "kernels/launch.h"
 
 #define ARENA_MIN (1u << 20)
@@ -463,7 +465,7 @@ static int cuda_open(gp_engine *e)
                     err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
         return 0;
     }
-    gp_warm_runtime_loaded();   /* before the slow part: creating the contexts */
+    gp_exit_guard_runtime_loaded();   /* before the slow part: creating the contexts */
     if (e->knobs.device >= n) {
         fprintf(stderr, "gpuprov: device %d does not exist (%d GPU%s); the cuda executor is off\n",
                 e->knobs.device, n, n == 1 ? "" : "s");
@@ -600,7 +602,7 @@ static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, g
     if (e->knobs.wait == GP_WAIT_BLOCK)
         return batch_ended(c, b, cudaEventSynchronize(c->copied));
     until = gp_now_ns() + spin;
-    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_queue_on_dispatcher() && start + 2 * expect + spin > until)
+    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_thread_is_dispatcher() && start + 2 * expect + spin > until)
         until = start + 2 * expect + spin;
     while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
         if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {

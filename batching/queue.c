@@ -15,8 +15,8 @@
 
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
-#include "mutex.h"
+#include "batching/core/core.h"
+#include "batching/base/mutex.h"
 
 /*
  * Flush policy, checked by every waiting submitter whose request is still pending:
@@ -57,14 +57,6 @@
  * dispatcher (wake_dispatcher).
  */
 #define ASYNC_GATHER_MAX 20
-
-uint64_t gp_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * Fork safety. A child has only the thread that called fork, but a copy of every lock and condition
@@ -161,9 +153,11 @@ static void register_queue_atfork(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-int gp_queue_init(gp_queue *q, const gp_knobs *k)
+int gp_queue_init(gp_queue *q, const gp_knobs *k, gp_queue_run_fn run, void *run_ctx)
 {
     memset(q, 0, sizeof(*q));
+    q->run = run;
+    q->run_ctx = run_ctx;
     if (gp_mutex_init(&q->lock) != 0)
         return 0;
 #if GP_TEST_HOOKS
@@ -282,11 +276,11 @@ static void lead(gp_engine *e, gp_queue *q)
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
         /* No memory for the copy: run them one by one, which needs none. */
         for (size_t i = 0; i < n; i++)
-            gp_engine_submit(e, mine[i]->req, 1);
+            q->run(q->run_ctx, mine[i]->req, 1);
     } else {
         for (size_t i = 0; i < n; i++)
             batch[i] = *mine[i]->req;
-        gp_engine_submit(e, batch, n);
+        q->run(q->run_ctx, batch, n);
         for (size_t i = 0; i < n; i++)
             mine[i]->req->status = batch[i].status;
         if (batch != stack)
@@ -528,20 +522,13 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
     atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);
 }
 
-static _Thread_local int on_dispatcher;
-
-int gp_queue_on_dispatcher(void)
-{
-    return on_dispatcher;
-}
-
 static void *dispatcher_main(void *arg)
 {
     gp_engine *e = arg;
     gp_queue *q = &e->queue;
     int watcher = 0;
 
-    on_dispatcher = 1;
+    gp_thread_mark_dispatcher();
 #if defined(PR_SET_NAME)
     /* Named for top -H, perf and debuggers: the application's own threads keep their names. */
     (void)prctl(PR_SET_NAME, "gp-dispatch", 0, 0, 0);
@@ -793,7 +780,7 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
     pthread_mutex_lock(&q->lock);
     if (!append(q, &me)) {
         pthread_mutex_unlock(&q->lock);
-        return gp_engine_submit(e, r, 1), r->status;   /* run alone rather than fail */
+        return q->run(q->run_ctx, r, 1), r->status;   /* run alone rather than fail */
     }
     q->active++;
     gen = q->generation;

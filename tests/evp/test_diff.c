@@ -1040,7 +1040,7 @@ static long long ymm_upper_in_use(void)
 /* gpuprov returns from every update with the YMM upper state clean, whatever the default provider's
  * assembly left (OpenSSL 3.0's ChaCha20-Poly1305 leaves it in use): on Intel cores dirty state made
  * the SSE code after it pay a transition per call (a 16-byte update took 2.2x the default's own;
- * batching/engine_internal.h). Needs a CPU that reports XINUSE; the cuda executor's waits run the
+ * batching/engine.h, gp_cpu_clean_upper_state). Needs a CPU that reports XINUSE; the cuda executor's waits run the
  * CUDA runtime's code, which this test does not vouch for. */
 static void test_upper_state_clean(void **state)
 {

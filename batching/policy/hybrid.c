@@ -7,7 +7,8 @@
 #include <openssl/async.h>
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
+#include "batching/core/core.h"
+#include "batching/policy/internal.h"
 
 /*
  * Why a policy: the GPU path costs a round trip (>= 18 us pinned, DESIGN.md) and two memcpys per

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The process-wide queue (queue.c): it gathers requests into batches and runs each batch through
+ * the function it was given at init; it calls nothing above it. */
+#ifndef GP_QUEUE_H
+#define GP_QUEUE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "batching/async_wait.h"
+#include "batching/engine.h"
+
+/* Runs a batch (the engine's gp_engine_submit): sets every request's status. */
+typedef int (*gp_queue_run_fn)(void *ctx, gp_request *reqs, size_t n);
+
+/* The process-wide queue (queue.c): entries live on their submitters' stacks (a synchronous caller's,
+ * or a paused async job's) while they wait. */
+typedef struct gp_queue_entry {
+    gp_request *req;
+    atomic_int done;             /* set by the batch's leader once req->status is final; after that
+                                  * the leader touches neither the entry nor its request */
+    const gp_async_notify *notify;   /* NULL: a synchronous caller waiting in gp_queue_submit; else
+                                      * an async job, woken through this */
+    uint64_t done_ns;            /* knob stats, async: when the leader woke the job */
+    struct gp_queue_entry *next_in;   /* async: the next older entry in the queue's inbox */
+} gp_queue_entry;
+
+#define GP_MAX_DISPATCHERS 8
+
+typedef struct gp_queue {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;         /* a batch completed, or the pending batch may now flush */
+    gp_queue_entry **pending;    /* the batch being gathered */
+    size_t npending, cap;
+    _Atomic size_t pending_bytes;
+    uint64_t first_ns;           /* when its first request arrived (CLOCK_MONOTONIC) */
+    uint64_t generation;         /* bumped when a leader takes the pending batch */
+    /* Changed under `lock`; atomic so that the hybrid policy may read them without it. */
+    _Atomic int active;          /* synchronous submitters inside gp_queue_submit */
+    _Atomic int inflight;        /* batches being run by their leaders */
+    /* Async jobs (their entries flush through the dispatcher threads; a job never leads). */
+    size_t npending_async;       /* async entries in the pending batch */
+    size_t async_inflight;       /* async entries in batches being run */
+    size_t sync_inflight;        /* synchronous entries in batches being run */
+    uint64_t last_add_ns;        /* when a request last joined the pending batch */
+    uint64_t last_done_ns;       /* when a batch last completed */
+    _Atomic uint64_t events;     /* bumped per append (or drain) and per completed batch: the
+                                  * dispatcher spins on it (and on the inbox) without the lock */
+    pthread_cond_t dispatch_cond;   /* wakes a dispatcher: async entry added, batch done, stop */
+    pthread_t dispatchers[GP_MAX_DISPATCHERS];   /* one per batch the executor overlaps */
+    int ndispatchers;
+    /*
+     * What every async request touches without the lock, each on a cache line of its own, away
+     * from what the dispatchers write under it (the pending batch, the clocks, `events`): on the
+     * H200 host, 16 threads of jobs spent ~0.5 us a round trip in submit_async's own code with
+     * the inbox beside `events` and the waiting count beside the append clock (perf,
+     * bench/RESULTS.md, twenty-second session).
+     *
+     * Async jobs queue without the lock: they push their entry here (newest first), and whoever
+     * holds the lock moves the inbox into the pending batch (queue.c, drain_inbox).
+     */
+    _Alignas(64) _Atomic(struct gp_queue_entry *) inbox;
+    _Alignas(64) _Atomic size_t async_waiting;   /* async entries queued whose jobs have not yet
+                                                  * taken the result: when all of them are pending,
+                                                  * no job could add another (taken off without the
+                                                  * lock) */
+    /* Who looks at the inbox: the watcher (one dispatcher at a time, spinning or deciding, which
+     * checks the inbox before it leads or blocks), or else a dispatcher blocked on dispatch_cond,
+     * which a pushing job wakes (queue.c, wake_dispatcher). */
+    _Alignas(64) _Atomic int watching;
+    _Atomic int asleep;          /* dispatchers blocked on dispatch_cond */
+    /* Read by every async request, written about once per process: */
+    _Alignas(64) _Atomic unsigned dispatchers_live;   /* gp_fork_generation() + 1 while this process's run */
+    /* Async jobs hand their own per-request work (prepare, staging) to their thread only once jobs
+     * of two threads or more have queued (submit_async); stage_one_thread: test hook (set only
+     * where GP_TEST_HOOKS). */
+    _Atomic uintptr_t async_thread;   /* the last thread an async request came from */
+    _Atomic int async_threads;        /* 1: more than one so far, in this process */
+    int stage_one_thread;
+    unsigned test_unwatch_delay_us;   /* test hook: the watcher's pause before it stops (queue.c) */
+    int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
+    int dispatcher_stop;
+    unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */
+    gp_queue_run_fn run;         /* runs a batch (gp_queue_init) */
+    void *run_ctx;
+    struct gp_queue *next;       /* every engine's queue, for the fork handlers (queue.c) */
+} gp_queue;
+
+/* `run(run_ctx, reqs, n)` runs each batch the queue flushes. */
+int gp_queue_init(gp_queue *q, const gp_knobs *k, gp_queue_run_fn run, void *run_ctx);
+void gp_queue_cleanup(gp_queue *q);
+/* Run r through the queue; returns r->status. Outside an ASYNC_JOB the caller waits as knobs.wait
+ * says (and may lead the batch); inside one the job pauses until the dispatcher has run it. */
+int gp_queue_submit(gp_engine *e, gp_request *r);
+/* Stop the dispatcher thread, if this process started one (before the executors close). */
+void gp_queue_stop_dispatcher(gp_engine *e);
+
+#endif
