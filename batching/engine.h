@@ -96,8 +96,8 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
  * with the upper halves of the YMM registers in use (XGETBV(1) bit 2 stays set after a 16-byte
  * update; AES-GCM's code clears them). Intel cores then make every legacy-SSE instruction that runs
  * next (the compiler's paddq for two counters, say) pay a state transition, and the provider's AVX
- * code the way back: a 16-byte ChaCha20-Poly1305 update took 2.2x the default provider's own on the
- * H200 host. VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code
+ * code the way back, which made a 16-byte ChaCha20-Poly1305 update cost twice the default
+ * provider's own. VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code
  * that leaves AVX; it costs about a cycle. Right after a call every vector register is clobbered
  * anyway, so the clobber list costs nothing.
  */

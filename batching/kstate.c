@@ -22,8 +22,8 @@ int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
 
     gp_msg_begin_j0(&m->st, ks, m->iv, m->ivlen);
     /* GCM's E_K(J0), on the caller's thread: AES-NI through the default provider (hundreds of
-     * instructions), else the kernel code's bitsliced AES (~10k instructions). Made by the GPU's
-     * lead instead, it cost AES-256-GCM 191 -> 150 GB/s in kernel_bench (bench/RESULTS.md). */
+     * instructions), else the kernel code's bitsliced AES (thousands). Made by the GPU's lead
+     * instead, it cost AES-256-GCM throughput (bench/kernel_bench). */
     if (ks->alg == GP_ALG_AES_GCM && !gp_key_aes_block(e, m->key, m->st.gcm_ekj0, m->st.gcm_ekj0))
         gp_aes_encrypt1(&ks->aes, m->st.gcm_ekj0, m->st.gcm_ekj0);
     /* A new one-time key: the powers of the last one go. */

@@ -27,8 +27,7 @@
  *     one slot every such submitter is in it and no one else could add anything, so waiting
  *     longer only adds latency (this is what makes a lone synchronous caller never wait on the
  *     timer); with N threads and four free slots the batches settle at N/4 and overlap. Waiting
- *     for all N took one batch at a time: 16 synchronous threads x 16 KiB AES-256-GCM read
- *     ~1.5 GB/s on the H200 where a lone call takes ~36 µs (bench/RESULTS.md, thirteenth session).
+ *     for all N would run one batch at a time and leave the other slots idle.
  * While the slots are busy the next batch gathers, so batch sizes follow the executor's service time.
  * The submitter that flushes becomes the batch's leader: it runs the batch with no lock held while
  * others keep queueing into the next one, then wakes the batch's waiters.
@@ -50,8 +49,8 @@
  *
  * A job queues without the queue's lock: it pushes its entry onto the inbox, a lock-free stack, and
  * whoever next holds the lock (a dispatcher, or a synchronous submitter) moves the inbox into the
- * pending batch. With 16 threads of jobs, taking the lock per request was ~17% of the application
- * threads' CPU on the H200 host (bench/RESULTS.md, eleventh session). One dispatcher at a time is
+ * pending batch: with many threads of jobs, taking the lock per request cost the application's
+ * threads much of their CPU. One dispatcher at a time is
  * the watcher, which looks at the inbox again before it leads a batch or blocks; while there is
  * one, a push costs one compare-and-swap; while there is none, the pushing job wakes a blocked
  * dispatcher (wake_dispatcher).
@@ -496,7 +495,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
     /* A watcher that stops here may drain entries pushed since the caller looked (they saw it
      * watching, so they woke nobody): the deadline was computed without them (UINT64_MAX when
      * nothing was pending), so go back and decide again rather than sleep on them. Sleeping on
-     * them hung async jobs three times in ~10,000 runs of the async-host test (thirteenth session). */
+     * them can leave async jobs hung (the async-host-unwatch-race test exercises this window). */
 #if GP_TEST_HOOKS
     if (*watcher && q->test_unwatch_delay_us > 0) {
         struct timespec d = { 0, (long)q->test_unwatch_delay_us * 1000L };
@@ -570,9 +569,8 @@ static void *dispatcher_main(void *arg)
 }
 
 /* Start the dispatchers once per process (lock held): one per batch the executor overlaps (its
- * slots, opened before any request reaches the queue). Two per slot, so that one could lead the
- * next batch while another wakes its jobs, lost 10-15% on the H200 host (bench/RESULTS.md, ninth
- * session). A forked child has none of its parent's threads: it starts its own. */
+ * slots, opened before any request reaches the queue). Not two per slot (one leading the next
+ * batch while another wakes its jobs): that measured slower. A forked child has none of its parent's threads: it starts its own. */
 static int dispatcher_ensure(gp_engine *e, gp_queue *q)
 {
     unsigned gen = gp_fork_generation();
@@ -670,10 +668,8 @@ static void stage_out(gp_request *r, stage_ctx *s)
  * Whether an async job should do its request's own work (prepare, staging) on its thread. The
  * work moves off the dispatcher, which serves every job, onto the application's threads: a gain
  * when there are several of them, a loss when one thread runs all the jobs and the dispatcher would
- * otherwise work beside it. H200, evp_bench --jobs 32 --sizes 16384, ff706aa (none of it) against
- * this (two runs each, bench/RESULTS.md): ChaCha20-Poly1305 with it on one thread 2.52-2.65 ->
- * 1.70-2.17 GB/s, 4 threads 3.49-3.58 -> 6.04-6.12, 16 threads 4.09-4.16 -> 8.11-8.42; AES-256-GCM
- * 4 threads 4.03-4.30 -> 6.11-6.77, 16 threads 4.92-5.30 -> 8.40-8.60. Once two threads have
+ * otherwise work beside it (bench/evp_bench with async jobs on one thread and on several). Once
+ * two threads have
  * queued jobs, the process keeps doing it (thread counts do not change much in a server).
  */
 static int async_own_work(gp_queue *q)

@@ -52,10 +52,9 @@ typedef struct gp_queue {
     int ndispatchers;
     /*
      * What every async request touches without the lock, each on a cache line of its own, away
-     * from what the dispatchers write under it (the pending batch, the clocks, `events`): on the
-     * H200 host, 16 threads of jobs spent ~0.5 us a round trip in submit_async's own code with
-     * the inbox beside `events` and the waiting count beside the append clock (perf,
-     * bench/RESULTS.md, twenty-second session).
+     * from what the dispatchers write under it (the pending batch, the clocks, `events`): sharing a
+     * line with what the dispatchers write, every push and every count bounced that line between
+     * the application's cores and the dispatcher's.
      *
      * Async jobs queue without the lock: they push their entry here (newest first), and whoever
      * holds the lock moves the inbox into the pending batch (queue.c, drain_inbox).

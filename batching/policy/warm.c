@@ -21,12 +21,11 @@ int gp_warm_stopping(gp_engine *e)
 
 /*
  * Is every CPU this process may run on busy right now? /proc/loadavg's fourth field counts the
- * threads runnable at this instant (the caller among them). Opening the GPU costs ~0.4 s of CPU in
- * its own thread and more in the driver (sys time), and a byte through the cuda executor costs the
- * host more CPU than the default provider's own crypto (bench/RESULTS.md: ~0.8 against 0.1-0.3 CPU
- * seconds per GB): with no core free the GPU cannot add throughput, only take it. The 16 children
- * of `speed -multi 16 -async_jobs 8` each opened CUDA at once and ran at 0.79x of the default
- * provider, with 10 s of sys time on 16 cores. Anything unreadable counts as not busy.
+ * threads runnable at this instant (the caller among them). Opening the GPU costs CPU time in its
+ * own thread and in the driver, and a byte through the cuda executor costs the host more CPU than
+ * the default provider's own crypto (bench/RESULTS.md, "CPU seconds per GB, one process"): with no
+ * core free the GPU cannot add throughput, only take it (`speed -multi` with one child per core is
+ * that case). Anything unreadable counts as not busy.
  */
 _Atomic int gp_test_cpus_saturated = -1;
 
@@ -90,9 +89,9 @@ static void *warmup_main(void *v)
 
     /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
     gp_async_pin_module();
-    /* At normal priority. SCHED_IDLE (141bf6e, reverted) left the 16 children of `speed -multi 16
-     * -async_jobs 8` waiting out the 15 s exit bound and then crashing (SIGABRT/SIGSEGV) in the CUDA
-     * runtime's teardown on the H200 host: the openings no longer finished (bench/RESULTS.md). */
+    /* At normal priority: at SCHED_IDLE, on busy cores, the opening never finished, and processes
+     * that exited waited out the exit bound (batching/base/base.c) and then crashed in the CUDA
+     * runtime's teardown. */
     uint64_t t0, c0, t1, c1;
 
     if (!wait_for_free_cpu(e)) {
@@ -122,9 +121,9 @@ static void *warmup_main(void *v)
  * Does this process show work the GPU could win (hybrid.c's rules)? A message started inside an
  * async job, or by a second thread. A single-threaded synchronous process (an nginx worker,
  * `openssl speed` without -async_jobs, each child of `speed -multi`) would route every message of
- * up to lone_gpu_bytes to the cpu executor anyway, so it never opens CUDA: the 16 children of
- * `speed -multi 16`, each creating a context and calibrating beside its benchmark, ran at half the
- * default provider's speed (bench/RESULTS.md). Large messages are the third sign (submit_one).
+ * up to lone_gpu_bytes to the cpu executor anyway, so it never opens CUDA: creating a context and
+ * calibrating beside the work would only take CPU from it. Large messages are the third sign
+ * (batching/engine.c, submit_one and gp_engine_note_large).
  */
 int gp_warm_demand(gp_engine *e)
 {

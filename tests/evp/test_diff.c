@@ -749,7 +749,7 @@ static void test_ignored_params(void **state)
         for (int s = 0; s < 2; s++) {
             OSSL_PARAM p[3];
 
-            /* EVP re-sends PADDING=0 on every later init once it was set (DESIGN.md) */
+            /* EVP re-sends PADDING=0 on every later init once it was set */
             assert_int_equal(EVP_CIPHER_CTX_set_padding(e.c[s], 0), 1);
             p[0] = OSSL_PARAM_construct_uint(OSSL_CIPHER_PARAM_TLS_VERSION, &tlsver);
             p[1] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, &macsize);
