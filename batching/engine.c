@@ -1,18 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine, the top of batching/: the public API of engine.h (keys and messages aside, which are
  * batching/core/'s), executor choice, routing through the policy, submission and the stats line. */
-#include <limits.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <openssl/async.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include "batching/core/core.h"
 #include "batching/exec_cpu.h"
@@ -30,10 +23,40 @@ static const gp_executor *const executors[GP_EXEC_COUNT] = {
     [GP_EXEC_CPU] = &gp_exec_cpu,
 };
 
-/* The queue runs each batch it flushes through this (gp_queue_init): the queue never calls up. */
-static int run_batch(void *ctx, gp_request *reqs, size_t n)
+/* ---- what the queue is given (gp_queue_owner): it never calls up ---- */
+
+/* Each batch the queue flushes. */
+static int queue_run(void *ctx, gp_request *reqs, size_t n)
 {
     return gp_engine_submit(ctx, reqs, n);
+}
+
+/* The executor's per-message work on the submitter's own thread (gp_executor.prepare). */
+static void queue_prepare(void *ctx, gp_request *r)
+{
+    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
+
+    if (x != NULL && x->prepare != NULL)
+        x->prepare(ctx, r);
+}
+
+/* Where an async job stages r's data for its message's executor (gp_executor.stage_pool). */
+static gp_stage_pool *queue_stage_pool(void *ctx, const gp_request *r)
+{
+    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
+
+    return x == NULL || x->stage_pool == NULL ? NULL : x->stage_pool(ctx);
+}
+
+/* In a forked child: the host pool's locks and conditions, fresh (the parent's threads are gone). */
+static void queue_fork_child(void *ctx)
+{
+    gp_host_pool *p = &((gp_engine *)ctx)->pool;
+
+    pthread_mutex_init(&p->submit, NULL);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
 }
 
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
@@ -52,7 +75,14 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
     gp_fork_watch();
     e->fork_gen = gp_fork_generation();
     atomic_init(&e->max_inflight, 1);
-    if (!gp_queue_init(&e->queue, &e->knobs, run_batch, e)) {
+    gp_queue_owner own = {
+        .ctx = e, .run = queue_run, .prepare = queue_prepare, .stage_pool = queue_stage_pool,
+        .knobs = &e->knobs, .max_inflight = &e->max_inflight, .stats = e->stats,
+        /* A leader takes the pool's submit lock without the queue's and then wants the queue's;
+         * the pool's own lock is taken under it. */
+        .fork_outer = &e->pool.submit, .fork_inner = &e->pool.lock, .fork_child = queue_fork_child,
+    };
+    if (!gp_queue_init(&e->queue, &own)) {
         free(e);
         return NULL;
     }
@@ -103,7 +133,7 @@ void gp_engine_free(gp_engine *e)
 
     if (e == NULL)
         return;
-    gp_queue_stop_dispatcher(e);   /* it may still be running a batch on the executors below */
+    gp_queue_stop_dispatcher(&e->queue);   /* it may still be running a batch on the executors below */
     if (e->knobs.stats) {
         gp_engine_stats(e, &s);
         gp_log_line("gpuprov stats: ops=%llu bytes=%llu cuda_ops=%llu host_ops=%llu cpu_ops=%llu"
@@ -357,7 +387,7 @@ static int submit_routed(gp_msg *m, gp_request *r)
         return GP_REQ_FAILED;
     }
     if (m->exec != &gp_exec_cpu)
-        return gp_queue_submit(e, r);
+        return gp_queue_submit(&e->queue, r);
     if (!e->knobs.stats)
         return gp_cpu_run_one(r);   /* nothing to count, nothing to fall back from */
     gp_stat_add(e, GP_ST_BATCHES, 1);

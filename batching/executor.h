@@ -5,10 +5,13 @@
 
 #include <stddef.h>
 
+#include "batching/base/base.h"
 #include "batching/engine.h"
 #include "batching/stage.h"
 
 typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
+/* The stats count each executor's requests (batching/base/base.h, GP_ST_EXEC_OPS). */
+_Static_assert(GP_EXEC_COUNT == GP_ST_EXECUTORS, "one stats counter per executor");
 
 /*
  * One table of callbacks per executor: the batching layer calls nothing else. `open` runs once per

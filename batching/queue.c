@@ -15,7 +15,7 @@
 
 #include <openssl/crypto.h>
 
-#include "batching/core/core.h"
+#include "batching/queue.h"
 #include "batching/base/mutex.h"
 
 /*
@@ -72,11 +72,6 @@ static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
 static gp_queue *queues;               /* linked through gp_queue.next */
 static pthread_once_t queue_atfork_once = PTHREAD_ONCE_INIT;
 
-static gp_host_pool *pool_of(gp_queue *q)
-{
-    return &((gp_engine *)((char *)q - offsetof(gp_engine, queue)))->pool;
-}
-
 static void init_conds(gp_queue *q)
 {
     pthread_condattr_t attr;
@@ -92,18 +87,18 @@ static void fork_prepare(void)
 {
     pthread_mutex_lock(&queues_lock);
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        pthread_mutex_lock(&pool_of(q)->submit);
+        pthread_mutex_lock(q->own.fork_outer);
         pthread_mutex_lock(&q->lock);
-        pthread_mutex_lock(&pool_of(q)->lock);
+        pthread_mutex_lock(q->own.fork_inner);
     }
 }
 
 static void fork_parent(void)
 {
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        pthread_mutex_unlock(&pool_of(q)->lock);
+        pthread_mutex_unlock(q->own.fork_inner);
         pthread_mutex_unlock(&q->lock);
-        pthread_mutex_unlock(&pool_of(q)->submit);
+        pthread_mutex_unlock(q->own.fork_outer);
     }
     pthread_mutex_unlock(&queues_lock);
 }
@@ -111,14 +106,9 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        gp_host_pool *p = pool_of(q);
-
         gp_mutex_init(&q->lock);
         init_conds(q);
-        pthread_mutex_init(&p->submit, NULL);
-        pthread_mutex_init(&p->lock, NULL);
-        pthread_cond_init(&p->wake, NULL);
-        pthread_cond_init(&p->done, NULL);
+        q->own.fork_child(q->own.ctx);
         /* The parent's leaders and synchronous waiters are not here; the dispatcher restarts at the
          * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
         q->inflight = 0;
@@ -152,11 +142,12 @@ static void register_queue_atfork(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-int gp_queue_init(gp_queue *q, const gp_knobs *k, gp_queue_run_fn run, void *run_ctx)
+int gp_queue_init(gp_queue *q, const gp_queue_owner *own)
 {
+    const gp_knobs *k = own->knobs;
+
     memset(q, 0, sizeof(*q));
-    q->run = run;
-    q->run_ctx = run_ctx;
+    q->own = *own;
     if (gp_mutex_init(&q->lock) != 0)
         return 0;
 #if GP_TEST_HOOKS
@@ -200,9 +191,9 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 }
 
 /* When the pending batch flushes by time (lock held, npending > 0). */
-static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
+static uint64_t flush_deadline(const gp_queue *q)
 {
-    uint64_t period = (uint64_t)e->knobs.flush_us * 1000u, idle, cap;
+    uint64_t period = (uint64_t)q->own.knobs->flush_us * 1000u, idle, cap;
 
     if (q->npending_async == 0)
         return q->first_ns + period;
@@ -214,19 +205,19 @@ static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
 /* Why the pending batch should flush now (lock held): 0 not yet, else which rule. */
 enum { FLUSH_NO, FLUSH_SIZE, FLUSH_SHARE, FLUSH_TIMER };
 
-static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
+static int should_flush(const gp_queue *q, uint64_t t)
 {
-    if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
+    if (q->npending >= (size_t)q->own.knobs->max_batch_ops || q->pending_bytes >= q->own.knobs->max_batch_bytes)
         return FLUSH_SIZE;
     /* While the executor is busy with as many batches as it can overlap (cuda: four per GPU, the
      * next copying in while one computes), flushing only puts a batch in line: keep gathering
      * until one completes (its leader then wakes everyone to re-check). */
-    if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
+    if (q->inflight >= atomic_load_explicit(q->own.max_inflight, memory_order_relaxed))
         return FLUSH_NO;
     /* Everyone is in: this batch's share of the synchronous submitters, and of the jobs, that could
      * still submit (see the top of this file). */
     {
-        size_t free_slots = (size_t)(atomic_load_explicit(&e->max_inflight, memory_order_relaxed) - q->inflight);
+        size_t free_slots = (size_t)(atomic_load_explicit(q->own.max_inflight, memory_order_relaxed) - q->inflight);
         size_t nsync = q->npending - q->npending_async;
         size_t could_sync = (size_t)q->active - q->sync_inflight;
         size_t could = atomic_load_explicit(&q->async_waiting, memory_order_relaxed) - q->async_inflight;
@@ -235,27 +226,27 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
             && (q->npending_async == 0 || q->npending_async * free_slots >= could))
             return FLUSH_SHARE;
     }
-    return t >= flush_deadline(e, q) ? FLUSH_TIMER : FLUSH_NO;
+    return t >= flush_deadline(q) ? FLUSH_TIMER : FLUSH_NO;
 }
 
 /* Knob stats: the state of the async jobs as a batch holding some flushes (lock held). */
-static void count_flush(gp_engine *e, const gp_queue *q, int why)
+static void count_flush(const gp_queue *q, int why)
 {
     size_t waiting = atomic_load_explicit(&q->async_waiting, memory_order_relaxed);
 
-    if (!e->knobs.stats || q->npending_async == 0)
+    if (!q->own.knobs->stats || q->npending_async == 0)
         return;
-    gp_stat_add(e, GP_ST_ASYNC_BATCHES, 1);
-    gp_stat_add(e, GP_ST_GATHER_NS, gp_now_ns() - q->first_ns);
-    gp_stat_add(e, GP_ST_FLUSH_JOBS, q->npending_async);
-    gp_stat_add(e, GP_ST_FLUSH_RUNNING, q->async_inflight);
-    gp_stat_add(e, GP_ST_FLUSH_OUT, waiting - q->async_inflight - q->npending_async);
-    gp_stat_add(e, why == FLUSH_SIZE ? GP_ST_FLUSH_SIZE : why == FLUSH_SHARE ? GP_ST_FLUSH_SHARE : GP_ST_FLUSH_TIMER, 1);
+    gp_stat_add_to(q->own.stats, GP_ST_ASYNC_BATCHES, 1);
+    gp_stat_add_to(q->own.stats, GP_ST_GATHER_NS, gp_now_ns() - q->first_ns);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_JOBS, q->npending_async);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_RUNNING, q->async_inflight);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_OUT, waiting - q->async_inflight - q->npending_async);
+    gp_stat_add_to(q->own.stats, why == FLUSH_SIZE ? GP_ST_FLUSH_SIZE : why == FLUSH_SHARE ? GP_ST_FLUSH_SHARE : GP_ST_FLUSH_TIMER, 1);
 }
 
 /* Take the pending batch and run it (called with the lock held; returns with it held). Never on an
  * async job's stack: the copy below and the executor's work need a thread's stack. */
-static void lead(gp_engine *e, gp_queue *q)
+static void lead(gp_queue *q)
 {
     gp_queue_entry **mine = q->pending;
     gp_request stack[64], *batch = stack;
@@ -275,11 +266,11 @@ static void lead(gp_engine *e, gp_queue *q)
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
         /* No memory for the copy: run them one by one, which needs none. */
         for (size_t i = 0; i < n; i++)
-            q->run(q->run_ctx, mine[i]->req, 1);
+            q->own.run(q->own.ctx, mine[i]->req, 1);
     } else {
         for (size_t i = 0; i < n; i++)
             batch[i] = *mine[i]->req;
-        q->run(q->run_ctx, batch, n);
+        q->own.run(q->own.ctx, batch, n);
         for (size_t i = 0; i < n; i++)
             mine[i]->req->status = batch[i].status;
         if (batch != stack)
@@ -309,28 +300,28 @@ static void lead(gp_engine *e, gp_queue *q)
     if (nasync > 0) {
         /* Wake the jobs without the lock: a write per fd, or the application's callbacks, which may
          * call back into OpenSSL. */
-        uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0;
+        uint64_t t0 = q->own.knobs->stats ? gp_now_ns() : 0;
 
         pthread_mutex_unlock(&q->lock);
         for (size_t i = 0; i < nasync; i++) {
-            if (e->knobs.stats)
+            if (q->own.knobs->stats)
                 mine[i]->done_ns = gp_now_ns();
             gp_async_complete(mine[i]->notify, &mine[i]->done);
         }
-        if (e->knobs.stats)
-            gp_stat_add(e, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
+        if (q->own.knobs->stats)
+            gp_stat_add_to(q->own.stats, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
         pthread_mutex_lock(&q->lock);
     }
     free(mine);
 }
 
-static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pending, uint64_t spin_until)
+static void wait_a_while(gp_queue *q, gp_queue_entry *me, int pending, uint64_t spin_until)
 {
-    gp_wait_mode mode = e->knobs.wait;
+    gp_wait_mode mode = q->own.knobs->wait;
 
     if (mode == GP_WAIT_SPIN || (mode == GP_WAIT_ADAPTIVE && gp_now_ns() < spin_until)) {
         /* Spin without the lock until done or the next decision point. */
-        uint64_t until = pending ? flush_deadline(e, q) : UINT64_MAX;
+        uint64_t until = pending ? flush_deadline(q) : UINT64_MAX;
 
         pthread_mutex_unlock(&q->lock);
         for (unsigned i = 0; !atomic_load_explicit(&me->done, memory_order_acquire); i++) {
@@ -345,8 +336,8 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
         pthread_mutex_lock(&q->lock);
         return;
     }
-    if (pending && q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed)) {
-        uint64_t deadline = flush_deadline(e, q);
+    if (pending && q->inflight < atomic_load_explicit(q->own.max_inflight, memory_order_relaxed)) {
+        uint64_t deadline = flush_deadline(q);
         struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
 
         pthread_cond_timedwait(&q->cond, &q->lock, &ts);
@@ -467,14 +458,14 @@ static void dispatcher_unwatch(gp_queue *q, int *watcher)
  * dispatcher first spins spin_us after the latest event, without the lock, watching the counter
  * and the inbox. Returns early, without blocking, when the inbox is not empty.
  */
-static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *watcher)
+static void dispatcher_wait(gp_queue *q, uint64_t deadline, int *watcher)
 {
     uint64_t seen = atomic_load_explicit(&q->events, memory_order_relaxed);
-    uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
+    uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)q->own.knobs->spin_us * 1000u;
     uint64_t t = gp_now_ns();
 
     /* One dispatcher spins at a time, as the watcher; the others block (an event wakes one). */
-    if (e->knobs.wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
+    if (q->own.knobs->wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
         && t < spin_until
         && (*watcher || atomic_exchange_explicit(&q->watching, 1, memory_order_seq_cst) == 0)) {
         *watcher = 1;
@@ -523,8 +514,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
 
 static void *dispatcher_main(void *arg)
 {
-    gp_engine *e = arg;
-    gp_queue *q = &e->queue;
+    gp_queue *q = arg;
     int watcher = 0;
 
     gp_thread_mark_dispatcher();
@@ -549,19 +539,19 @@ static void *dispatcher_main(void *arg)
         if (q->dispatcher_stop && q->npending_async == 0)
             break;
         if (q->npending_async > 0) {
-            int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(e, q, gp_now_ns());
+            int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(q, gp_now_ns());
 
             if (why != FLUSH_NO) {
                 /* Busy for a whole batch: another dispatcher watches meanwhile. */
                 dispatcher_unwatch(q, &watcher);
-                count_flush(e, q, why);
-                lead(e, q);
+                count_flush(q, why);
+                lead(q);
                 continue;
             }
-            if (q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
-                deadline = flush_deadline(e, q);
+            if (q->inflight < atomic_load_explicit(q->own.max_inflight, memory_order_relaxed))
+                deadline = flush_deadline(q);
         }
-        dispatcher_wait(e, q, deadline, &watcher);
+        dispatcher_wait(q, deadline, &watcher);
     }
     dispatcher_unwatch(q, &watcher);
     pthread_mutex_unlock(&q->lock);
@@ -571,10 +561,10 @@ static void *dispatcher_main(void *arg)
 /* Start the dispatchers once per process (lock held): one per batch the executor overlaps (its
  * slots, opened before any request reaches the queue). Not two per slot (one leading the next
  * batch while another wakes its jobs): that measured slower. A forked child has none of its parent's threads: it starts its own. */
-static int dispatcher_ensure(gp_engine *e, gp_queue *q)
+static int dispatcher_ensure(gp_queue *q)
 {
     unsigned gen = gp_fork_generation();
-    int want = atomic_load(&e->max_inflight);
+    int want = atomic_load(q->own.max_inflight);
     sigset_t all, old;
 
     if (q->dispatcher_state != 0 && q->dispatcher_fork_gen == gen)
@@ -591,7 +581,7 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (q->ndispatchers = 0; q->ndispatchers < want; q->ndispatchers++)
-        if (pthread_create(&q->dispatchers[q->ndispatchers], NULL, dispatcher_main, e) != 0)
+        if (pthread_create(&q->dispatchers[q->ndispatchers], NULL, dispatcher_main, q) != 0)
             break;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     q->dispatcher_state = q->ndispatchers > 0 ? 1 : -1;
@@ -600,9 +590,8 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
     return q->dispatcher_state == 1;
 }
 
-void gp_queue_stop_dispatcher(gp_engine *e)
+void gp_queue_stop_dispatcher(gp_queue *q)
 {
-    gp_queue *q = &e->queue;
     int join;
 
     pthread_mutex_lock(&q->lock);
@@ -631,13 +620,11 @@ typedef struct stage_ctx {
     uint8_t *out;
 } stage_ctx;
 
-static void stage_in(gp_engine *e, gp_request *r, stage_ctx *s)
+static void stage_in(gp_queue *q, gp_request *r, stage_ctx *s)
 {
-    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
-
     s->chunk = NULL;
-    if (r->kind != GP_REQ_CRYPT || !gp_stage_fits(r->len) || x == NULL || x->stage_pool == NULL
-        || (s->pool = x->stage_pool(e)) == NULL || (s->chunk = gp_stage_get(s->pool)) == NULL)
+    if (r->kind != GP_REQ_CRYPT || !gp_stage_fits(r->len) || (s->pool = q->own.stage_pool(q->own.ctx, r)) == NULL
+        || (s->chunk = gp_stage_get(s->pool)) == NULL)
         return;
     s->in = r->in;
     s->out = r->out;
@@ -645,8 +632,8 @@ static void stage_in(gp_engine *e, gp_request *r, stage_ctx *s)
     r->in = s->chunk->host;
     r->out = s->chunk->host + GP_STAGE_MAX_BYTES;
     r->stage = s->chunk;
-    if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_STAGED, 1);
+    if (q->own.knobs->stats)
+        gp_stat_add_to(q->own.stats, GP_ST_STAGED, 1);
 }
 
 static void stage_out(gp_request *r, stage_ctx *s)
@@ -690,12 +677,9 @@ static int async_own_work(gp_queue *q)
 }
 
 /* The executor's per-message work on the submitter's own thread (gp_executor.prepare). */
-static void prepare(gp_engine *e, gp_request *r)
+static void prepare(gp_queue *q, gp_request *r)
 {
-    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
-
-    if (x != NULL && x->prepare != NULL)
-        x->prepare(e, r);
+    q->own.prepare(q->own.ctx, r);
 }
 
 /*
@@ -704,9 +688,8 @@ static void prepare(gp_engine *e, gp_request *r)
  * locals, no lock across the pause. The entry and the request stay on that stack, which persists
  * while the job is paused; the leader is done with both once it sets done.
  */
-static int submit_async(gp_engine *e, gp_request *r)
+static int submit_async(gp_queue *q, gp_request *r)
 {
-    gp_queue *q = &e->queue;
     gp_async_notify n;
     gp_queue_entry me = { .req = r, .notify = &n, .done_ns = 0 };
     stage_ctx st;
@@ -717,14 +700,14 @@ static int submit_async(gp_engine *e, gp_request *r)
         return GP_REQ_FAILED;
     st.chunk = NULL;
     if (async_own_work(q)) {
-        stage_in(e, r, &st);
-        prepare(e, r);   /* after staging: the cuda executor's may write into the chunk */
+        stage_in(q, r, &st);
+        prepare(q, r);   /* after staging: the cuda executor's may write into the chunk */
     }
     if (atomic_load_explicit(&q->dispatchers_live, memory_order_acquire) != gp_fork_generation() + 1) {
         int ok;
 
         pthread_mutex_lock(&q->lock);
-        ok = dispatcher_ensure(e, q);
+        ok = dispatcher_ensure(q);
         pthread_mutex_unlock(&q->lock);
         if (!ok) {
             stage_out(r, &st);
@@ -736,8 +719,8 @@ static int submit_async(gp_engine *e, gp_request *r)
     atomic_fetch_add_explicit(&q->async_waiting, 1, memory_order_relaxed);
     push_inbox(q, &me);
     wake_dispatcher(q);
-    if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
+    if (q->own.knobs->stats)
+        gp_stat_add_to(q->own.stats, GP_ST_ASYNC_OPS, 1);
 
     if (!gp_async_wait(&n, &me.done, fork_gen)) {
         /* This is a forked child's copy of the job: the child dropped the request with the rest of
@@ -751,8 +734,8 @@ static int submit_async(gp_engine *e, gp_request *r)
         }
         return GP_REQ_FAILED;
     }
-    if (e->knobs.stats && me.done_ns != 0)
-        gp_stat_add(e, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
+    if (q->own.knobs->stats && me.done_ns != 0)
+        gp_stat_add_to(q->own.stats, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
 
     /* No lock, no signal: a job that took its result usually queues its next request at once, and
      * that append wakes the dispatcher; one that does not is covered by the timer. The count stays
@@ -762,21 +745,20 @@ static int submit_async(gp_engine *e, gp_request *r)
     return r->status;
 }
 
-int gp_queue_submit(gp_engine *e, gp_request *r)
+int gp_queue_submit(gp_queue *q, gp_request *r)
 {
-    gp_queue *q = &e->queue;
     gp_queue_entry me = { .req = r, .notify = NULL };
     uint64_t gen, spin_until;
 
     if (gp_async_in_job())
-        return submit_async(e, r);
-    prepare(e, r);
-    spin_until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
+        return submit_async(q, r);
+    prepare(q, r);
+    spin_until = gp_now_ns() + (uint64_t)q->own.knobs->spin_us * 1000u;
     atomic_init(&me.done, 0);
     pthread_mutex_lock(&q->lock);
     if (!append(q, &me)) {
         pthread_mutex_unlock(&q->lock);
-        return q->run(q->run_ctx, r, 1), r->status;   /* run alone rather than fail */
+        return q->own.run(q->own.ctx, r, 1), r->status;   /* run alone rather than fail */
     }
     q->active++;
     gen = q->generation;
@@ -786,14 +768,14 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
 
         drain_inbox(q);   /* jobs queued meanwhile join the batch this caller may lead */
         pending = q->generation == gen;   /* still in the batch being gathered */
-        why = pending ? should_flush(e, q, gp_now_ns()) : FLUSH_NO;
+        why = pending ? should_flush(q, gp_now_ns()) : FLUSH_NO;
 
         if (why != FLUSH_NO) {
-            count_flush(e, q, why);
-            lead(e, q);
+            count_flush(q, why);
+            lead(q);
             continue;
         }
-        wait_a_while(e, q, &me, pending, spin_until);
+        wait_a_while(q, &me, pending, spin_until);
     }
     q->active--;
     /* Whoever waits in the pending batch may now be the last one active: let them re-check. */

@@ -9,10 +9,31 @@
 #include <stdint.h>
 
 #include "batching/async_wait.h"
+#include "batching/base/base.h"
 #include "batching/engine.h"
+#include "batching/stage.h"
 
-/* Runs a batch (the engine's gp_engine_submit): sets every request's status. */
-typedef int (*gp_queue_run_fn)(void *ctx, gp_request *reqs, size_t n);
+/*
+ * What the queue's owner (the engine) gives it at init. The queue calls nothing above it: it runs
+ * a batch, and asks for an executor's per-request work, through these.
+ */
+typedef struct gp_queue_owner {
+    void *ctx;                   /* the first argument of each function below */
+    /* Run a batch: set every request's status (the engine's gp_engine_submit). */
+    int (*run)(void *ctx, gp_request *reqs, size_t n);
+    /* The executor's per-request work on the submitter's own thread (gp_executor.prepare). */
+    void (*prepare)(void *ctx, gp_request *r);
+    /* Where an async job stages this data request's bytes; NULL: nowhere (gp_executor.stage_pool). */
+    gp_stage_pool *(*stage_pool)(void *ctx, const gp_request *r);
+    const gp_knobs *knobs;
+    const _Atomic int *max_inflight;   /* batches the executor lets run at once */
+    gp_stat_shard *stats;        /* knob stats' counters */
+    /* Locks that fork takes around the queue's own (the host executor's pool: `fork_outer` is taken
+     * without the queue's lock held and then wants it; `fork_inner` is taken under it), and their
+     * re-creation in the child, after the queue's. */
+    pthread_mutex_t *fork_outer, *fork_inner;
+    void (*fork_child)(void *ctx);
+} gp_queue_owner;
 
 /* The process-wide queue (queue.c): entries live on their submitters' stacks (a synchronous caller's,
  * or a paused async job's) while they wait. */
@@ -81,18 +102,17 @@ typedef struct gp_queue {
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */
-    gp_queue_run_fn run;         /* runs a batch (gp_queue_init) */
-    void *run_ctx;
+    gp_queue_owner own;
     struct gp_queue *next;       /* every engine's queue, for the fork handlers (queue.c) */
 } gp_queue;
 
-/* `run(run_ctx, reqs, n)` runs each batch the queue flushes. */
-int gp_queue_init(gp_queue *q, const gp_knobs *k, gp_queue_run_fn run, void *run_ctx);
+/* `own` runs each batch the queue flushes and the executors' per-request work (copied). */
+int gp_queue_init(gp_queue *q, const gp_queue_owner *own);
 void gp_queue_cleanup(gp_queue *q);
 /* Run r through the queue; returns r->status. Outside an ASYNC_JOB the caller waits as knobs.wait
  * says (and may lead the batch); inside one the job pauses until the dispatcher has run it. */
-int gp_queue_submit(gp_engine *e, gp_request *r);
-/* Stop the dispatcher thread, if this process started one (before the executors close). */
-void gp_queue_stop_dispatcher(gp_engine *e);
+int gp_queue_submit(gp_queue *q, gp_request *r);
+/* Stop the dispatcher threads, if this process started them (before the executors close). */
+void gp_queue_stop_dispatcher(gp_queue *q);
 
 #endif

@@ -5,7 +5,11 @@
 #ifndef GP_BASE_H
 #define GP_BASE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+
+/* Executors counted by the stats (batching/executor.h: GP_EXEC_COUNT, checked there). */
+#define GP_ST_EXECUTORS 3
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t gp_now_ns(void);
@@ -21,10 +25,42 @@ void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 unsigned gp_fork_generation(void);
 void gp_fork_watch(void);
 
-/* Stats counters are sharded by thread (batching/core/core.h, gp_stat_add): the calling thread's
- * shard index, in [0, GP_STAT_SHARDS). */
+/*
+ * Stats counters (knob stats=1), sharded by thread: 16 threads adding into one set of counters
+ * bounced its cache lines between cores and cut 16-byte throughput several-fold. A thread adds into
+ * its own shard (picked from its pthread_t; threads may share one); reading sums the shards.
+ */
+enum gp_stat {
+    GP_ST_OPS, GP_ST_BYTES,
+    GP_ST_EXEC_OPS,                       /* + gp_exec_id (batching/executor.h) */
+    GP_ST_BATCHES = GP_ST_EXEC_OPS + GP_ST_EXECUTORS, GP_ST_FALLBACKS, GP_ST_ERRORS, GP_ST_ASYNC_OPS,
+    GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS, GP_ST_STAGED,
+    GP_ST_NOTIFY_NS,                      /* waking async jobs, summed over batches (batching/queue.c) */
+    /* Where an async job's round trip goes (batching/queue.c), summed over the batches holding jobs: */
+    GP_ST_ASYNC_BATCHES,
+    GP_ST_GATHER_NS,                      /* first request joined -> flushed */
+    GP_ST_FLUSH_JOBS,                     /* jobs in the batch */
+    GP_ST_FLUSH_RUNNING,                  /* jobs in batches already running when it flushed */
+    GP_ST_FLUSH_OUT,                      /* jobs with the application when it flushed (queued,
+                                           * not yet taken their result, in no batch) */
+    GP_ST_FLUSH_SIZE, GP_ST_FLUSH_SHARE, GP_ST_FLUSH_TIMER,   /* which rule flushed it */
+    GP_ST_RESUME_NS,                      /* a job's result ready -> the job running again, per job */
+    GP_ST_COUNT
+};
+
+typedef struct gp_stat_shard {
+    _Alignas(64) atomic_uint_fast64_t v[GP_ST_COUNT];
+} gp_stat_shard;
+
 #define GP_STAT_SHARDS 64
+/* The calling thread's shard index, in [0, GP_STAT_SHARDS). */
 unsigned gp_stat_shard_index(void);
+
+/* Add n to counter s of a set of GP_STAT_SHARDS shards (the calling thread's shard). */
+static inline void gp_stat_add_to(gp_stat_shard *shards, enum gp_stat s, uint64_t n)
+{
+    atomic_fetch_add_explicit(&shards[gp_stat_shard_index()].v[s], n, memory_order_relaxed);
+}
 
 /* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */
 int gp_call_off_job_stack(int (*fn)(void *), void *arg);

@@ -69,32 +69,6 @@ struct gp_msg {
     uint64_t cpu_calls, cpu_bytes;
 };
 
-/*
- * Stats counters (knob stats=1), sharded by thread: 16 threads adding into one set of counters
- * bounced its cache lines between cores and cut 16-byte throughput several-fold. A thread adds into
- * its own shard (picked from its pthread_t; threads may share one); reading sums the shards.
- */
-enum gp_stat {
-    GP_ST_OPS, GP_ST_BYTES,
-    GP_ST_EXEC_OPS,                       /* + gp_exec_id */
-    GP_ST_BATCHES = GP_ST_EXEC_OPS + GP_EXEC_COUNT, GP_ST_FALLBACKS, GP_ST_ERRORS, GP_ST_ASYNC_OPS,
-    GP_ST_ROUTED_GPU, GP_ST_ROUTED_CPU, GP_ST_SPEC_TAGS, GP_ST_STAGED,
-    GP_ST_NOTIFY_NS,                      /* waking async jobs, summed over batches (queue.c) */
-    /* Where an async job's round trip goes (queue.c), summed over the batches holding jobs: */
-    GP_ST_ASYNC_BATCHES,
-    GP_ST_GATHER_NS,                      /* first request joined -> flushed */
-    GP_ST_FLUSH_JOBS,                     /* jobs in the batch */
-    GP_ST_FLUSH_RUNNING,                  /* jobs in batches already running when it flushed */
-    GP_ST_FLUSH_OUT,                      /* jobs with the application when it flushed (queued,
-                                           * not yet taken their result, in no batch) */
-    GP_ST_FLUSH_SIZE, GP_ST_FLUSH_SHARE, GP_ST_FLUSH_TIMER,   /* which rule flushed it */
-    GP_ST_RESUME_NS,                      /* a job's result ready -> the job running again, per job */
-    GP_ST_COUNT
-};
-
-typedef struct gp_stat_shard {
-    _Alignas(64) atomic_uint_fast64_t v[GP_ST_COUNT];
-} gp_stat_shard;
 
 struct gp_engine {
     gp_knobs knobs;
@@ -138,7 +112,7 @@ struct gp_engine {
 
 static inline void gp_stat_add(gp_engine *e, enum gp_stat s, uint64_t n)
 {
-    atomic_fetch_add_explicit(&e->stats[gp_stat_shard_index()].v[s], n, memory_order_relaxed);
+    gp_stat_add_to(e->stats, s, n);
 }
 
 /* A cpu lane's or a message's cpu calls, added to the stats (knob stats). */

@@ -87,7 +87,7 @@ static void *warmup_main(void *v)
     gp_engine *e = v;
     const gp_executor *gpu = e->exec[GP_EXEC_CUDA];
 
-    /* gp_engine_free may have to leave this thread running (see there): keep our code mapped. */
+    /* gp_warm_finish may have to leave this thread running: keep our code mapped. */
     gp_async_pin_module();
     /* At normal priority: at SCHED_IDLE, on busy cores, the opening never finished, and processes
      * that exited waited out the exit bound (batching/base/base.c) and then crashed in the CUDA
