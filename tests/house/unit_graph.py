@@ -163,7 +163,10 @@ def main():
     comps = strongly_connected(nodes, edges)
     height = layers(nodes, edges) if not comps else {}
 
-    print('batching/ units and the units each one uses (symbols named):')
+    if not nodes & set(units.values()):
+        print('unit_graph: no object built from a source under %s: nothing was checked' % args.src)
+        return 2
+    print('units of %s and the units each one uses (symbols named):' % args.src)
     for v in sorted(nodes, key=lambda n: (-height.get(n, 0), n)):
         outs = edges.get(v, {})
         tag = ' [layer %d]' % height[v] if v in height else ''
