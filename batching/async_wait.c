@@ -9,8 +9,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "async_wait.h"
-#include "engine_internal.h"
+#include "batching/async_wait.h"
+#include "batching/base/base.h"
 
 /*
  * The job's stack is 32 KiB and it runs on the application's thread: nothing here allocates more

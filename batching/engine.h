@@ -96,12 +96,12 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
  * with the upper halves of the YMM registers in use (XGETBV(1) bit 2 stays set after a 16-byte
  * update; AES-GCM's code clears them). Intel cores then make every legacy-SSE instruction that runs
  * next (the compiler's paddq for two counters, say) pay a state transition, and the provider's AVX
- * code the way back: a 16-byte ChaCha20-Poly1305 update took 2.2x the default provider's own on the
- * H200 host. VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code
+ * code the way back, which made a 16-byte ChaCha20-Poly1305 update cost twice the default
+ * provider's own. VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code
  * that leaves AVX; it costs about a cycle. Right after a call every vector register is clobbered
  * anyway, so the clobber list costs nothing.
  */
-extern int gp_cpu_has_avx;   /* exec_cpu.c, at load: the CPU and the OS enable AVX */
+extern int gp_cpu_has_avx;   /* batching/base/base.c, at load: the CPU and the OS enable AVX */
 static inline void gp_cpu_clean_upper_state(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -134,7 +134,7 @@ typedef struct gp_cpu_direct {
 } gp_cpu_direct;
 
 /* Updates from this size up leave the lane's shortcut: they may start the GPU's warm-up (a message
- * this large may go to the GPU even from a lone synchronous caller, hybrid.c rule 2). */
+ * this large may go to the GPU even from a lone synchronous caller, batching/policy/hybrid.c, rule 2). */
 #define GP_DEMAND_BYTES (256u * 1024u)
 
 /*

@@ -8,7 +8,7 @@
 #include <openssl/evp.h>
 #include <openssl/provider.h>
 
-#include "engine_internal.h"
+#include "batching/exec_cpu.h"
 
 /* Kept out of line: the per-request loop (cpu_run) then needs no stack frame for OSSL_PARAM arrays
  * and saves fewer registers. "Cold" only in the sense of not being the AAD/text path. */
@@ -48,41 +48,6 @@ static int fetch_all(gp_engine *e)
             return 0;
     }
     return 1;
-}
-
-int gp_cpu_aes_block(gp_engine *e, gp_key *k, const uint8_t in[16], uint8_t out[16])
-{
-    static const char *const ecb_names[3] = { "AES-128-ECB", "AES-192-ECB", "AES-256-ECB" };
-    const int i = k->keylen == 16 ? 0 : k->keylen == 24 ? 1 : k->keylen == 32 ? 2 : -1;
-    uint8_t blk[16];
-    int outl = 0, ok;
-
-    if (i < 0)
-        return 0;
-    if (k->ecb == NULL) {
-        EVP_CIPHER *c;
-        EVP_CIPHER_CTX *ctx = NULL;
-
-        /* A failure here only sends the caller to the kernel AES: leave no error behind. */
-        ERR_set_mark();
-        c = EVP_CIPHER_fetch(e->libctx, ecb_names[i], "provider=default");
-        if (c == NULL || (ctx = EVP_CIPHER_CTX_new()) == NULL
-            || !EVP_EncryptInit_ex2(ctx, c, k->raw, NULL, NULL) || !EVP_CIPHER_CTX_set_padding(ctx, 0)) {
-            EVP_CIPHER_CTX_free(ctx);
-            EVP_CIPHER_free(c);
-            ERR_pop_to_mark();
-            return 0;
-        }
-        EVP_CIPHER_free(c);   /* the context keeps its own reference */
-        ERR_clear_last_mark();
-        k->ecb = ctx;
-    }
-    ok = EVP_EncryptUpdate(k->ecb, blk, &outl, in, 16) && outl == 16;
-    gp_cpu_clean_upper_state();
-    if (ok)
-        memcpy(out, blk, 16);
-    OPENSSL_cleanse(blk, sizeof(blk));
-    return ok;
 }
 
 /* Is `name` one of the ':'-separated names in `names`? ASCII case-insensitive, as OpenSSL matches
@@ -209,17 +174,6 @@ static void free_all(gp_engine *e)
         e->cpu_ciphers[i] = NULL;
         memset(&e->cpu_direct[i], 0, sizeof(e->cpu_direct[i]));
     }
-}
-
-int gp_cpu_has_avx;
-
-/* Once, when the module is loaded, before any thread can read it. */
-static void __attribute__((constructor)) detect_avx(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    gp_cpu_has_avx = __builtin_cpu_supports("avx");   /* libgcc checks XCR0 (OS support) too */
-#endif
 }
 
 static int cpu_open(gp_engine *e)

@@ -8,8 +8,10 @@
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
-#include "key_table.h"
+#include "batching/async_wait.h"
+#include "batching/core/core.h"
+#include "batching/key_table.h"
+#include "batching/kstate.h"
 #include "kernels/launch.h"
 
 #define ARENA_MIN (1u << 20)
@@ -347,9 +349,8 @@ static cudaError_t step_events_create(gp_engine *e, gp_cuda_slot *sl)
     cudaError_t err = cudaSuccess;
 
     /* Only with stats=steps: between a slot's steps they make each step run alone, and reading
-     * them costs the dispatcher a wait (H200, 16 threads x 32 jobs x 16 KiB AES-256-GCM: 14.7-15.9
-     * GB/s with them, host_out_us 77-84, against 19.2-20.6 and 5-6 without; bench/RESULTS.md,
-     * twenty-fourth session). */
+     * them costs the dispatcher a wait, so a run that times its steps is slower than one that does
+     * not. */
     for (int k = 0; k <= GP_GPU_STEPS && e->knobs.stats == GP_STATS_STEPS && err == cudaSuccess; k++)
         err = cudaEventCreate(&sl->step[k]);
     return err;
@@ -387,8 +388,7 @@ static cudaError_t launch(gp_cuda_slot *c, const void *fn, dim3 grid, dim3 block
  * kernels, and refs few enough that the cluster's blocks take them in one pass with at most
  * LONE_REFS_PER_BLOCK each. Its cluster is as many blocks as it has refs, up to
  * GP_LONE_MAX_BLOCKS. Beside other batches a cluster waits for SMs of one GPC to be free
- * together, where separate blocks start on any: H200, evp_bench 16 threads x 16 KiB synchronous
- * AES-256-GCM read 1.44-1.66 GB/s with it there against 1.54-1.72 without (bench/RESULTS.md).
+ * together, where separate blocks start on any, so it is only for a batch alone in flight.
  */
 #define LONE_REFS_PER_BLOCK 3u
 
@@ -463,7 +463,7 @@ static int cuda_open(gp_engine *e)
                     err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
         return 0;
     }
-    gp_warm_runtime_loaded();   /* before the slow part: creating the contexts */
+    gp_exit_guard_runtime_loaded();   /* before the slow part: creating the contexts */
     if (e->knobs.device >= n) {
         fprintf(stderr, "gpuprov: device %d does not exist (%d GPU%s); the cuda executor is off\n",
                 e->knobs.device, n, n == 1 ? "" : "s");
@@ -538,8 +538,8 @@ static int cuda_open(gp_engine *e)
  * to the batch's ticket once its share is in the pinned arena (kernels/batch_kernel.cu: the copy
  * kernel out, and gp_lone_kernel's step 4). Reading those words is a load from a cache line the GPU
  * writes; an event query is a driver call, and the event says so only once the kernel has retired
- * and the stream moved on (H200: a lone 16 KiB EVP call 1.1-2.9 us sooner, bench/RESULTS.md,
- * twenty-first session). A look at a batch with `blocks` done words reads them, and the event only
+ * and the stream moved on, so a lone call learns of its results sooner from the words. A look at a
+ * batch with `blocks` done words reads them, and the event only
  * every GP_QUERY_US (a launch that fails never writes them); a batch without (blocks 0: its results
  * come back by DMA) asks the event each time.
  */
@@ -586,10 +586,9 @@ static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError
  * event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us (a
  * lone 16 KiB message's round trip fits), then sleep in the driver, except on a dispatcher (an
  * async jobs' batch), which polls up to twice what the slot's recent batches took (from `start`,
- * its first CUDA call) before it sleeps. A dispatcher used to sleep three quarters of that and
- * then poll every 5 µs: under 16 busy application threads its wake-ups came late, and the slot's
- * next batch waited for them (H200, 16 threads x 32 jobs x 16 KiB AES-256-GCM 16.0-16.1 -> 18.1-19.1
- * GB/s polling throughout, at 0-10% more CPU per GB; bench/RESULTS.md, twenty-third session).
+ * its first CUDA call) before it sleeps. It polls rather than sleeping most of that: among busy
+ * application threads a sleeping dispatcher's wake-ups come late, and the slot's next batch waits
+ * for them.
  */
 static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, gp_batch_end *b)
 {
@@ -600,7 +599,7 @@ static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, g
     if (e->knobs.wait == GP_WAIT_BLOCK)
         return batch_ended(c, b, cudaEventSynchronize(c->copied));
     until = gp_now_ns() + spin;
-    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_queue_on_dispatcher() && start + 2 * expect + spin > until)
+    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_thread_is_dispatcher() && start + 2 * expect + spin > until)
         until = start + 2 * expect + spin;
     while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
         if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {
@@ -792,62 +791,86 @@ static uint64_t gpu_addr(const void *p)
  * now into their slots, and clears freed keys' slots. Then the batch kernel. The second copy kernel
  * brings states and outputs back, takes staged results to their chunks' output halves, and clears
  * everything of the batch on the device (keys, matrices, states, outputs, partial MACs, staged
- * powers and data). The host waits for that (an event). With no copy calls a batch costs ~17 µs
- * less to issue (bench/RESULTS.md, twelfth session). A batch larger than FOLD_MAX either way moves
+ * powers and data). The host waits for that (an event). Without copy calls a batch costs the
+ * issuing thread less: each copy call is a driver call. A batch larger than FOLD_MAX either way moves
  * its descriptors and inputs, and its results, by copy calls instead (DMA), and the device is
  * cleared by a memset that runs after the event, off the caller's path. A key resident in the key
  * table is not in the arena at all.
+ *
+ * A wave runs as named phases, in this order (run_wave): plan, layout, fill, issue, wait, deliver,
+ * wipe. What each may assume and must leave is said at each one. gp_wave carries what one phase
+ * computes for the next; it lives on the stack of the thread that runs the wave.
  */
-static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
-{
-    gp_cuda *g = e->cuda;
-    size_t nrefs = 0, off, refs_off = 0, work_off, in_off, keys_off, mma_off, states_off, out_off;
-    size_t part_off, spows_off, stage_off, lists_off, nmma = 0, nup = 0, nwipes = 0;
-    size_t nstaged = 0, staged_pieces = 0, nspows = 0, nin_cap, nout_cap, nin = 0, nout = 0;
-    gp_copy *in_list = NULL, *out_list = NULL;
-    int fold;
-    gp_cuda_keys *kt = keys_of(g, c);
-    uint64_t kbatch = 0;
-    size_t total = 0;
-    uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0, t1 = 0, t2 = 0, t_issued = 0;
-#if GP_EXPERIMENT_SWITCHES
-    unsigned int flags = g->spread_off ? GP_BATCH_NARROW : 0;
-#else
-    unsigned int flags = 0;
-#endif
+typedef struct gp_wave {
+    gp_engine *e;
+    gp_cuda *g;
+    gp_cuda_slot *c;
+    gp_request *reqs;
+    const size_t *idx;           /* the wave's requests: reqs[idx[0..m)] */
+    size_t m;
+    gp_cuda_keys *kt;            /* the slot's GPU's key table, NULL: keys travel in the arena */
+    uint64_t kbatch;             /* the key table's batch (0: none begun) */
+    unsigned int flags;          /* GP_BATCH_* for the kernels */
+    /* plan: */
+    size_t nrefs, nmma, nup, nwipes, nstaged, staged_pieces, nspows;
+    /* layout: the arena's regions (offsets in both arenas) and the copy lists' room */
+    size_t refs_off, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
+    size_t lists_off, total, nin_cap, nout_cap;
+    int fold;                    /* descriptors, inputs and results move by the copy kernels */
     gp_unit_ref *refs;
     gp_work *work;
-    cudaError_t err;
-    int ok = 0;
+    /* fill: */
+    gp_copy *in_list, *out_list;
+    size_t nin, nout;
+    /* issue and wait: */
+    gp_batch_end end;
+    uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
+    int ok;
+} gp_wave;
+
+/*
+ * plan: each request's job (gp_job_plan) on its message's state as it is now (a wave holds at most
+ * one request per message), the unit refs they make, where each key is (resident in the GPU's key
+ * table, uploaded by this wave, or carried in its arena: the table stays locked only for the
+ * lookups), and which requests take a GHASH matrix (one copy per key). Touches no CUDA state and
+ * no arena.
+ */
+static void wave_plan(gp_wave *wv)
+{
+    gp_cuda *g = wv->g;
+    gp_cuda_slot *c = wv->c;
+    gp_request *reqs = wv->reqs;
+    const size_t *idx = wv->idx;
+    const size_t m = wv->m;
 
     for (size_t i = 0; i < m; i++) {
         gp_request *r = &reqs[idx[i]];
         uint64_t len = r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0;
 
         gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len, (uint32_t)r->aad_len);
-        nrefs += !gp_lead_idle(&c->jobs[i], &r->msg->st) + c->jobs[i].nunits;
+        wv->nrefs += !gp_lead_idle(&c->jobs[i], &r->msg->st) + c->jobs[i].nunits;
         if (gp_alg_is_aes(r->msg->st.alg))
-            flags |= GP_BATCH_AES;
+            wv->flags |= GP_BATCH_AES;
         if (staged_on_gpu(r)) {
-            nstaged++;
-            staged_pieces += copy_pieces(r->len);
+            wv->nstaged++;
+            wv->staged_pieces += copy_pieces(r->len);
         }
-        nspows += pows_staged(r, &c->jobs[i]);
+        wv->nspows += pows_staged(r, &c->jobs[i]);
     }
     /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
-    if (kt != NULL) {
-        int d = (int)(kt - g->keys);
+    if (wv->kt != NULL) {
+        int d = (int)(wv->kt - g->keys);
 
-        kbatch = gp_key_table_batch_begin(&kt->table);
+        wv->kbatch = gp_key_table_batch_begin(&wv->kt->table);
         for (size_t i = 0; i < m; i++) {
             gp_key *k = reqs[idx[i]].msg->key;
 
-            c->where[i] = (uint8_t)gp_key_table_lookup(&kt->table, &k->table_slot[d], k->id, kbatch, &c->kslot[i]);
+            c->where[i] = (uint8_t)gp_key_table_lookup(&wv->kt->table, &k->table_slot[d], k->id, wv->kbatch, &c->kslot[i]);
             if (c->where[i] == GP_KEY_UPLOAD)
-                c->uploads[nup++] = c->kslot[i];
+                c->uploads[wv->nup++] = c->kslot[i];
         }
-        nwipes = gp_key_table_take_wipes(&kt->table, kbatch, c->wipes, WIPES_PER_BATCH);
-        gp_key_table_batch_unlock(&kt->table);
+        wv->nwipes = gp_key_table_take_wipes(&wv->kt->table, wv->kbatch, c->wipes, WIPES_PER_BATCH);
+        gp_key_table_batch_unlock(&wv->kt->table);
     } else {
         memset(c->where, GP_KEY_INLINE, m * sizeof(*c->where));
     }
@@ -861,7 +884,7 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         const uint64_t mma_min_warps = gp_kernel_warps_at_once(&c->shape);
 #endif
 
-        if (gp_ghash_mma_wanted(r->msg->st.alg, c->jobs[i].nunits, nrefs - m, mma_min_warps)
+        if (gp_ghash_mma_wanted(r->msg->st.alg, c->jobs[i].nunits, wv->nrefs - m, mma_min_warps)
             && gp_key_ghmma_get(r->msg->key) != NULL) {
             /* One copy per key: the same key among the batch's last MMA_DEDUP requests with one. */
             for (size_t k = i, seen = 0; k-- > 0 && seen < MMA_DEDUP && c->mma[i] == NO_MMA;) {
@@ -872,285 +895,349 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                     c->mma[i] = c->mma[k];
             }
             if (c->mma[i] == NO_MMA)
-                c->mma[i] = nmma++;
+                c->mma[i] = wv->nmma++;
         }
     }
-    work_off = ALIGN16(refs_off + (nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
-    in_off = ALIGN16(work_off + m * sizeof(gp_work));
-    off = in_off;
+}
+
+/*
+ * layout: the arena's regions, in the order the copy kernels and the wipe rely on (everything up to
+ * the outputs goes in; states and partials come back; keys to the end are cleared), whether the
+ * wave folds its copies into the copy kernels, and room in the pinned arena for both copy lists,
+ * sized for the most entries they can take. 0: no arena (nothing has been written).
+ */
+static int wave_layout(gp_wave *wv)
+{
+    gp_engine *e = wv->e;
+    gp_cuda_slot *c = wv->c;
+    gp_request *reqs = wv->reqs;
+    const size_t *idx = wv->idx;
+    const size_t m = wv->m;
+    size_t off;
+
+    wv->work_off = ALIGN16(wv->refs_off + (wv->nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
+    wv->in_off = ALIGN16(wv->work_off + m * sizeof(gp_work));
+    off = wv->in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
                + (staged_on_gpu(&reqs[idx[i]]) ? 0 : data_bytes(&c->jobs[i]));
-    keys_off = ALIGN128(off);
-    off = keys_off;
+    wv->keys_off = ALIGN128(off);
+    off = wv->keys_off;
     for (size_t i = 0; i < m; i++)
         off += (c->where[i] != GP_KEY_RESIDENT ? KEY_STRIDE : 0)
                + (carries_pows(&reqs[idx[i]], &c->jobs[i]) && !pows_staged(&reqs[idx[i]], &c->jobs[i])
                   ? POWS_STRIDE : 0);
-    mma_off = ALIGN128(off);
-    states_off = mma_off + nmma * sizeof(gp_ghash_mma);
-    out_off = states_off + m * STATE_STRIDE;
-    off = out_off;
+    wv->mma_off = ALIGN128(off);
+    wv->states_off = wv->mma_off + wv->nmma * sizeof(gp_ghash_mma);
+    wv->out_off = wv->states_off + m * STATE_STRIDE;
+    off = wv->out_off;
     for (size_t i = 0; i < m; i++)
         off += staged_on_gpu(&reqs[idx[i]]) ? 0
                : reqs[idx[i]].kind == GP_REQ_CRYPT ? data_bytes(&c->jobs[i])
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
-    part_off = ALIGN128(off);
-    off = part_off;
+    wv->part_off = ALIGN128(off);
+    off = wv->part_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
-    spows_off = ALIGN128(off);   /* staged powers: device only, like staged data */
-    off = spows_off + nspows * POWS_STRIDE;
-    stage_off = ALIGN128(off);
-    off = stage_off;
+    wv->spows_off = ALIGN128(off);   /* staged powers: device only, like staged data */
+    off = wv->spows_off + wv->nspows * POWS_STRIDE;
+    wv->stage_off = ALIGN128(off);
+    off = wv->stage_off;
     for (size_t i = 0; i < m; i++)
         if (staged_on_gpu(&reqs[idx[i]]))
             off += data_bytes(&c->jobs[i]);
-    total = off;
+    wv->total = off;
     /* The copy lists, sized for the most entries they can take. */
-    fold = out_off <= FOLD_MAX && part_off - states_off <= FOLD_MAX;
-    nin_cap = (fold ? copy_pieces(out_off) : 0) + staged_pieces + nspows * copy_pieces(sizeof(gp_mac_pows))
-              + nup + nwipes;
-    lists_off = ALIGN16(total);
-    nout_cap = staged_pieces + copy_pieces(states_off - keys_off) + copy_pieces(part_off - states_off)
-               + copy_pieces(stage_off - part_off);
-    if (!arena_reserve(e, c, lists_off + (nin_cap + nout_cap) * sizeof(gp_copy)))
-        goto out;
-    in_list = (gp_copy *)(c->host + lists_off);
-    out_list = in_list + nin_cap;
+    wv->fold = wv->out_off <= FOLD_MAX && wv->part_off - wv->states_off <= FOLD_MAX;
+    wv->nin_cap = (wv->fold ? copy_pieces(wv->out_off) : 0) + wv->staged_pieces + wv->nspows * copy_pieces(sizeof(gp_mac_pows))
+              + wv->nup + wv->nwipes;
+    wv->lists_off = ALIGN16(wv->total);
+    wv->nout_cap = wv->staged_pieces + copy_pieces(wv->states_off - wv->keys_off) + copy_pieces(wv->part_off - wv->states_off)
+               + copy_pieces(wv->stage_off - wv->part_off);
+    if (!arena_reserve(e, c, wv->lists_off + (wv->nin_cap + wv->nout_cap) * sizeof(gp_copy)))
+        return 0;
+    wv->in_list = (gp_copy *)(c->host + wv->lists_off);
+    wv->out_list = wv->in_list + wv->nin_cap;
 
-    refs = (gp_unit_ref *)(c->host + refs_off);
-    work = (gp_work *)(c->host + work_off);
-    {
-        size_t in_pos = in_off, part_pos = part_off, out_pos = out_off, stage_pos = stage_off, ref = 0, mma_put = 0;
-        size_t key_pos = keys_off, spows_pos = spows_off;
+    wv->refs = (gp_unit_ref *)(c->host + wv->refs_off);
+    wv->work = (gp_work *)(c->host + wv->work_off);
+    return 1;
+}
 
-        for (size_t i = 0; i < m; i++) {
-            const gp_request *r = &reqs[idx[i]];
-            gp_work *w = &work[i];
-            size_t pad = body_pad(&c->jobs[i]);
+/*
+ * fill: the pinned arena as the kernels read it: each request's work descriptor, carried AAD and
+ * input, key schedule and powers unless resident or staged, GHASH matrix, state; the unit refs
+ * (units first, the lead last) and the claim counter; the copy lists. Staged requests' data stays
+ * in their chunks (only copy entries name it). No CUDA call.
+ */
+static void wave_fill(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    gp_request *reqs = wv->reqs;
+    const size_t *idx = wv->idx;
+    const size_t m = wv->m;
 
-            memset(w, 0, sizeof(*w));
-            w->job = c->jobs[i];
-            if (w->job.aad_len > 0) {   /* carried AAD, then the request's own input */
-                w->job.aad_off = in_pos;
-                memcpy(c->host + in_pos, r->aad, w->job.aad_len);
-                in_pos += ALIGN16(w->job.aad_len);
-            }
-            w->state_off = states_off + i * STATE_STRIDE;
-            w->partials_off = part_pos;
-            if (staged_on_gpu(r)) {   /* in place, in the device-only region */
-                w->in_off = w->out_off = stage_pos + pad;
-                copy_add(in_list, &nin, r->stage->dev, gpu_addr(c->dev + w->in_off), w->job.len, 0);
-                /* The chunk's output half: its input half must survive a batch that fails. */
-                copy_add(out_list, &nout, gpu_addr(c->dev + w->in_off), r->stage->dev + GP_STAGE_MAX_BYTES,
-                         w->job.len, fold ? GP_COPY_WIPE_SRC : 0);
-                stage_pos += data_bytes(&w->job);
-            } else {
-                w->in_off = in_pos + pad;
-                w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
-                if (w->job.len > 0)
-                    memcpy(c->host + w->in_off, r->in, w->job.len);
-                in_pos += data_bytes(&w->job);
-                out_pos += r->kind == GP_REQ_CRYPT ? data_bytes(&w->job) : r->kind == GP_REQ_AAD ? 0 : 16;
-            }
-            /* The key as the device reads it (not the host's bitsliced round keys): in its table
-             * slot, or here; a Poly1305 request's units take its message's powers of r. */
-            if (c->where[i] != GP_KEY_RESIDENT) {
-                memcpy(c->host + key_pos, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
-                w->key_off = key_pos;
-                /* From the pinned arena: the device arena's copy is made by the same launch. */
-                if (c->where[i] == GP_KEY_UPLOAD)
-                    copy_add(in_list, &nin, gpu_addr(c->host + key_pos), gp_key_table_addr(&kt->table, c->kslot[i]),
-                             GP_KEY_SCHED_DEVICE_BYTES, 0);
-                key_pos += KEY_STRIDE;
-            }
-            if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
-                w->key_off = gp_key_table_addr(&kt->table, c->kslot[i]) - gpu_addr(c->dev);
-            if (pows_staged(r, &w->job)) {
-                copy_add(in_list, &nin, r->stage->dev + GP_STAGE_POWS_OFF, gpu_addr(c->dev + spows_pos),
-                         sizeof(gp_mac_pows), 0);
-                w->pows_off = spows_pos;
-                spows_pos += POWS_STRIDE;
-            } else if (carries_pows(r, &w->job)) {
-                memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &c->jobs[i]),
-                       sizeof(gp_mac_pows));
-                w->pows_off = key_pos;
-                key_pos += POWS_STRIDE;
-            }
-            if (c->mma[i] != NO_MMA) {
-                w->ghmma_off = mma_off + c->mma[i] * sizeof(gp_ghash_mma);
-                if (c->mma[i] == mma_put) {   /* the key's first request in the batch */
-                    memcpy(c->host + w->ghmma_off, gp_key_ghmma_get(r->msg->key), sizeof(gp_ghash_mma));
-                    mma_put++;
-                }
-            }
-            memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
-            const int lead = gp_work_plan_lead(w, (gp_msg_state *)(c->host + w->state_off));
-            part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
-            /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
-             * lane of serial work) beside a unit in the same warp waited out the unit's whole
-             * lane work before running; the lone request's finish then waited for the lead. */
-            for (uint32_t u = 0; u < w->job.nunits; u++) {
-                refs[ref].work = (uint32_t)i;
-                refs[ref++].unit = u;
-            }
-            if (lead) {
-                refs[ref].work = (uint32_t)i;
-                refs[ref++].unit = GP_UNIT_LEAD;
+    size_t in_pos = wv->in_off, part_pos = wv->part_off, out_pos = wv->out_off, stage_pos = wv->stage_off, ref = 0, mma_put = 0;
+    size_t key_pos = wv->keys_off, spows_pos = wv->spows_off;
+
+    for (size_t i = 0; i < m; i++) {
+        const gp_request *r = &reqs[idx[i]];
+        gp_work *w = &wv->work[i];
+        size_t pad = body_pad(&c->jobs[i]);
+
+        memset(w, 0, sizeof(*w));
+        w->job = c->jobs[i];
+        if (w->job.aad_len > 0) {   /* carried AAD, then the request's own input */
+            w->job.aad_off = in_pos;
+            memcpy(c->host + in_pos, r->aad, w->job.aad_len);
+            in_pos += ALIGN16(w->job.aad_len);
+        }
+        w->state_off = wv->states_off + i * STATE_STRIDE;
+        w->partials_off = part_pos;
+        if (staged_on_gpu(r)) {   /* in place, in the device-only region */
+            w->in_off = w->out_off = stage_pos + pad;
+            copy_add(wv->in_list, &wv->nin, r->stage->dev, gpu_addr(c->dev + w->in_off), w->job.len, 0);
+            /* The chunk's output half: its input half must survive a batch that fails. */
+            copy_add(wv->out_list, &wv->nout, gpu_addr(c->dev + w->in_off), r->stage->dev + GP_STAGE_MAX_BYTES,
+                     w->job.len, wv->fold ? GP_COPY_WIPE_SRC : 0);
+            stage_pos += data_bytes(&w->job);
+        } else {
+            w->in_off = in_pos + pad;
+            w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
+            if (w->job.len > 0)
+                memcpy(c->host + w->in_off, r->in, w->job.len);
+            in_pos += data_bytes(&w->job);
+            out_pos += r->kind == GP_REQ_CRYPT ? data_bytes(&w->job) : r->kind == GP_REQ_AAD ? 0 : 16;
+        }
+        /* The key as the device reads it (not the host's bitsliced round keys): in its table
+         * slot, or here; a Poly1305 request's units take its message's powers of r. */
+        if (c->where[i] != GP_KEY_RESIDENT) {
+            memcpy(c->host + key_pos, gp_key_sched_get(r->msg->key), GP_KEY_SCHED_DEVICE_BYTES);
+            w->key_off = key_pos;
+            /* From the pinned arena: the device arena's copy is made by the same launch. */
+            if (c->where[i] == GP_KEY_UPLOAD)
+                copy_add(wv->in_list, &wv->nin, gpu_addr(c->host + key_pos), gp_key_table_addr(&wv->kt->table, c->kslot[i]),
+                         GP_KEY_SCHED_DEVICE_BYTES, 0);
+            key_pos += KEY_STRIDE;
+        }
+        if (c->where[i] != GP_KEY_INLINE)   /* resident, or uploaded before the kernel */
+            w->key_off = gp_key_table_addr(&wv->kt->table, c->kslot[i]) - gpu_addr(c->dev);
+        if (pows_staged(r, &w->job)) {
+            copy_add(wv->in_list, &wv->nin, r->stage->dev + GP_STAGE_POWS_OFF, gpu_addr(c->dev + spows_pos),
+                     sizeof(gp_mac_pows), 0);
+            w->pows_off = spows_pos;
+            spows_pos += POWS_STRIDE;
+        } else if (carries_pows(r, &w->job)) {
+            memcpy(c->host + key_pos, gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &c->jobs[i]),
+                   sizeof(gp_mac_pows));
+            w->pows_off = key_pos;
+            key_pos += POWS_STRIDE;
+        }
+        if (c->mma[i] != NO_MMA) {
+            w->ghmma_off = wv->mma_off + c->mma[i] * sizeof(gp_ghash_mma);
+            if (c->mma[i] == mma_put) {   /* the key's first request in the batch */
+                memcpy(c->host + w->ghmma_off, gp_key_ghmma_get(r->msg->key), sizeof(gp_ghash_mma));
+                mma_put++;
             }
         }
-        refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
-        refs[ref].unit = 0;
-        for (size_t i = 0; i < nwipes; i++)   /* freed keys' slots, cleared */
-            copy_add(in_list, &nin, 0, gp_key_table_addr(&kt->table, c->wipes[i]), KEY_STRIDE, 0);
-        if (fold) {
-            /* Descriptors and inputs in; results back, and what is left of the batch cleared. */
-            copy_add(in_list, &nin, gpu_addr(c->host), gpu_addr(c->dev), out_off, 0);
-            copy_add(out_list, &nout, 0, gpu_addr(c->dev + keys_off), states_off - keys_off, 0);
-            copy_add(out_list, &nout, gpu_addr(c->dev + states_off), gpu_addr(c->host + states_off),
-                     part_off - states_off, GP_COPY_WIPE_SRC);
-            copy_add(out_list, &nout, 0, gpu_addr(c->dev + part_off), stage_off - part_off, 0);
+        memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
+        const int lead = gp_work_plan_lead(w, (gp_msg_state *)(c->host + w->state_off));
+        part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
+        /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
+         * lane of serial work) beside a unit in the same warp waited out the unit's whole
+         * lane work before running; the lone request's finish then waited for the lead. */
+        for (uint32_t u = 0; u < w->job.nunits; u++) {
+            wv->refs[ref].work = (uint32_t)i;
+            wv->refs[ref++].unit = u;
+        }
+        if (lead) {
+            wv->refs[ref].work = (uint32_t)i;
+            wv->refs[ref++].unit = GP_UNIT_LEAD;
         }
     }
+    wv->refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
+    wv->refs[ref].unit = 0;
+    for (size_t i = 0; i < wv->nwipes; i++)   /* freed keys' slots, cleared */
+        copy_add(wv->in_list, &wv->nin, 0, gp_key_table_addr(&wv->kt->table, c->wipes[i]), KEY_STRIDE, 0);
+    if (wv->fold) {
+        /* Descriptors and inputs in; results back, and what is left of the batch cleared. */
+        copy_add(wv->in_list, &wv->nin, gpu_addr(c->host), gpu_addr(c->dev), wv->out_off, 0);
+        copy_add(wv->out_list, &wv->nout, 0, gpu_addr(c->dev + wv->keys_off), wv->states_off - wv->keys_off, 0);
+        copy_add(wv->out_list, &wv->nout, gpu_addr(c->dev + wv->states_off), gpu_addr(c->host + wv->states_off),
+                 wv->part_off - wv->states_off, GP_COPY_WIPE_SRC);
+        copy_add(wv->out_list, &wv->nout, 0, gpu_addr(c->dev + wv->part_off), wv->stage_off - wv->part_off, 0);
+    }
+}
 
-    /* Every call checked: a failure leaves the callers' buffers and message states untouched. */
-    {
-        gp_unit_ref *drefs = (gp_unit_ref *)(c->dev + refs_off);
-        gp_work *dwork = (gp_work *)(c->dev + work_off);
-        unsigned int nr = (unsigned int)nrefs;
-        uint8_t *darena = c->dev;
-        void *args[] = { &drefs, &nr, &dwork, &darena, &flags };
-        const gp_copy *lin = in_list, *lout = out_list;   /* read by the GPU where they are: mapped */
-        unsigned int nc_in = (unsigned int)nin, nc_out = (unsigned int)nout;
-        gp_copy_head hin, hout;
-        uint64_t no_done = 0, out_done = 0, out_ticket = 0, words = 0;
-        void *in_args[] = { &hin, &lin, &nc_in, &no_done, &no_done };
-        void *out_args[] = { &hout, &lout, &nc_out, &out_done, &out_ticket };
-        gp_batch_end end = { 0, 0, 0 };
-        dim3 block, grid, copy_block = { GP_COPY_BLOCK, 1, 1 };
-        dim3 in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
-        dim3 out_grid = { nc_out < GP_COPY_MAX_GRID ? nc_out : GP_COPY_MAX_GRID, 1, 1 };
-        size_t smem;
+/*
+ * issue: every CUDA call of the wave, on the slot's stream, in stream order: the copy in (a call,
+ * or the first copy kernel), the batch kernel (or the one lone launch), the copy out, the event,
+ * and an unfolded wave's device clear. Every call checked: a failure (0) leaves the callers'
+ * buffers and message states untouched, and the wipe phase lets the stream drain.
+ */
+static int wave_issue(gp_wave *wv)
+{
+    gp_engine *e = wv->e;
+    gp_cuda *g = wv->g;
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err;
 
-        memset(&hin, 0, sizeof(hin));
-        memset(&hout, 0, sizeof(hout));
-        memcpy(hin.e, in_list, (nin < GP_COPY_INLINE ? nin : GP_COPY_INLINE) * sizeof(gp_copy));
-        memcpy(hout.e, out_list, (nout < GP_COPY_INLINE ? nout : GP_COPY_INLINE) * sizeof(gp_copy));
-        const unsigned int lone = lone_blocks(e, g, c, nrefs, fold, nstaged, nspows, nup, nwipes, nmma);
-        unsigned int lone_grid = lone;
+    gp_unit_ref *drefs = (gp_unit_ref *)(c->dev + wv->refs_off);
+    gp_work *dwork = (gp_work *)(c->dev + wv->work_off);
+    unsigned int nr = (unsigned int)wv->nrefs;
+    uint8_t *darena = c->dev;
+    void *args[] = { &drefs, &nr, &dwork, &darena, &wv->flags };
+    const gp_copy *lin = wv->in_list, *lout = wv->out_list;   /* read by the GPU where they are: mapped */
+    unsigned int nc_in = (unsigned int)wv->nin, nc_out = (unsigned int)wv->nout;
+    gp_copy_head hin, hout;
+    uint64_t no_done = 0, out_done = 0, out_ticket = 0, words = 0;
+    void *in_args[] = { &hin, &lin, &nc_in, &no_done, &no_done };
+    void *out_args[] = { &hout, &lout, &nc_out, &out_done, &out_ticket };
+    dim3 block, grid, copy_block = { GP_COPY_BLOCK, 1, 1 };
+    dim3 in_grid = { nc_in < GP_COPY_MAX_GRID ? nc_in : GP_COPY_MAX_GRID, 1, 1 };
+    dim3 out_grid = { nc_out < GP_COPY_MAX_GRID ? nc_out : GP_COPY_MAX_GRID, 1, 1 };
+    size_t smem;
 
-        const void *kernel = gp_kernel_geometry(nrefs, flags, &c->shape, &grid, &block, &smem);
+    memset(&hin, 0, sizeof(hin));
+    memset(&hout, 0, sizeof(hout));
+    memcpy(hin.e, wv->in_list, (wv->nin < GP_COPY_INLINE ? wv->nin : GP_COPY_INLINE) * sizeof(gp_copy));
+    memcpy(hout.e, wv->out_list, (wv->nout < GP_COPY_INLINE ? wv->nout : GP_COPY_INLINE) * sizeof(gp_copy));
+    const unsigned int lone = lone_blocks(e, g, c, wv->nrefs, wv->fold, wv->nstaged, wv->nspows, wv->nup, wv->nwipes, wv->nmma);
+    unsigned int lone_grid = lone;
+
+    const void *kernel = gp_kernel_geometry(wv->nrefs, wv->flags, &c->shape, &grid, &block, &smem);
 #if GP_TEST_HOOKS
-        if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
-            grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
+    if (atomic_load(&g->fault_after) >= 0 && atomic_fetch_sub(&g->fault_after, 1) == 0)
+        grid.x = lone_grid = 0;   /* test hook: cudaErrorInvalidConfiguration at launch */
 #endif
-        /* Which kernel says the results are back (wait_for_gpu): the lone launch, or the copy kernel
-         * out of a folded batch (an unfolded batch's states come back by DMA after that kernel). A
-         * dispatcher's batches kept the event while it slept through most of a batch (with the
-         * words evp_bench 1 x 32 and 4 x 32 read 10-13% lower then, twenty-first session). Now that
-         * it polls throughout, the words spare it a driver call a look, which the other slots'
-         * launches waited behind: 16 x 64 AES-256-GCM with callbacks 23.1-23.5 -> 24.4-25.0 GB/s on
-         * an H200, the other cells within noise (bench/RESULTS.md, twenty-third session). */
-        end.blocks = lone > 0 ? lone_grid : fold && nc_out > 0 ? out_grid.x : 0;
-        if (end.blocks > 0) {
-            end.ticket = ++c->ticket;
-            words = gpu_addr((uint8_t *)c->done);
+    /* Which kernel says the results are back (wait_for_gpu): the lone launch, or the copy kernel
+     * out of a folded batch (an unfolded batch's states come back by DMA after that kernel). A
+     * dispatcher polls throughout (wait_for_gpu), so the words spare it a driver call a look,
+     * which the other slots' launches would wait behind. */
+    wv->end.blocks = lone > 0 ? lone_grid : wv->fold && nc_out > 0 ? out_grid.x : 0;
+    if (wv->end.blocks > 0) {
+        wv->end.ticket = ++c->ticket;
+        words = gpu_addr((uint8_t *)c->done);
 #if GP_TEST_HOOKS
-            if (atomic_load(&g->silent_after) >= 0 && atomic_fetch_sub(&g->silent_after, 1) == 0)
-                words = 0;   /* test hook: the kernel is not told */
+        if (atomic_load(&g->silent_after) >= 0 && atomic_fetch_sub(&g->silent_after, 1) == 0)
+            words = 0;   /* test hook: the kernel is not told */
 #endif
-        }
-        if (lone == 0 && end.blocks > 0) {
-            out_done = words;
-            out_ticket = end.ticket;
-        }
-        t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
-        if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
-            cuda_failed(e, "cudaSetDevice", err);
-            goto out;
-        }
-        if ((err = step_mark(c, 0)) != cudaSuccess
-            || (!fold && (err = cudaMemcpyAsync(c->dev, c->host, out_off, cudaMemcpyHostToDevice, c->stream))
-                             != cudaSuccess)
-            || (err = step_mark(c, 1)) != cudaSuccess) {
-            cuda_failed(e, "copy to the GPU", err);
-            goto out;
-        }
-        /* In a small batch, the batch kernel right behind the copy kernel in and the copy kernel
-         * out right behind the batch kernel launch early (launch): the launch gaps are a lone
-         * call's latency. Not in a large one: its early blocks would sit on SMs, waiting, that the
-         * other slots' kernels could use (H200, evp_bench 4 x 32 AES-256-GCM 8.09/8.36 -> 7.48/7.99
-         * GB/s with every batch early). Behind a DMA copy a launch waits as usual, and with the
-         * stats' step events between them each step runs alone to be timed. */
-        const int early = grid.x * 4 <= (flags & GP_BATCH_AES ? c->shape.max_grid : c->shape.max_grid_plain)
-                          && c->step[0] == NULL;
+    }
+    if (lone == 0 && wv->end.blocks > 0) {
+        out_done = words;
+        out_ticket = wv->end.ticket;
+    }
+    wv->t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
+    if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
+        cuda_failed(e, "cudaSetDevice", err);
+        return 0;
+    }
+    if ((err = step_mark(c, 0)) != cudaSuccess
+        || (!wv->fold && (err = cudaMemcpyAsync(c->dev, c->host, wv->out_off, cudaMemcpyHostToDevice, c->stream))
+                         != cudaSuccess)
+        || (err = step_mark(c, 1)) != cudaSuccess) {
+        cuda_failed(e, "copy to the GPU", err);
+        return 0;
+    }
+    /* In a small batch, the batch kernel right behind the copy kernel in and the copy kernel
+     * out right behind the batch kernel launch early (launch): the launch gaps are a lone
+     * call's latency. Not in a large one: its early blocks would sit on SMs, waiting, that the
+     * other slots' kernels could use. Behind a DMA copy a launch waits as usual, and with the
+     * stats' step events between them each step runs alone to be timed. */
+    const int early = grid.x * 4 <= (wv->flags & GP_BATCH_AES ? c->shape.max_grid : c->shape.max_grid_plain)
+                      && c->step[0] == NULL;
 
-        if (lone > 0) {
-            /* One launch: copy in, refs and copy out as the phases of one cluster (the stats see
-             * it all as the kernel step). */
-            const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), work_off, out_off, states_off,
-                                      part_off - states_off, keys_off, stage_off - keys_off,
-                                      words, end.ticket, nr, flags };
+    if (lone > 0) {
+        /* One launch: copy in, refs and copy out as the phases of one cluster (the stats see
+         * it all as the kernel step). */
+        const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), wv->work_off, wv->out_off, wv->states_off,
+                                  wv->part_off - wv->states_off, wv->keys_off, wv->stage_off - wv->keys_off,
+                                  words, wv->end.ticket, nr, wv->flags };
 
-            if ((err = step_mark(c, 2)) != cudaSuccess || (err = launch_lone(c, &la, lone_grid)) != cudaSuccess
-                || (err = step_mark(c, 3)) != cudaSuccess || (err = step_mark(c, 4)) != cudaSuccess) {
-                cuda_failed(e, "kernel launch", err);
-                goto out;
-            }
-            if (e->knobs.stats)
-                atomic_fetch_add_explicit(&g->st_lone, 1, memory_order_relaxed);
-        } else if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
-                              != cudaSuccess)
-            || (err = step_mark(c, 2)) != cudaSuccess
-            || (err = launch(c, kernel, grid, block, args, smem, early && nc_in > 0))
-                   != cudaSuccess
-            || (err = step_mark(c, 3)) != cudaSuccess
-            || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,
-                                            early)) != cudaSuccess)
-            || (err = step_mark(c, 4)) != cudaSuccess) {
+        if ((err = step_mark(c, 2)) != cudaSuccess || (err = launch_lone(c, &la, lone_grid)) != cudaSuccess
+            || (err = step_mark(c, 3)) != cudaSuccess || (err = step_mark(c, 4)) != cudaSuccess) {
             cuda_failed(e, "kernel launch", err);
-            goto out;
-        }
-        if ((!fold && (err = cudaMemcpyAsync(c->host + states_off, c->dev + states_off, part_off - states_off,
-                                             cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
-            || (err = step_mark(c, 5)) != cudaSuccess
-            || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
-            cuda_failed(e, "copy from the GPU", err);
-            goto out;
-        }
-        /* Keys, states and partial MACs do not stay on the device after the batch (a folded batch's
-         * second copy kernel cleared them already). */
-        if (!fold && (err = cudaMemsetAsync(c->dev + keys_off, 0, total - keys_off, c->stream)) != cudaSuccess) {
-            cuda_failed(e, "device cleanse", err);
-            goto out;
+            return 0;
         }
         if (e->knobs.stats)
-            t_issued = gp_now_ns();
-        if ((err = wait_for_gpu(e, c, t1, &end)) != cudaSuccess) {
-            cuda_failed(e, "synchronisation", err);
-            goto out;
-        }
-        if (e->knobs.stats) {
-            t2 = gp_now_ns();
-            /* Done words come before the stream's last step events: let those complete. */
-            if (c->step[0] != NULL && (err = cudaEventSynchronize(c->copied)) != cudaSuccess) {
-                cuda_failed(e, "synchronisation", err);
-                goto out;
-            }
-            for (int k = 0; k < GP_GPU_STEPS && c->step[k] != NULL; k++) {
-                float ms = 0;
+            atomic_fetch_add_explicit(&g->st_lone, 1, memory_order_relaxed);
+    } else if ((nc_in > 0 && (err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0))
+                          != cudaSuccess)
+        || (err = step_mark(c, 2)) != cudaSuccess
+        || (err = launch(c, kernel, grid, block, args, smem, early && nc_in > 0))
+               != cudaSuccess
+        || (err = step_mark(c, 3)) != cudaSuccess
+        || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0,
+                                        early)) != cudaSuccess)
+        || (err = step_mark(c, 4)) != cudaSuccess) {
+        cuda_failed(e, "kernel launch", err);
+        return 0;
+    }
+    if ((!wv->fold && (err = cudaMemcpyAsync(c->host + wv->states_off, c->dev + wv->states_off, wv->part_off - wv->states_off,
+                                         cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
+        || (err = step_mark(c, 5)) != cudaSuccess
+        || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
+        cuda_failed(e, "copy from the GPU", err);
+        return 0;
+    }
+    /* Keys, states and partial MACs do not stay on the device after the batch (a folded batch's
+     * second copy kernel cleared them already). */
+    if (!wv->fold && (err = cudaMemsetAsync(c->dev + wv->keys_off, 0, wv->total - wv->keys_off, c->stream)) != cudaSuccess) {
+        cuda_failed(e, "device cleanse", err);
+        return 0;
+    }
+    if (e->knobs.stats)
+        wv->t_issued = gp_now_ns();
+    return 1;
+}
 
-                if (cudaEventElapsedTime(&ms, c->step[k], c->step[k + 1]) == cudaSuccess)
-                    atomic_fetch_add_explicit(&g->st_ns_step[k], (uint64_t)(ms * 1e6f), memory_order_relaxed);
-            }
+/*
+ * wait: until the results are in the pinned arena (wait_for_gpu: done words or the event, as the
+ * wait knob says); with stats=steps, the step events' times. 0: the GPU failed.
+ */
+static int wave_wait(gp_wave *wv)
+{
+    gp_engine *e = wv->e;
+    gp_cuda *g = wv->g;
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err;
+
+    if ((err = wait_for_gpu(e, c, wv->t1, &wv->end)) != cudaSuccess) {
+        cuda_failed(e, "synchronisation", err);
+        return 0;
+    }
+    if (e->knobs.stats) {
+        wv->t2 = gp_now_ns();
+        /* Done words come before the stream's last step events: let those complete. */
+        if (c->step[0] != NULL && (err = cudaEventSynchronize(c->copied)) != cudaSuccess) {
+            cuda_failed(e, "synchronisation", err);
+            return 0;
+        }
+        for (int k = 0; k < GP_GPU_STEPS && c->step[k] != NULL; k++) {
+            float ms = 0;
+
+            if (cudaEventElapsedTime(&ms, c->step[k], c->step[k + 1]) == cudaSuccess)
+                atomic_fetch_add_explicit(&g->st_ns_step[k], (uint64_t)(ms * 1e6f), memory_order_relaxed);
         }
     }
+    return 1;
+}
 
-    /* Deliver: outputs, tags, verdicts and the advanced message states. */
+/*
+ * deliver: outputs, tags, verdicts and the advanced message states, only after a wait that
+ * succeeded (a failed wave changes no message, so the engine can re-run it on the host). Tags are
+ * compared in constant time.
+ */
+static void wave_deliver(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    gp_request *reqs = wv->reqs;
+    const size_t *idx = wv->idx;
+    const size_t m = wv->m;
+
     for (size_t i = 0; i < m; i++) {
         gp_request *r = &reqs[idx[i]];
-        const gp_work *w = &work[i];
+        const gp_work *w = &wv->work[i];
         const uint8_t *res = c->host + w->out_off;
 
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
@@ -1167,46 +1254,90 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
                         ? GP_REQ_OK : GP_REQ_BAD_TAG;
         }
     }
-    ok = 1;
-out:
-    if (!ok && t1 != 0) {
+}
+
+/*
+ * wipe: always, after success or failure. A wave that failed once its CUDA calls began lets the
+ * stream drain before the pinned arena is cleared under it. Plans, keys, states and tags leave the
+ * pinned arena, the job plans the slot; the key table's batch ends (its uploads count only on
+ * success); the stats.
+ */
+static void wave_wipe(gp_wave *wv)
+{
+    gp_engine *e = wv->e;
+    gp_cuda *g = wv->g;
+    gp_cuda_slot *c = wv->c;
+    gp_request *reqs = wv->reqs;
+    const size_t *idx = wv->idx;
+    const size_t m = wv->m;
+
+    if (!wv->ok && wv->t1 != 0) {
         /* A batch that failed once its CUDA calls began: let what was queued finish before the
          * pinned arena is cleared under it, then clear the device's copy (best effort: after a
          * sticky error neither can run). */
         (void)cudaStreamSynchronize(c->stream);
-        (void)cudaMemsetAsync(c->dev, 0, total, c->stream);
+        (void)cudaMemsetAsync(c->dev, 0, wv->total, c->stream);
         (void)cudaGetLastError();
     }
-    if (total != 0 && total <= c->cap) {
+    if (wv->total != 0 && wv->total <= c->cap) {
         /* Plans (counters), keys, states and tags must not linger in pinned memory; data buffers
          * are the callers' own bytes and are cleansed when the arena is freed. */
         for (size_t i = 0; i < m; i++)
             if (reqs[idx[i]].kind == GP_REQ_TAG || reqs[idx[i]].kind == GP_REQ_VERIFY)
-                gp_wipe(c->host + ((gp_work *)(c->host + work_off))[i].out_off, 16);
-        gp_wipe(c->host + work_off, in_off - work_off);
-        gp_wipe(c->host + keys_off, out_off - keys_off);
+                gp_wipe(c->host + ((gp_work *)(c->host + wv->work_off))[i].out_off, 16);
+        gp_wipe(c->host + wv->work_off, wv->in_off - wv->work_off);
+        gp_wipe(c->host + wv->keys_off, wv->out_off - wv->keys_off);
     }
     gp_wipe(c->jobs, m * sizeof(*c->jobs));
-    if (kbatch != 0)
-        gp_key_table_batch_end(&kt->table, kbatch, ok, c->uploads, nup, c->wipes, nwipes);
-    if (e->knobs.stats && ok) {
+    if (wv->kbatch != 0)
+        gp_key_table_batch_end(&wv->kt->table, wv->kbatch, wv->ok, c->uploads, wv->nup, c->wipes, wv->nwipes);
+    if (e->knobs.stats && wv->ok) {
         uint64_t t3 = gp_now_ns();
 
         atomic_fetch_add_explicit(&g->st_batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_reqs, m, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_staged, nstaged, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_ns_in, t1 - t0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_ns_gpu, t2 - t1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_ns_issue, t_issued - t1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_ns_out, t3 - t2, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_staged, wv->nstaged, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_in, wv->t1 - wv->t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_gpu, wv->t2 - wv->t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_issue, wv->t_issued - wv->t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_out, t3 - wv->t2, memory_order_relaxed);
         {
             uint_fast64_t unset = 0;
 
-            atomic_compare_exchange_strong(&g->st_first_ns, &unset, t0);
+            atomic_compare_exchange_strong(&g->st_first_ns, &unset, wv->t0);
             atomic_store_explicit(&g->st_last_ns, t3, memory_order_relaxed);
         }
     }
-    return ok;
+}
+
+/* One wave: at most one request per message, so every request starts from the state its message
+ * has now (cuda_run cuts a batch into waves). 1: every request has its status. */
+static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
+{
+    gp_wave wv;
+
+    memset(&wv, 0, sizeof(wv));
+    wv.e = e;
+    wv.g = e->cuda;
+    wv.c = c;
+    wv.reqs = reqs;
+    wv.idx = idx;
+    wv.m = m;
+    wv.kt = keys_of(wv.g, c);
+    wv.t0 = e->knobs.stats ? gp_now_ns() : 0;
+#if GP_EXPERIMENT_SWITCHES
+    wv.flags = wv.g->spread_off ? GP_BATCH_NARROW : 0;
+#endif
+    wave_plan(&wv);
+    if (wave_layout(&wv)) {
+        wave_fill(&wv);
+        if (wave_issue(&wv) && wave_wait(&wv)) {
+            wave_deliver(&wv);
+            wv.ok = 1;
+        }
+    }
+    wave_wipe(&wv);
+    return wv.ok;
 }
 
 /* gp_executor.prepare, on the submitter's thread: a staged ChaCha20-Poly1305 request's powers of r

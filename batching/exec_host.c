@@ -6,7 +6,9 @@
 
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
+#include "batching/core/core.h"
+#include "batching/exec_host.h"
+#include "batching/kstate.h"
 #include "kernels/units.h"
 
 /* Below this many bytes a batch runs on the submitting thread: waking workers costs more. */
@@ -142,69 +144,6 @@ static void host_close(gp_engine *e)
 static gp_stage_pool *host_stage_pool(gp_engine *e)
 {
     return e->host_stage;
-}
-
-/*
- * The message callbacks of both kernel-code executors (host and cuda): they share the state format,
- * so a message starts the same way for both (J0, E_K(J0), the Poly1305 key through the unit code)
- * and moves between them mid-stream. The state is plain data inside the message: the engine
- * copies it with the message and cleanses it when the message is freed, so there is no msg_copy
- * or msg_clear.
- */
-int gp_kstate_msg_start(gp_engine *e, gp_msg *m)
-{
-    const gp_key_sched *ks = gp_key_sched_get(m->key);
-
-    gp_msg_begin_j0(&m->st, ks, m->iv, m->ivlen);
-    /* GCM's E_K(J0), on the caller's thread: AES-NI through the default provider (hundreds of
-     * instructions), else the kernel code's bitsliced AES (~10k instructions). Made by the GPU's
-     * lead instead, it cost AES-256-GCM 191 -> 150 GB/s in kernel_bench (bench/RESULTS.md). */
-    if (ks->alg == GP_ALG_AES_GCM && !gp_cpu_aes_block(e, m->key, m->st.gcm_ekj0, m->st.gcm_ekj0))
-        gp_aes_encrypt1(&ks->aes, m->st.gcm_ekj0, m->st.gcm_ekj0);
-    /* A new one-time key: the powers of the last one go. */
-    if (m->pows_have.lanes != 0)
-        OPENSSL_cleanse(&m->pows, sizeof(m->pows));
-    memset(&m->pows_have, 0, sizeof(m->pows_have));
-    return 1;
-}
-
-/* The MAC powers job j of message m reads: GCM's made with the key; ChaCha20-Poly1305's from the
- * message's r, each made the first time one of its requests needs it (kernels/units.h). */
-const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_job *j)
-{
-    gp_pows_have need;
-    gp_lane_mac p;
-
-    if (ks->alg != GP_ALG_CHACHA20_POLY1305)
-        return &ks->mac_pows;
-    need = gp_pows_need(j);
-    if (!gp_pows_covers(&m->pows_have, &need)) {
-        gp_mac_key(&p, ks, &m->st);
-        gp_mac_pows_cover(&m->pows, &m->pows_have, ks->alg, &p, j);
-        OPENSSL_cleanse(&p, sizeof(p));
-    }
-    return &m->pows;
-}
-
-const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r)
-{
-    const gp_key_sched *ks;
-    const gp_mac_pows *pw;
-    gp_job j;
-
-    if (r->kind != GP_REQ_CRYPT || r->len < 64 || r->msg->key->alg != GP_ALG_CHACHA20_POLY1305)
-        return NULL;
-    ks = gp_key_sched_get(r->msg->key);
-    gp_job_plan(&j, &r->msg->st, r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
-    pw = gp_kstate_pows(r->msg, ks, &j);
-    OPENSSL_cleanse(&j, sizeof(j));
-    return pw;
-}
-
-void gp_kstate_prepare(gp_engine *e, gp_request *r)
-{
-    (void)e;
-    (void)gp_kstate_prepare_pows(r);
 }
 
 /* ---- the worker pool ---- */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "key_table.h"
-#include "mutex.h"
+#include "batching/base/mutex.h"
 
 int gp_key_table_init(gp_key_table *t, size_t slot_bytes, uint32_t max_slots, const gp_key_table_ops *ops,
                       void *ctx)

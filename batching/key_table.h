@@ -8,11 +8,10 @@
 #include <stdint.h>
 
 /*
- * Every cuda batch used to carry each request's key schedule (2.3 KiB, most of it GCM's powers of
- * H) in its arena: on the H200 host, 16 threads x 32 jobs x 16 KiB AES-256-GCM spent ~35 µs of a
- * batch's GPU time copying them in and much of the dispatcher's planning copying them into the
- * pinned arena (bench/RESULTS.md, tenth and eleventh sessions). A key's schedule now goes to the
- * GPU once, into a slot of a table in device memory, and later batches point at it.
+ * A key's schedule (2.3 KiB, most of it GCM's powers of H) goes to the GPU once, into a slot of a
+ * table in device memory, and later batches point at it: carried in every batch's arena, the
+ * schedules cost each batch GPU time to copy in and the dispatcher's planning time to copy them
+ * into the pinned arena, for keys that rarely change.
  *
  * A slot's life: FREE -> UPLOADING (a batch copies the schedule in before its kernel; the batch's
  * own requests of that key may use it, other batches in flight carry the key in their arenas as

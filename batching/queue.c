@@ -15,8 +15,8 @@
 
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
-#include "mutex.h"
+#include "batching/queue.h"
+#include "batching/base/mutex.h"
 
 /*
  * Flush policy, checked by every waiting submitter whose request is still pending:
@@ -27,8 +27,7 @@
  *     one slot every such submitter is in it and no one else could add anything, so waiting
  *     longer only adds latency (this is what makes a lone synchronous caller never wait on the
  *     timer); with N threads and four free slots the batches settle at N/4 and overlap. Waiting
- *     for all N took one batch at a time: 16 synchronous threads x 16 KiB AES-256-GCM read
- *     ~1.5 GB/s on the H200 where a lone call takes ~36 µs (bench/RESULTS.md, thirteenth session).
+ *     for all N would run one batch at a time and leave the other slots idle.
  * While the slots are busy the next batch gathers, so batch sizes follow the executor's service time.
  * The submitter that flushes becomes the batch's leader: it runs the batch with no lock held while
  * others keep queueing into the next one, then wakes the batch's waiters.
@@ -50,21 +49,13 @@
  *
  * A job queues without the queue's lock: it pushes its entry onto the inbox, a lock-free stack, and
  * whoever next holds the lock (a dispatcher, or a synchronous submitter) moves the inbox into the
- * pending batch. With 16 threads of jobs, taking the lock per request was ~17% of the application
- * threads' CPU on the H200 host (bench/RESULTS.md, eleventh session). One dispatcher at a time is
+ * pending batch: with many threads of jobs, taking the lock per request cost the application's
+ * threads much of their CPU. One dispatcher at a time is
  * the watcher, which looks at the inbox again before it leads a batch or blocks; while there is
  * one, a push costs one compare-and-swap; while there is none, the pushing job wakes a blocked
  * dispatcher (wake_dispatcher).
  */
 #define ASYNC_GATHER_MAX 20
-
-uint64_t gp_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * Fork safety. A child has only the thread that called fork, but a copy of every lock and condition
@@ -81,11 +72,6 @@ static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
 static gp_queue *queues;               /* linked through gp_queue.next */
 static pthread_once_t queue_atfork_once = PTHREAD_ONCE_INIT;
 
-static gp_host_pool *pool_of(gp_queue *q)
-{
-    return &((gp_engine *)((char *)q - offsetof(gp_engine, queue)))->pool;
-}
-
 static void init_conds(gp_queue *q)
 {
     pthread_condattr_t attr;
@@ -101,18 +87,18 @@ static void fork_prepare(void)
 {
     pthread_mutex_lock(&queues_lock);
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        pthread_mutex_lock(&pool_of(q)->submit);
+        pthread_mutex_lock(q->own.fork_outer);
         pthread_mutex_lock(&q->lock);
-        pthread_mutex_lock(&pool_of(q)->lock);
+        pthread_mutex_lock(q->own.fork_inner);
     }
 }
 
 static void fork_parent(void)
 {
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        pthread_mutex_unlock(&pool_of(q)->lock);
+        pthread_mutex_unlock(q->own.fork_inner);
         pthread_mutex_unlock(&q->lock);
-        pthread_mutex_unlock(&pool_of(q)->submit);
+        pthread_mutex_unlock(q->own.fork_outer);
     }
     pthread_mutex_unlock(&queues_lock);
 }
@@ -120,14 +106,9 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     for (gp_queue *q = queues; q != NULL; q = q->next) {
-        gp_host_pool *p = pool_of(q);
-
         gp_mutex_init(&q->lock);
         init_conds(q);
-        pthread_mutex_init(&p->submit, NULL);
-        pthread_mutex_init(&p->lock, NULL);
-        pthread_cond_init(&p->wake, NULL);
-        pthread_cond_init(&p->done, NULL);
+        q->own.fork_child(q->own.ctx);
         /* The parent's leaders and synchronous waiters are not here; the dispatcher restarts at the
          * next async request (dispatcher_fork_gen), the pool at the next spread batch (its pid). */
         q->inflight = 0;
@@ -161,9 +142,12 @@ static void register_queue_atfork(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-int gp_queue_init(gp_queue *q, const gp_knobs *k)
+int gp_queue_init(gp_queue *q, const gp_queue_owner *own)
 {
+    const gp_knobs *k = own->knobs;
+
     memset(q, 0, sizeof(*q));
+    q->own = *own;
     if (gp_mutex_init(&q->lock) != 0)
         return 0;
 #if GP_TEST_HOOKS
@@ -207,9 +191,9 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 }
 
 /* When the pending batch flushes by time (lock held, npending > 0). */
-static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
+static uint64_t flush_deadline(const gp_queue *q)
 {
-    uint64_t period = (uint64_t)e->knobs.flush_us * 1000u, idle, cap;
+    uint64_t period = (uint64_t)q->own.knobs->flush_us * 1000u, idle, cap;
 
     if (q->npending_async == 0)
         return q->first_ns + period;
@@ -221,19 +205,19 @@ static uint64_t flush_deadline(const gp_engine *e, const gp_queue *q)
 /* Why the pending batch should flush now (lock held): 0 not yet, else which rule. */
 enum { FLUSH_NO, FLUSH_SIZE, FLUSH_SHARE, FLUSH_TIMER };
 
-static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
+static int should_flush(const gp_queue *q, uint64_t t)
 {
-    if (q->npending >= (size_t)e->knobs.max_batch_ops || q->pending_bytes >= e->knobs.max_batch_bytes)
+    if (q->npending >= (size_t)q->own.knobs->max_batch_ops || q->pending_bytes >= q->own.knobs->max_batch_bytes)
         return FLUSH_SIZE;
     /* While the executor is busy with as many batches as it can overlap (cuda: four per GPU, the
      * next copying in while one computes), flushing only puts a batch in line: keep gathering
      * until one completes (its leader then wakes everyone to re-check). */
-    if (q->inflight >= atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
+    if (q->inflight >= atomic_load_explicit(q->own.max_inflight, memory_order_relaxed))
         return FLUSH_NO;
     /* Everyone is in: this batch's share of the synchronous submitters, and of the jobs, that could
      * still submit (see the top of this file). */
     {
-        size_t free_slots = (size_t)(atomic_load_explicit(&e->max_inflight, memory_order_relaxed) - q->inflight);
+        size_t free_slots = (size_t)(atomic_load_explicit(q->own.max_inflight, memory_order_relaxed) - q->inflight);
         size_t nsync = q->npending - q->npending_async;
         size_t could_sync = (size_t)q->active - q->sync_inflight;
         size_t could = atomic_load_explicit(&q->async_waiting, memory_order_relaxed) - q->async_inflight;
@@ -242,27 +226,27 @@ static int should_flush(const gp_engine *e, const gp_queue *q, uint64_t t)
             && (q->npending_async == 0 || q->npending_async * free_slots >= could))
             return FLUSH_SHARE;
     }
-    return t >= flush_deadline(e, q) ? FLUSH_TIMER : FLUSH_NO;
+    return t >= flush_deadline(q) ? FLUSH_TIMER : FLUSH_NO;
 }
 
 /* Knob stats: the state of the async jobs as a batch holding some flushes (lock held). */
-static void count_flush(gp_engine *e, const gp_queue *q, int why)
+static void count_flush(const gp_queue *q, int why)
 {
     size_t waiting = atomic_load_explicit(&q->async_waiting, memory_order_relaxed);
 
-    if (!e->knobs.stats || q->npending_async == 0)
+    if (!q->own.knobs->stats || q->npending_async == 0)
         return;
-    gp_stat_add(e, GP_ST_ASYNC_BATCHES, 1);
-    gp_stat_add(e, GP_ST_GATHER_NS, gp_now_ns() - q->first_ns);
-    gp_stat_add(e, GP_ST_FLUSH_JOBS, q->npending_async);
-    gp_stat_add(e, GP_ST_FLUSH_RUNNING, q->async_inflight);
-    gp_stat_add(e, GP_ST_FLUSH_OUT, waiting - q->async_inflight - q->npending_async);
-    gp_stat_add(e, why == FLUSH_SIZE ? GP_ST_FLUSH_SIZE : why == FLUSH_SHARE ? GP_ST_FLUSH_SHARE : GP_ST_FLUSH_TIMER, 1);
+    gp_stat_add_to(q->own.stats, GP_ST_ASYNC_BATCHES, 1);
+    gp_stat_add_to(q->own.stats, GP_ST_GATHER_NS, gp_now_ns() - q->first_ns);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_JOBS, q->npending_async);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_RUNNING, q->async_inflight);
+    gp_stat_add_to(q->own.stats, GP_ST_FLUSH_OUT, waiting - q->async_inflight - q->npending_async);
+    gp_stat_add_to(q->own.stats, why == FLUSH_SIZE ? GP_ST_FLUSH_SIZE : why == FLUSH_SHARE ? GP_ST_FLUSH_SHARE : GP_ST_FLUSH_TIMER, 1);
 }
 
 /* Take the pending batch and run it (called with the lock held; returns with it held). Never on an
  * async job's stack: the copy below and the executor's work need a thread's stack. */
-static void lead(gp_engine *e, gp_queue *q)
+static void lead(gp_queue *q)
 {
     gp_queue_entry **mine = q->pending;
     gp_request stack[64], *batch = stack;
@@ -282,11 +266,11 @@ static void lead(gp_engine *e, gp_queue *q)
     if (n > sizeof(stack) / sizeof(stack[0]) && (batch = malloc(n * sizeof(*batch))) == NULL) {
         /* No memory for the copy: run them one by one, which needs none. */
         for (size_t i = 0; i < n; i++)
-            gp_engine_submit(e, mine[i]->req, 1);
+            q->own.run(q->own.ctx, mine[i]->req, 1);
     } else {
         for (size_t i = 0; i < n; i++)
             batch[i] = *mine[i]->req;
-        gp_engine_submit(e, batch, n);
+        q->own.run(q->own.ctx, batch, n);
         for (size_t i = 0; i < n; i++)
             mine[i]->req->status = batch[i].status;
         if (batch != stack)
@@ -316,28 +300,28 @@ static void lead(gp_engine *e, gp_queue *q)
     if (nasync > 0) {
         /* Wake the jobs without the lock: a write per fd, or the application's callbacks, which may
          * call back into OpenSSL. */
-        uint64_t t0 = e->knobs.stats ? gp_now_ns() : 0;
+        uint64_t t0 = q->own.knobs->stats ? gp_now_ns() : 0;
 
         pthread_mutex_unlock(&q->lock);
         for (size_t i = 0; i < nasync; i++) {
-            if (e->knobs.stats)
+            if (q->own.knobs->stats)
                 mine[i]->done_ns = gp_now_ns();
             gp_async_complete(mine[i]->notify, &mine[i]->done);
         }
-        if (e->knobs.stats)
-            gp_stat_add(e, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
+        if (q->own.knobs->stats)
+            gp_stat_add_to(q->own.stats, GP_ST_NOTIFY_NS, gp_now_ns() - t0);
         pthread_mutex_lock(&q->lock);
     }
     free(mine);
 }
 
-static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pending, uint64_t spin_until)
+static void wait_a_while(gp_queue *q, gp_queue_entry *me, int pending, uint64_t spin_until)
 {
-    gp_wait_mode mode = e->knobs.wait;
+    gp_wait_mode mode = q->own.knobs->wait;
 
     if (mode == GP_WAIT_SPIN || (mode == GP_WAIT_ADAPTIVE && gp_now_ns() < spin_until)) {
         /* Spin without the lock until done or the next decision point. */
-        uint64_t until = pending ? flush_deadline(e, q) : UINT64_MAX;
+        uint64_t until = pending ? flush_deadline(q) : UINT64_MAX;
 
         pthread_mutex_unlock(&q->lock);
         for (unsigned i = 0; !atomic_load_explicit(&me->done, memory_order_acquire); i++) {
@@ -352,8 +336,8 @@ static void wait_a_while(gp_engine *e, gp_queue *q, gp_queue_entry *me, int pend
         pthread_mutex_lock(&q->lock);
         return;
     }
-    if (pending && q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed)) {
-        uint64_t deadline = flush_deadline(e, q);
+    if (pending && q->inflight < atomic_load_explicit(q->own.max_inflight, memory_order_relaxed)) {
+        uint64_t deadline = flush_deadline(q);
         struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
 
         pthread_cond_timedwait(&q->cond, &q->lock, &ts);
@@ -474,14 +458,14 @@ static void dispatcher_unwatch(gp_queue *q, int *watcher)
  * dispatcher first spins spin_us after the latest event, without the lock, watching the counter
  * and the inbox. Returns early, without blocking, when the inbox is not empty.
  */
-static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *watcher)
+static void dispatcher_wait(gp_queue *q, uint64_t deadline, int *watcher)
 {
     uint64_t seen = atomic_load_explicit(&q->events, memory_order_relaxed);
-    uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)e->knobs.spin_us * 1000u;
+    uint64_t spin_until = max_u64(q->last_add_ns, q->last_done_ns) + (uint64_t)q->own.knobs->spin_us * 1000u;
     uint64_t t = gp_now_ns();
 
     /* One dispatcher spins at a time, as the watcher; the others block (an event wakes one). */
-    if (e->knobs.wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
+    if (q->own.knobs->wait != GP_WAIT_BLOCK && atomic_load_explicit(&q->async_waiting, memory_order_relaxed) > 0
         && t < spin_until
         && (*watcher || atomic_exchange_explicit(&q->watching, 1, memory_order_seq_cst) == 0)) {
         *watcher = 1;
@@ -502,7 +486,7 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
     /* A watcher that stops here may drain entries pushed since the caller looked (they saw it
      * watching, so they woke nobody): the deadline was computed without them (UINT64_MAX when
      * nothing was pending), so go back and decide again rather than sleep on them. Sleeping on
-     * them hung async jobs three times in ~10,000 runs of the async-host test (thirteenth session). */
+     * them can leave async jobs hung (the async-host-unwatch-race test exercises this window). */
 #if GP_TEST_HOOKS
     if (*watcher && q->test_unwatch_delay_us > 0) {
         struct timespec d = { 0, (long)q->test_unwatch_delay_us * 1000L };
@@ -528,20 +512,12 @@ static void dispatcher_wait(gp_engine *e, gp_queue *q, uint64_t deadline, int *w
     atomic_fetch_sub_explicit(&q->asleep, 1, memory_order_relaxed);
 }
 
-static _Thread_local int on_dispatcher;
-
-int gp_queue_on_dispatcher(void)
-{
-    return on_dispatcher;
-}
-
 static void *dispatcher_main(void *arg)
 {
-    gp_engine *e = arg;
-    gp_queue *q = &e->queue;
+    gp_queue *q = arg;
     int watcher = 0;
 
-    on_dispatcher = 1;
+    gp_thread_mark_dispatcher();
 #if defined(PR_SET_NAME)
     /* Named for top -H, perf and debuggers: the application's own threads keep their names. */
     (void)prctl(PR_SET_NAME, "gp-dispatch", 0, 0, 0);
@@ -563,19 +539,19 @@ static void *dispatcher_main(void *arg)
         if (q->dispatcher_stop && q->npending_async == 0)
             break;
         if (q->npending_async > 0) {
-            int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(e, q, gp_now_ns());
+            int why = q->dispatcher_stop ? FLUSH_SIZE : should_flush(q, gp_now_ns());
 
             if (why != FLUSH_NO) {
                 /* Busy for a whole batch: another dispatcher watches meanwhile. */
                 dispatcher_unwatch(q, &watcher);
-                count_flush(e, q, why);
-                lead(e, q);
+                count_flush(q, why);
+                lead(q);
                 continue;
             }
-            if (q->inflight < atomic_load_explicit(&e->max_inflight, memory_order_relaxed))
-                deadline = flush_deadline(e, q);
+            if (q->inflight < atomic_load_explicit(q->own.max_inflight, memory_order_relaxed))
+                deadline = flush_deadline(q);
         }
-        dispatcher_wait(e, q, deadline, &watcher);
+        dispatcher_wait(q, deadline, &watcher);
     }
     dispatcher_unwatch(q, &watcher);
     pthread_mutex_unlock(&q->lock);
@@ -583,13 +559,12 @@ static void *dispatcher_main(void *arg)
 }
 
 /* Start the dispatchers once per process (lock held): one per batch the executor overlaps (its
- * slots, opened before any request reaches the queue). Two per slot, so that one could lead the
- * next batch while another wakes its jobs, lost 10-15% on the H200 host (bench/RESULTS.md, ninth
- * session). A forked child has none of its parent's threads: it starts its own. */
-static int dispatcher_ensure(gp_engine *e, gp_queue *q)
+ * slots, opened before any request reaches the queue). Not two per slot (one leading the next
+ * batch while another wakes its jobs): that measured slower. A forked child has none of its parent's threads: it starts its own. */
+static int dispatcher_ensure(gp_queue *q)
 {
     unsigned gen = gp_fork_generation();
-    int want = atomic_load(&e->max_inflight);
+    int want = atomic_load(q->own.max_inflight);
     sigset_t all, old;
 
     if (q->dispatcher_state != 0 && q->dispatcher_fork_gen == gen)
@@ -606,7 +581,7 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (q->ndispatchers = 0; q->ndispatchers < want; q->ndispatchers++)
-        if (pthread_create(&q->dispatchers[q->ndispatchers], NULL, dispatcher_main, e) != 0)
+        if (pthread_create(&q->dispatchers[q->ndispatchers], NULL, dispatcher_main, q) != 0)
             break;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     q->dispatcher_state = q->ndispatchers > 0 ? 1 : -1;
@@ -615,9 +590,8 @@ static int dispatcher_ensure(gp_engine *e, gp_queue *q)
     return q->dispatcher_state == 1;
 }
 
-void gp_queue_stop_dispatcher(gp_engine *e)
+void gp_queue_stop_dispatcher(gp_queue *q)
 {
-    gp_queue *q = &e->queue;
     int join;
 
     pthread_mutex_lock(&q->lock);
@@ -646,13 +620,11 @@ typedef struct stage_ctx {
     uint8_t *out;
 } stage_ctx;
 
-static void stage_in(gp_engine *e, gp_request *r, stage_ctx *s)
+static void stage_in(gp_queue *q, gp_request *r, stage_ctx *s)
 {
-    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
-
     s->chunk = NULL;
-    if (r->kind != GP_REQ_CRYPT || !gp_stage_fits(r->len) || x == NULL || x->stage_pool == NULL
-        || (s->pool = x->stage_pool(e)) == NULL || (s->chunk = gp_stage_get(s->pool)) == NULL)
+    if (r->kind != GP_REQ_CRYPT || !gp_stage_fits(r->len) || (s->pool = q->own.stage_pool(q->own.ctx, r)) == NULL
+        || (s->chunk = gp_stage_get(s->pool)) == NULL)
         return;
     s->in = r->in;
     s->out = r->out;
@@ -660,8 +632,8 @@ static void stage_in(gp_engine *e, gp_request *r, stage_ctx *s)
     r->in = s->chunk->host;
     r->out = s->chunk->host + GP_STAGE_MAX_BYTES;
     r->stage = s->chunk;
-    if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_STAGED, 1);
+    if (q->own.knobs->stats)
+        gp_stat_add_to(q->own.stats, GP_ST_STAGED, 1);
 }
 
 static void stage_out(gp_request *r, stage_ctx *s)
@@ -683,10 +655,8 @@ static void stage_out(gp_request *r, stage_ctx *s)
  * Whether an async job should do its request's own work (prepare, staging) on its thread. The
  * work moves off the dispatcher, which serves every job, onto the application's threads: a gain
  * when there are several of them, a loss when one thread runs all the jobs and the dispatcher would
- * otherwise work beside it. H200, evp_bench --jobs 32 --sizes 16384, ff706aa (none of it) against
- * this (two runs each, bench/RESULTS.md): ChaCha20-Poly1305 with it on one thread 2.52-2.65 ->
- * 1.70-2.17 GB/s, 4 threads 3.49-3.58 -> 6.04-6.12, 16 threads 4.09-4.16 -> 8.11-8.42; AES-256-GCM
- * 4 threads 4.03-4.30 -> 6.11-6.77, 16 threads 4.92-5.30 -> 8.40-8.60. Once two threads have
+ * otherwise work beside it (bench/evp_bench with async jobs on one thread and on several). Once
+ * two threads have
  * queued jobs, the process keeps doing it (thread counts do not change much in a server).
  */
 static int async_own_work(gp_queue *q)
@@ -707,12 +677,9 @@ static int async_own_work(gp_queue *q)
 }
 
 /* The executor's per-message work on the submitter's own thread (gp_executor.prepare). */
-static void prepare(gp_engine *e, gp_request *r)
+static void prepare(gp_queue *q, gp_request *r)
 {
-    const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
-
-    if (x != NULL && x->prepare != NULL)
-        x->prepare(e, r);
+    q->own.prepare(q->own.ctx, r);
 }
 
 /*
@@ -721,9 +688,8 @@ static void prepare(gp_engine *e, gp_request *r)
  * locals, no lock across the pause. The entry and the request stay on that stack, which persists
  * while the job is paused; the leader is done with both once it sets done.
  */
-static int submit_async(gp_engine *e, gp_request *r)
+static int submit_async(gp_queue *q, gp_request *r)
 {
-    gp_queue *q = &e->queue;
     gp_async_notify n;
     gp_queue_entry me = { .req = r, .notify = &n, .done_ns = 0 };
     stage_ctx st;
@@ -734,14 +700,14 @@ static int submit_async(gp_engine *e, gp_request *r)
         return GP_REQ_FAILED;
     st.chunk = NULL;
     if (async_own_work(q)) {
-        stage_in(e, r, &st);
-        prepare(e, r);   /* after staging: the cuda executor's may write into the chunk */
+        stage_in(q, r, &st);
+        prepare(q, r);   /* after staging: the cuda executor's may write into the chunk */
     }
     if (atomic_load_explicit(&q->dispatchers_live, memory_order_acquire) != gp_fork_generation() + 1) {
         int ok;
 
         pthread_mutex_lock(&q->lock);
-        ok = dispatcher_ensure(e, q);
+        ok = dispatcher_ensure(q);
         pthread_mutex_unlock(&q->lock);
         if (!ok) {
             stage_out(r, &st);
@@ -753,8 +719,8 @@ static int submit_async(gp_engine *e, gp_request *r)
     atomic_fetch_add_explicit(&q->async_waiting, 1, memory_order_relaxed);
     push_inbox(q, &me);
     wake_dispatcher(q);
-    if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_ASYNC_OPS, 1);
+    if (q->own.knobs->stats)
+        gp_stat_add_to(q->own.stats, GP_ST_ASYNC_OPS, 1);
 
     if (!gp_async_wait(&n, &me.done, fork_gen)) {
         /* This is a forked child's copy of the job: the child dropped the request with the rest of
@@ -768,8 +734,8 @@ static int submit_async(gp_engine *e, gp_request *r)
         }
         return GP_REQ_FAILED;
     }
-    if (e->knobs.stats && me.done_ns != 0)
-        gp_stat_add(e, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
+    if (q->own.knobs->stats && me.done_ns != 0)
+        gp_stat_add_to(q->own.stats, GP_ST_RESUME_NS, gp_now_ns() - me.done_ns);
 
     /* No lock, no signal: a job that took its result usually queues its next request at once, and
      * that append wakes the dispatcher; one that does not is covered by the timer. The count stays
@@ -779,21 +745,20 @@ static int submit_async(gp_engine *e, gp_request *r)
     return r->status;
 }
 
-int gp_queue_submit(gp_engine *e, gp_request *r)
+int gp_queue_submit(gp_queue *q, gp_request *r)
 {
-    gp_queue *q = &e->queue;
     gp_queue_entry me = { .req = r, .notify = NULL };
     uint64_t gen, spin_until;
 
     if (gp_async_in_job())
-        return submit_async(e, r);
-    prepare(e, r);
-    spin_until = gp_now_ns() + (uint64_t)e->knobs.spin_us * 1000u;
+        return submit_async(q, r);
+    prepare(q, r);
+    spin_until = gp_now_ns() + (uint64_t)q->own.knobs->spin_us * 1000u;
     atomic_init(&me.done, 0);
     pthread_mutex_lock(&q->lock);
     if (!append(q, &me)) {
         pthread_mutex_unlock(&q->lock);
-        return gp_engine_submit(e, r, 1), r->status;   /* run alone rather than fail */
+        return q->own.run(q->own.ctx, r, 1), r->status;   /* run alone rather than fail */
     }
     q->active++;
     gen = q->generation;
@@ -803,14 +768,14 @@ int gp_queue_submit(gp_engine *e, gp_request *r)
 
         drain_inbox(q);   /* jobs queued meanwhile join the batch this caller may lead */
         pending = q->generation == gen;   /* still in the batch being gathered */
-        why = pending ? should_flush(e, q, gp_now_ns()) : FLUSH_NO;
+        why = pending ? should_flush(q, gp_now_ns()) : FLUSH_NO;
 
         if (why != FLUSH_NO) {
-            count_flush(e, q, why);
-            lead(e, q);
+            count_flush(q, why);
+            lead(q);
             continue;
         }
-        wait_a_while(e, q, &me, pending, spin_until);
+        wait_a_while(q, &me, pending, spin_until);
     }
     q->active--;
     /* Whoever waits in the pending batch may now be the last one active: let them re-check. */

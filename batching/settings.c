@@ -54,8 +54,8 @@ static const gp_setting registry[] = {
       .syntax = GP_SYNTAX_NUMBER, FIELD(host_threads), .dflt = 0, .min = 0, .max = 1024,
       .expected = "a number from 0 to 1024",
       .meaning = "worker threads of the host executor (0: one per online CPU)" },
-    /* Four slots a GPU (README, the streams row, and bench/RESULTS.md: 2 -> 3 -> 4 gained, more
-     * lost at one thread and in openssl speed). */
+    /* Four slots a GPU: each step from 2 to 4 gained, more lost at one thread and in openssl
+     * speed (measured with bench/evp_bench and bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
       FIELD(streams), .dflt = 4, .min = 0, .max = 8, .floor = 1, .expected = "a number from 1 to 8",
       .meaning = "cuda: batches in flight per GPU, each with its own stream, arenas and dispatcher "
@@ -95,7 +95,7 @@ static const gp_setting registry[] = {
       .meaning = "hybrid: which executor plays the GPU's part (host: machines without a GPU exercise "
                  "the policy)" },
 #if GP_EXPERIMENT_SWITCHES
-    /* experiment: kept on (bench/RESULTS.md, fifteenth and seventeenth sessions) */
+    /* experiment: kept on (docs/config.md, "For tests and experiments") */
     { .env = "GPUPROV_LONE_LAUNCH", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_WORD,
       FIELD(exp.lone_launch), .dflt = 1, .words = bool_words, .expected = "0 or 1",
       .meaning = "0: a small batch alone in flight takes the three launches too" },

@@ -26,7 +26,7 @@ typedef enum gp_backend {
     GP_BACKEND_CUDA,       /* every message on the GPU (measurement, tests) */
     GP_BACKEND_HOST,
     GP_BACKEND_CPU,
-    GP_BACKEND_HYBRID      /* each message to the GPU or the cpu executor by policy (hybrid.c) */
+    GP_BACKEND_HYBRID      /* each message to the GPU or the cpu executor by policy (batching/policy/hybrid.c) */
 } gp_backend;
 
 #define GP_KNOB_CALIBRATE ((size_t)-1)
@@ -78,7 +78,7 @@ typedef struct gp_knobs {
     int flush_us;
     gp_wait_mode wait;     /* how a submitter waits for its batch */
     int spin_us;           /* adaptive: spin this long, then block */
-    /* Hybrid policy (batching/hybrid.c). GP_KNOB_CALIBRATE / a negative share: measured at first
+    /* Hybrid policy (batching/policy/hybrid.c). GP_KNOB_CALIBRATE / a negative share: measured at first
      * use in each process. */
     size_t min_gpu_bytes;  /* messages whose first data request is shorter stay on the CPU */
     size_t lone_gpu_bytes; /* the same for a lone synchronous caller (it waits a whole round trip) */

@@ -4,7 +4,7 @@
 
 #include <openssl/crypto.h>
 
-#include "mutex.h"
+#include "batching/base/mutex.h"
 #include "stage.h"
 
 int gp_stage_pool_init(gp_stage_pool *p, size_t max_bytes, gp_stage_alloc_fn alloc, gp_stage_release_fn release,

@@ -9,9 +9,8 @@
 
 /*
  * Without staging, a batch's dispatcher copies every request's input into the pinned arena and
- * every output back, one thread doing memcpy for hundreds of jobs: on the H200 host, 16 threads x 32
- * jobs x 16 KiB AES-256-GCM spent 690 of a batch's ~1000 µs there (bench/RESULTS.md, ninth
- * session). A staged request's job instead copies its own input into a chunk of memory the GPU can
+ * every output back, one thread doing memcpy for hundreds of jobs: with many jobs in flight that
+ * copy is most of a batch's time on the host. A staged request's job instead copies its own input into a chunk of memory the GPU can
  * read (mapped pinned memory from the cuda executor) right before it pauses, and its output out of
  * it right after it resumes, on the application's own thread; the GPU moves the chunk to and from
  * the arena (kernels/batch_kernel.cu gp_copy_kernel).
@@ -26,8 +25,8 @@
  * is re-run on the host from the input, which must still be there. After them, room for a
  * ChaCha20-Poly1305 request's powers of r (kernels/batch_abi.h gp_mac_pows, made from the message's
  * one-time key), which the job's thread writes there (the cuda executor's prepare) so that the GPU
- * fetches them with the data: copied by the dispatcher, they made its part of a batch ~4x GCM's
- * (bench/RESULTS.md, eleventh session). The job clears them when it takes its result. */
+ * fetches them with the data: copied by the dispatcher, they made its part of a ChaCha20-Poly1305
+ * batch several times a GCM batch's. The job clears them when it takes its result. */
 #define GP_STAGE_POWS_OFF (2u * GP_STAGE_MAX_BYTES)
 #define GP_STAGE_POWS_BYTES 2048u
 #define GP_STAGE_CHUNK_BYTES (2u * GP_STAGE_MAX_BYTES + GP_STAGE_POWS_BYTES)
@@ -52,10 +51,9 @@ typedef void (*gp_stage_release_fn)(void *ctx, void *mem, size_t bytes);
 
 /*
  * Free chunks sit in several lists, each behind its own lock: a thread takes and returns chunks at
- * its own list and looks at the others only when that one is empty. With one list, 16 threads of
- * async jobs spent 16% of their CPU time in its lock (bench/RESULTS.md, tenth session); with 8,
- * two threads shared each list, and 16 lists (a thread each there) read 4 x 32 AES-256-GCM ~9%
- * and 16 x 32 ChaCha20-Poly1305 ~5% higher on the H200 host (twenty-second session).
+ * its own list and looks at the others only when that one is empty: with one list, threads of
+ * async jobs contended for its lock, and a list per thread of a 16-core host (GP_STAGE_SHARDS)
+ * beat two threads to a list.
  */
 #define GP_STAGE_SHARDS 16u
 

@@ -27,7 +27,7 @@
  *   wide   (128 KiB)  a second half with T1 = T0 rotated by 8 and T3 = T0 rotated by 24, read
  *                     at a constant offset the load instruction carries: per column 4 PRMT +
  *                     4 LDS + 2 LOP3, a quarter fewer ALU instructions in the rounds, which set
- *                     the pace (bench/RESULTS.md: AES-128-CTR and AES-256-GCM +5% on an H200).
+ *                     the pace (bench/RESULTS.md, "Device-resident kernels").
  *                     It needs a GPU whose block may hold 128 KiB (sm_80, sm_90); a block then
  *                     has 256 * gpu_min_blocks threads (1024) and the SM one block, as many
  *                     warps as gpu_min_blocks blocks of 256 would have.
@@ -179,8 +179,8 @@ GP_KFN void gp_aes_tt_rk(const uint32_t *ek, uint32_t r, uint32_t rk[4])
  * 2 and 3 of column 3) differ. After round 1 only columns 0 and 1 depend on the block (byte 15
  * reaches column 0 by T3, byte 14 column 1 by T2); in round 2 each output column takes one byte
  * from each input column, so two of its four lookups depend on the block and two are shared. The
- * two rounds take 22 + 40 lookups for the four blocks instead of 128: AES-128 640 -> 574 a lane,
- * AES-256 896 -> 830 (the lookups fill the load/store pipe, bench/RESULTS.md). The counter is
+ * two rounds take 22 + 40 lookups for the four blocks instead of 128: about a tenth fewer
+ * lookups a lane (the lookups fill the load/store pipe). The counter is
  * public, so the per-lane choice leaks nothing; a lane whose chunk carries past byte 14 (one in
  * 16384 chunks, or a 32-bit GCM counter wrapping) takes the plain rounds.
  */
@@ -246,10 +246,10 @@ GP_KFN void gp_aes_tt_ctr_rounds12(const uint8_t *tb, uint32_t wide, uint32_t o0
  * blocks one apart, in order (rounds 1 and 2 then share lookups, gp_aes_ctr_shared, where they
  * may). The four blocks go through
  * each round together, so their independent lookups overlap. The round loop stays rolled, one
- * round a pass: unrolled, 14 rounds of 64 lookups are ~50 KB of straight code, and on an H200
- * warps then stalled on instruction fetch (ncu: a third of all stall cycles). One round a pass
- * costs 16 register moves but keeps the smallest code beside GCM's GHASH: AES-256-GCM +17% against
- * two rounds a pass, AES-128-CTR -2% (bench/RESULTS.md). Loading the next round's key a round
+ * round a pass: unrolled, 14 rounds of 64 lookups are ~50 KB of straight code, and warps then
+ * stalled on instruction fetch (ncu). One round a pass costs 16 register moves but keeps the
+ * smallest code beside GCM's GHASH, which AES-GCM needs more than AES-CTR gains from two rounds a
+ * pass. Loading the next round's key a round
  * ahead measured no faster (the loads hit L1 and other warps cover them).
  */
 GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, const uint32_t *ek, uint32_t nr,
@@ -301,8 +301,7 @@ GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane, uint32_t w
 /*
  * The layout a GPU's code reads, fixed when it is compiled (kernels/launch.h reads it back from the
  * kernel's launch bounds): with both round loops in the code and a launch-time switch, GCM's lane
- * code grew by 3 KB and AES-256-GCM fell from 199 to 188 GB/s on an H200 (the instruction cache
- * again), and the second loop out of line cost every cipher its call's register spills. Wide
+ * code grew by 3 KB and AES-256-GCM lost throughput (the instruction cache again), and the second loop out of line cost every cipher its call's register spills. Wide
  * except on SMs none of whose GPUs holds 128 KiB in a block (sm_86, sm_89, sm_120 and its
  * consumer kin), with gpu_min_blocks 1 (one block of 256 threads per SM is too few warps) and
  * above 4 (a block holds at most 1024 threads).
@@ -324,8 +323,8 @@ extern __shared__ uint32_t gp_aes_tt_smem[];
  * Every thread of the block calls this, then __syncthreads(). Warp v fills rows v, v + nwarps, ...:
  * its lanes fetch 32 of those rows' T0 entries in one coalesced load (public indices), and a
  * shuffle hands each row's entry to every lane, which writes its words (32 consecutive banks per
- * store). Read one row at a time from constant memory, the fill was a chain of dependent loads,
- * 2.3 us of every lone launch with AES work (bench/RESULTS.md).
+ * store). Read one row at a time from constant memory, the fill was a chain of dependent loads on
+ * the path of every lone launch with AES work.
  */
 static __device__ void gp_aes_tt_fill(void)
 {

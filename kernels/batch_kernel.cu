@@ -501,21 +501,19 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uin
  * a message's units still spread over SMs (packed into one, a lone message's lane work took twice
  * as long, kernels/launch.h), but of GP_LATENCY_BLOCK threads, not the batch kernel's 1024: here a
  * unit's warp runs alone on its SM, its time is the latency of its chains, and with the batch
- * kernel's 64 registers a lane kept only a few of a round's 64 table lookups in flight (phase
- * probes, bench/RESULTS.md: ~770 cycles an AES round). With the registers of a 256-thread block
- * (ptxas: 167, no spills) a lone 16 KiB call took 2-4 us less on an H200.
+ * kernel's 64 registers a lane kept only a few of a round's 64 table lookups in flight. With the
+ * registers of a 256-thread block (ptxas: 167, no spills) a lone call's chains are shorter.
  *   1. Each block loads its slice of the image [0, in_len) from the pinned arena, fills its AES
  *      table while those loads cross PCIe, then stores the slice into the device arena.
  *   2. The refs, dealt over the blocks as gp_batch_kernel's first pass deals them (the grid covers
  *      them: no claiming), not counted; a cluster barrier; then each request's finish on the
  *      group that ran its last unit. The barrier's release/acquire stands in for the count's
- *      atomic and the finisher's fences: on an H200 those took ~1.5 us of a lone AES-256-GCM
- *      call's chain (phase probes, bench/RESULTS.md).
+ *      atomic and the finisher's fences, which sat on a lone call's chain.
  *   3. Each block takes its slice of the results back to the pinned arena and clears it, and its
  *      slices of the rest of the wipe region (keys, partials): no block reads another's.
  *   4. Each block says it is done (block_says_done): the host polls those words rather than an
- *      event recorded behind the launch (H200, lone 16 KiB EVP calls 1.1-2.9 us sooner,
- *      bench/RESULTS.md). A word a block, not one behind a cluster barrier: ~0.3 us sooner still.
+ *      event recorded behind the launch, which says so only once the kernel has retired. A word a
+ *      block, not one behind a cluster barrier, which would wait for the slowest block.
  */
 #if __CUDA_ARCH__ >= 900
 /*
@@ -525,8 +523,7 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uin
  * host wrote, and the partials and the lead's state, which the units wrote. The group plans its
  * first finish before the barrier, while the last units still run, so that behind the barrier
  * only the elements are loaded (one L2 round trip); after it the chain of dependent loads (ref,
- * descriptor, key, power) took ~2.3 us of a lone AES-256-GCM launch on an H200, planned ~1.2
- * (phase probes, bench/RESULTS.md). Further finishes of the group (a batch of several requests)
+ * descriptor, key, power) would sit on a lone launch's path behind the barrier. Further finishes of the group (a batch of several requests)
  * go unplanned.
  */
 typedef struct lone_finish {

@@ -49,7 +49,7 @@ typedef struct gp_ghash_mma {
  * -DGP_GHASH_MMA; bench/kernel_variant.sh takes it in GPU_DEFS), GCM, a unit a warp (unit_bytes
  * 2048), a body long enough, and a batch of at least `warps_at_once` units (what the GPU runs at
  * once): the MMA path trades a longer chain per lane for less work in all, so a batch too small
- * to fill the GPU (a lone 16 KiB message: +2-4 us on an H200) keeps the integer GHASH.
+ * to fill the GPU (a lone message's latency is its longest chain) keeps the integer GHASH.
  */
 GP_KFN int gp_ghash_mma_wanted(uint32_t alg, uint32_t nunits, uint64_t batch_units, uint64_t warps_at_once)
 {
@@ -148,9 +148,9 @@ GP_KFN void gp_ghash_mma_apply(const gp_ghash_mma *t, const uint32_t c[16], gp_l
 # define GP_GHASH_MMA_DEVICE 1
 
 /* The n-tile loop fully unrolled: rolled, each iteration waited on its fragment load and then on two
- * chained MMAs. H200, kernel_bench 256 MiB (bench/RESULTS.md, ninth session): 16 KiB messages
- * 260 -> 268 GB/s, 64 KiB 286 -> 304, 1 MiB 254 -> 302; unrolling by 2, 4 or 8 gave less, and an
- * L1 prefetch of the table at the unit's start cost 1%. GP_GHASH_MMA_UNROLL stays an A/B knob. */
+ * chained MMAs. Unrolled fully it was faster in bench/kernel_bench at every message size;
+ * unrolling by 2, 4 or 8 gave less, and an L1 prefetch of the table at the unit's start cost a
+ * little. GP_GHASH_MMA_UNROLL stays an A/B knob. */
 # ifndef GP_GHASH_MMA_UNROLL
 #  define GP_GHASH_MMA_UNROLL 16
 # endif

@@ -8,8 +8,8 @@
 
 /* Blocks of 256 threads per SM the kernel's register budget must allow (build option
  * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more, ptxas -v), 3 at 80,
- * 4 at 64 (~110 bytes of spills in the lanes, but 32 warps per SM: on an H200 with the wide AES
- * table and 2 KiB units, ChaCha20-Poly1305 +8% against 3, AES the same; bench/RESULTS.md). */
+ * 4 at 64 (a few spills in the lanes, but 32 warps per SM: with the wide AES table and 2 KiB
+ * units ChaCha20-Poly1305 gains against 3, AES is the same; bench/kernel_bench). */
 #ifndef GP_KERNEL_MIN_BLOCKS
 # define GP_KERNEL_MIN_BLOCKS 4
 #endif

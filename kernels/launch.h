@@ -165,10 +165,9 @@ static inline uint64_t gp_kernel_warps_at_once(const gp_kernel_shape *ks)
  * Which kernel, and its blocks, threads and dynamic shared memory, for a launch over `nrefs` refs.
  * A batch the GPU holds whole in blocks of GP_LATENCY_BLOCK (at most small_refs refs) takes
  * gp_batch_kernel_small: each ref has a warp of its own either way, so what counts is how fast
- * one warp gets through its chain, and there it has 199 registers rather than 64 (H200: a lone 16
- * KiB launch of AES-256-GCM 21.3 -> 18.5 us, bench/RESULTS.md). Larger batches take gp_batch_kernel: the AES
- * shape with AES work, blocks of GP_KERNEL_BLOCK without (ChaCha20-Poly1305 at 1 MiB lost 3% in
- * the wide shape's blocks of 768 on an H200). A block per ref up to what the GPU holds (at least
+ * one warp gets through its chain, and there it has 199 registers rather than 64. Larger batches
+ * take gp_batch_kernel: the AES shape with AES work, blocks of GP_KERNEL_BLOCK without
+ * (ChaCha20-Poly1305 lost throughput in the wide shape's blocks of 768). A block per ref up to what the GPU holds (at least
  * one block, which only fills the table and returns when there are none). The kernel deals the
  * first refs out across blocks (batch_kernel.cu), so a small batch's units run on as many SMs as
  * there are units: packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane

@@ -173,7 +173,7 @@ GP_KFN void gp_mac_pad(gp_msg_state *st, const gp_key_sched *k)
 /*
  * A message's starting state, except that for GCM `gcm_ekj0` holds J0 itself: the caller encrypts
  * it in place before the state is used (gp_msg_begin with the kernel AES; the engine with the
- * default provider's AES-NI, batching/exec_host.c: on the host the constant-time bitsliced AES
+ * default provider's AES-NI, batching/kstate.c gp_kstate_msg_start: on the host the constant-time bitsliced AES
  * takes ~10k instructions a block, on the caller's thread for every GCM record).
  */
 GP_KFN void gp_msg_begin_j0(gp_msg_state *st, const gp_key_sched *k, const uint8_t *iv, size_t ivlen)

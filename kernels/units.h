@@ -224,8 +224,8 @@ GP_KFN void gp_block_store(uint8_t *p, const uint32_t w[4])
 #define GP_COPY_BLOCK 256u          /* threads per block of gp_copy_kernel */
 /* gp_copy_kernel's blocks at most (they stride over the entries). A copy block waits on PCIe most
  * of its life, and the batch kernel's wide-table block (the whole register file) cannot share an
- * SM with it: capped at 32 rather than 1024, other slots' batch kernels keep ~100 SMs, and 16
- * threads x 32 jobs x 16 KiB AES-256-GCM rose ~7% on the H200 (bench/RESULTS.md, twelfth session). */
+ * SM with it: capped at 32 rather than 1024, other slots' batch kernels keep most SMs while a
+ * copy waits. */
 #define GP_COPY_MAX_GRID 32u
 #define GP_COPY_PIECE (16u << 10)   /* bytes of one entry at most: a block moves it in one pass */
 GP_STATIC_ASSERT(GP_UNIT_BYTES % 64u == 0 && GP_UNIT_LANES >= 1 && GP_UNIT_LANES <= 32
@@ -282,7 +282,7 @@ GP_KFN uint32_t gp_unit_chunks(const gp_job *j, uint32_t u)
 
 /* The 16 bytes of a counter block as 4 little-endian words. On the GPU, 4-byte loads when the block
  * is so aligned (gp_job keeps body_ctr on a 16-byte boundary in the arena): 16 byte loads and their
- * assembly cost AES-128-CTR 2% (H200). */
+ * assembly slowed AES-128-CTR. */
 GP_KFN void gp_ctr_block_le(const uint8_t c[16], uint32_t w[4])
 {
 #if defined(__CUDA_ARCH__)
@@ -427,7 +427,7 @@ GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk
  * own 64-byte chunk, so each of the warp's 16-byte loads and stores covers 16L contiguous bytes.
  * The chunk layout's accesses, 16 bytes per lane 64 bytes apart, touched four times the cache lines
  * per instruction, and the L1 data pipe that carries them also carries the table lookups, which
- * set the pace (ncu on an H200: that pipe 92.5% busy, bench/RESULTS.md). The four counter blocks
+ * set the pace (ncu: that pipe is the busiest). The four counter blocks
  * still agree on bytes 0-13 unless a carry leaves the low 16 bits inside the unit
  * (gp_aes_ctr_shared checks; the cached rounds only need the agreement, not adjacency). A short
  * (last) unit's blocks are the first 4 * nch of the unit; lanes past them skip their loads and
@@ -441,8 +441,7 @@ GP_KFN void gp_lane_ctr_strided(const gp_job *j, const gp_key_sched *k, uint32_t
     const uint64_t first = (uint64_t)u * 4 * GP_UNIT_LANES;   /* the unit's first block in the body */
     uint32_t c[16], data[16];
 
-    /* The loads first, so that the rounds hide them (issued after the rounds: 619-627 GB/s against
-     * 630, H200). */
+    /* The loads first, so that the rounds hide them. */
     for (uint32_t q = 0; q < 4; q++) {
         const uint32_t b = lane + q * GP_UNIT_LANES;
 
@@ -572,7 +571,7 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
 /*
  * Spread units. A lone call's few units run alone on their SMs, where a warp's chain (four AES
  * blocks through every round, four MAC products in a row) is the time and three of the SM's four
- * schedulers idle (phase probes, bench/RESULTS.md). The latency kernels (kernels/batch_kernel.cu)
+ * schedulers idle. The latency kernels (kernels/batch_kernel.cu)
  * then spread a body unit over GP_SPREAD_THREADS = 4L threads, one per 16-byte block: thread s
  * takes quarter q = s % 4 of lane l = s / 4's chunk, its block's keystream (one AES block; the
  * chunk's ChaCha20 block, of which it keeps its 16 bytes), XOR and MAC block B_q shifted inside
@@ -734,8 +733,7 @@ GP_KFN int gp_fold_shifts(const gp_job *j)
  * S = (X + Lens) H (SP 800-38D §7.1 step 5: the lengths block, then one more product by H), and
  * the state needs X itself (the message may go on). Made after the fold by the finish's one
  * thread while the rest of its warp waited, that product was one more serial multiplication per
- * message: leaving it out (a bound, wrong tags) made AES-256-GCM at 16 KiB messages 3% faster
- * (H200, bench/RESULTS.md). Since S = sum_i E_i Q^(i+1) H + U_(n-1) H + Lens H, the
+ * message, on every message's path. Since S = sum_i E_i Q^(i+1) H + U_(n-1) H + Lens H, the
  * group's two halves of L/2 lanes make X and S side by side, each lane one multiplication:
  *   lane e < n        E_(n-1-e) Q^(e+1)        (as gp_fold_lane, each lane one element)
  *   lane L/2 - 1      U_(n-1)
@@ -920,8 +918,8 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
 
 /*
  * A table of powers made on demand, for a key that lives for one message (ChaCha20-Poly1305's r:
- * the table's 99 multiplications cost ~2 us of the submitting thread's CPU per message, where a
- * 16 KiB body reads 43 of its entries). gp_pows_have says which entries hold their power; all
+ * the whole table is 99 multiplications on the submitting thread's CPU per message, where a 16 KiB
+ * body reads 43 of its entries). gp_pows_have says which entries hold their power; all
  * zero: none. gp_mac_pows_cover adds what job j reads (gp_unit_lane, gp_unit_quarter,
  * gp_fold_lane, gp_finish_mac):
  *   - lane powers down to the lowest lane a unit uses (a lone short unit of c chunks: L-c..L-1),

@@ -23,7 +23,7 @@ fi
 [ -n "$wp" ] && wp=$(cd "$wp" && pwd) || echo "run-all: no Wycheproof vectors found: those tests will be skipped"
 echo "run-all: Wycheproof vectors: ${wp:-none}"
 
-# Suites: unit, kat, evp, integration, cli (gpu needs a GPU: tests/gpu/README).
+# Suites: unit, kat, evp, integration, cli (gpu needs a GPU: tests/gpu/run.sh).
 no_gpu="--no-suite gpu"
 
 meson setup build --reconfigure -Dwycheproof_dir="$wp" >/dev/null 2>&1 || meson setup build -Dwycheproof_dir="$wp"

@@ -807,7 +807,7 @@ static void test_ignored_params(void **state)
         for (int s = 0; s < 2; s++) {
             OSSL_PARAM p[3];
 
-            /* EVP re-sends PADDING=0 on every later init once it was set (DESIGN.md) */
+            /* EVP re-sends PADDING=0 on every later init once it was set */
             assert_int_equal(EVP_CIPHER_CTX_set_padding(e.c[s], 0), 1);
             p[0] = OSSL_PARAM_construct_uint(OSSL_CIPHER_PARAM_TLS_VERSION, &tlsver);
             p[1] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, &macsize);
@@ -1098,7 +1098,7 @@ static long long ymm_upper_in_use(void)
 /* gpuprov returns from every update with the YMM upper state clean, whatever the default provider's
  * assembly left (OpenSSL 3.0's ChaCha20-Poly1305 leaves it in use): on Intel cores dirty state made
  * the SSE code after it pay a transition per call (a 16-byte update took 2.2x the default's own;
- * batching/engine_internal.h). Needs a CPU that reports XINUSE; the cuda executor's waits run the
+ * batching/engine.h, gp_cpu_clean_upper_state). Needs a CPU that reports XINUSE; the cuda executor's waits run the
  * CUDA runtime's code, which this test does not vouch for. */
 static void test_upper_state_clean(void **state)
 {

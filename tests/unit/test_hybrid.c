@@ -14,7 +14,10 @@
 
 #include "gptest.h"
 #include "batching/engine.h"
-#include "batching/engine_internal.h"
+#include "batching/core/core.h"
+#include "batching/exec_cpu.h"
+#include "batching/exec_host.h"
+#include "batching/kstate.h"
 #include "provider/cipher_ctx.h"
 
 typedef struct {

@@ -7,10 +7,11 @@
 #include <openssl/async.h>
 #include <openssl/crypto.h>
 
-#include "engine_internal.h"
+#include "batching/core/core.h"
+#include "batching/policy/internal.h"
 
 /*
- * Why a policy: the GPU path costs a round trip (>= 18 us pinned, DESIGN.md) and two memcpys per
+ * Why a policy: the GPU path costs a round trip (docs/performance.md, "The costs that decide") and two memcpys per
  * message, the default provider's AES-GCM runs at ~16 GB/s per core. So gpuprov must keep small
  * messages and lone synchronous callers on the CPU and send the GPU only work it can win: large
  * messages, and many messages in flight at once (threads, async jobs). The rules, in order, for a

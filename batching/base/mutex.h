@@ -8,9 +8,9 @@
 /*
  * glibc's default mutex sleeps in the kernel (futex) the moment it finds the lock taken, and its
  * unlock then has to wake the sleeper with a second system call. The queue's and the staging pool's
- * locks are held for tens of nanoseconds but taken by every request of every thread: with 16
- * threads of async jobs on the H200 host, futex waits and wakes under pthread_mutex_lock/unlock were
- * 45% of the process's CPU time (bench/RESULTS.md, tenth session). The adaptive kind spins a
+ * locks are held for tens of nanoseconds but taken by every request of every thread: with many
+ * threads of async jobs, futex waits and wakes under pthread_mutex_lock/unlock took much of the
+ * process's CPU time. The adaptive kind spins a
  * bounded while first, which is what a lock held this briefly wants.
  */
 static inline int gp_mutex_init(pthread_mutex_t *m)

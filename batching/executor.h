@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The executor interface: one table of callbacks per executor (cuda, host, cpu), and nothing else. */
+#ifndef GP_EXECUTOR_H
+#define GP_EXECUTOR_H
+
+#include <stddef.h>
+
+#include "batching/base/base.h"
+#include "batching/engine.h"
+#include "batching/stage.h"
+
+typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;
+/* The stats count each executor's requests (batching/base/base.h, GP_ST_EXEC_OPS). */
+_Static_assert(GP_EXEC_COUNT == GP_ST_EXECUTORS, "one stats counter per executor");
+
+/*
+ * One table of callbacks per executor: the batching layer calls nothing else. `open` runs once per
+ * process, lazily (after a fork too), and says whether the executor can serve here.
+ */
+typedef struct gp_executor {
+    const char *name;
+    gp_exec_id id;
+    int (*open)(gp_engine *e);
+    void (*close)(gp_engine *e);
+    int (*msg_start)(gp_engine *e, gp_msg *m);          /* m->key, iv, enc are set */
+    /* Run a batch: sets every reqs[i].status and returns 1; or returns 0, having changed nothing
+     * (no output, no message state), when the executor itself failed: the engine then re-runs
+     * the batch elsewhere. */
+    int (*run)(gp_engine *e, gp_request *reqs, size_t n);
+    int (*msg_copy)(gp_msg *dst, const gp_msg *src);   /* NULL: plain data, copied by the engine */
+    void (*msg_clear)(gp_msg *m);   /* free executor-owned state; NULL: none (the engine cleanses
+                                     * the whole message when it frees it) */
+    /* Where async jobs stage their data for this executor (stage.h); NULL, or a NULL result: they
+     * do not. */
+    gp_stage_pool *(*stage_pool)(gp_engine *e);
+    /* Per-message work a data request's own thread does before it queues, so that the batch's
+     * leader or dispatcher, one thread for the whole batch, does not; NULL: none. */
+    void (*prepare)(gp_engine *e, gp_request *r);
+    /* The key is being freed: drop what the executor keeps of it (cuda: its resident schedule);
+     * NULL: nothing kept. May run on an async job's stack. */
+    void (*key_forget)(gp_engine *e, gp_key *k);
+} gp_executor;
+
+extern const gp_executor gp_exec_host;
+extern const gp_executor gp_exec_cpu;
+#ifdef GPUPROV_HAVE_CUDA
+extern const gp_executor gp_exec_cuda;
+#endif
+
+#endif

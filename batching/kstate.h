@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Kernel state shared by the host and cuda executors (kstate.c): they share the state format, so a
+ * message starts the same way on both and moves between them mid-stream. */
+#ifndef GP_KSTATE_H
+#define GP_KSTATE_H
+
+#include "batching/engine.h"
+
+/* The executors' msg_start: J0, E_K(J0) and a fresh set of MAC powers. */
+int gp_kstate_msg_start(gp_engine *e, gp_msg *m);
+/* The MAC powers job j of message m reads: its key's (GCM), or the message's own powers of r
+ * (ChaCha20-Poly1305), each made the first time a request of the message needs it. */
+const gp_mac_pows *gp_kstate_pows(gp_msg *m, const gp_key_sched *ks, const gp_job *j);
+/* The same for request r planned on its message's state now (the state it will run from); NULL
+ * unless it is a ChaCha20-Poly1305 data request that may have body units. */
+const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r);
+/* The executors' prepare: a ChaCha20-Poly1305 request's powers of r, when it has body units, on
+ * the submitter's thread rather than on the batch's one leader (a 16 KiB body reads 41 of the
+ * table's 97 entries). */
+void gp_kstate_prepare(gp_engine *e, gp_request *r);
+
+#endif

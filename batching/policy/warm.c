@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The GPU's warm-up (backend=auto): once the process shows demand, a thread of its own opens the GPU
+ * when some CPU is free and measures the hybrid policy (hybrid.c), so no caller waits for either. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/async.h>
+
+#include "batching/async_wait.h"
+#include "batching/core/core.h"
+#include "batching/policy/internal.h"
+
+/* The warm-up should stop at its next step (engine freed, or process exiting). */
+int gp_warm_stopping(gp_engine *e)
+{
+    return atomic_load(&e->warm_stop) || gp_process_exiting();
+}
+
+/*
+ * Is every CPU this process may run on busy right now? /proc/loadavg's fourth field counts the
+ * threads runnable at this instant (the caller among them). Opening the GPU costs CPU time in its
+ * own thread and in the driver, and a byte through the cuda executor costs the host more CPU than
+ * the default provider's own crypto (bench/RESULTS.md, "CPU seconds per GB, one process"): with no
+ * core free the GPU cannot add throughput, only take it (`speed -multi` with one child per core is
+ * that case). Anything unreadable counts as not busy.
+ */
+_Atomic int gp_test_cpus_saturated = -1;
+
+static int cpus_saturated(void)
+{
+    const int t = atomic_load(&gp_test_cpus_saturated);
+    unsigned run = 0, all = 0;
+    double l1, l5, l15;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    FILE *f;
+    int n;
+
+    if (t >= 0)
+        return t;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        cpus = CPU_COUNT(&set);
+    if (cpus <= 1 || (f = fopen("/proc/loadavg", "r")) == NULL)
+        return 0;
+    n = fscanf(f, "%lf %lf %lf %u/%u", &l1, &l5, &l15, &run, &all);
+    fclose(f);
+    return n == 5 && run >= (unsigned)cpus;
+}
+
+/*
+ * The warm-up looks at the CPUs this long after the demand that started it, and again as long as
+ * every one is busy: `speed -multi` forks all its children at once, and the first to show demand
+ * looked before its siblings ran. A warm-up waiting here opens nothing, and at exit or engine free
+ * it stops within a millisecond.
+ */
+#define GP_WARM_LOOK_MS 200
+
+/* 1 once some CPU is free; 0 if the warm-up is to stop first. */
+static int wait_for_free_cpu(gp_engine *e)
+{
+    for (;;) {
+        for (int i = 0; i < GP_WARM_LOOK_MS; i++) {
+            if (gp_warm_stopping(e))
+                return 0;
+            gp_sleep_1ms();
+        }
+        if (!cpus_saturated())
+            return 1;
+    }
+}
+
+/* This thread's CPU time (the warm-up's share of the process's CPU seconds per GB). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *warmup_main(void *v)
+{
+    gp_engine *e = v;
+    const gp_executor *gpu = e->exec[GP_EXEC_CUDA];
+
+    /* gp_warm_finish may have to leave this thread running: keep our code mapped. */
+    gp_async_pin_module();
+    /* At normal priority: at SCHED_IDLE, on busy cores, the opening never finished, and processes
+     * that exited waited out the exit bound (batching/base/base.c) and then crashed in the CUDA
+     * runtime's teardown. */
+    uint64_t t0, c0, t1, c1;
+
+    if (!wait_for_free_cpu(e)) {
+        atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+        gp_exit_guard_leave();
+        return NULL;
+    }
+    t0 = gp_now_ns();
+    c0 = thread_cpu_ns();
+    if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
+        t1 = gp_now_ns();
+        c1 = thread_cpu_ns();
+        e->warm_open_ns = t1 - t0;
+        e->warm_open_cpu_ns = c1 - c0;
+        if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
+            gp_hybrid_warm(e, gpu);
+        e->warm_calib_ns = gp_now_ns() - t1;
+        e->warm_calib_cpu_ns = thread_cpu_ns() - c1;
+    }
+    atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+    atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
+    gp_exit_guard_leave();
+    return NULL;
+}
+
+/*
+ * Does this process show work the GPU could win (hybrid.c's rules)? A message started inside an
+ * async job, or by a second thread. A single-threaded synchronous process (an nginx worker,
+ * `openssl speed` without -async_jobs, each child of `speed -multi`) would route every message of
+ * up to lone_gpu_bytes to the cpu executor anyway, so it never opens CUDA: creating a context and
+ * calibrating beside the work would only take CPU from it. Large messages are the third sign
+ * (batching/engine.c, submit_one and gp_engine_note_large).
+ */
+int gp_warm_demand(gp_engine *e)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), seen;
+    unsigned gen = gp_fork_generation();
+
+    if (ASYNC_get_current_job() != NULL)
+        return 1;
+    if (atomic_load_explicit(&e->caller_gen, memory_order_relaxed) != gen + 1) {
+        /* The first message of this process (a forked child finds its parent's value). */
+        atomic_store_explicit(&e->first_caller, self, memory_order_relaxed);
+        atomic_store_explicit(&e->caller_gen, gen + 1, memory_order_relaxed);
+        return 0;
+    }
+    seen = atomic_load_explicit(&e->first_caller, memory_order_relaxed);
+    return seen != self;
+}
+
+
+/*
+ * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens
+ * (when some CPU is free to drive it, warmup_main) and the hybrid policy measures in a thread of its
+ * own, once per process; until it is done every message goes to the cpu executor, so no caller ever waits
+ * for it. Returns 1 once the warm-up is over; `start`: start it now if it has not started.
+ */
+int gp_warm_start(gp_engine *e, int start)
+{
+    unsigned gen = gp_fork_generation();
+    int done;
+
+    if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
+        return 1;
+    /* Started in this process and not done: no lock (every message start asks until then). */
+    if (!start || atomic_load_explicit(&e->warm_started_gen, memory_order_acquire) == gen + 1)
+        return 0;
+    pthread_mutex_lock(&e->open_lock);
+    gp_engine_check_fork(e);
+    if (!e->warm_started || e->warm_gen != gen) {
+        e->warm_started = 1;
+        e->warm_gen = gen;
+        atomic_store(&e->warm_done, 0);
+        atomic_store_explicit(&e->warm_started_gen, gen + 1, memory_order_release);
+        gp_exit_guard_enter();
+        if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
+            gp_exit_guard_leave();
+            e->warm_started = 0;
+            atomic_store(&e->warm_done, 1);   /* no thread: open on the caller, as before */
+        }
+    }
+    done = atomic_load(&e->warm_done);
+    pthread_mutex_unlock(&e->open_lock);
+    return done;
+}
+
+int gp_warm_finish(gp_engine *e)
+{
+    pthread_mutex_lock(&e->open_lock);
+    if (e->warm_started && e->warm_gen == gp_fork_generation()) {
+        pthread_mutex_unlock(&e->open_lock);
+        /* The warm-up stops at its next step; a step inside the CUDA runtime cannot be cut short,
+         * and at process exit the runtime's own teardown may never let it return. Wait a while,
+         * then leave the engine to that thread (a leak at exit, not a hang). */
+        atomic_store(&e->warm_stop, 1);
+        for (int i = 0; i < 500 && !atomic_load(&e->warm_done); i++)
+            gp_sleep_1ms();
+        if (!atomic_load(&e->warm_done)) {
+            pthread_detach(e->warm_thread);
+            return 0;
+        }
+        pthread_join(e->warm_thread, NULL);
+    } else {
+        pthread_mutex_unlock(&e->open_lock);
+    }
+    return 1;
+}
+
+void gp_warm_print(gp_engine *e)
+{
+    if (e->warm_started && atomic_load_explicit(&e->warm_done, memory_order_acquire)
+        && e->warm_gen == gp_fork_generation() && e->warm_open_ns != 0)
+        gp_log_line("gpuprov warm-up: open %.1f ms (thread cpu %.1f ms), measure %.1f ms (thread cpu"
+                    " %.1f ms)\n", e->warm_open_ns / 1e6, e->warm_open_cpu_ns / 1e6,
+                    e->warm_calib_ns / 1e6, e->warm_calib_cpu_ns / 1e6);
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# The call graph between batching/'s units, read from the object files: fails on a cycle, printing it.
+"""Which unit of batching/ uses which, and whether the uses go one way.
+
+An edge A -> B means: code of unit A names a function or global (an undefined symbol of one of
+A's objects) that unit B defines. Units: a .c file directly in batching/ is a unit with its header
+(x.c and x.h are one unit); the files of a subfolder (batching/core/, batching/policy/, ...) are one
+unit, the folder, which has a private header. Static inline functions of a header are compiled into
+their callers, so a call to one counts where the symbols it names are defined.
+
+Usage: unit_graph.py --src BATCHING_DIR OBJ_OR_ARCHIVE...   (nm from binutils)
+Exit status 0: no cycle; 1: a cycle (each printed with the symbols of each edge); 2: usage error.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+
+def source_units(src):
+    """Meson's object name of each source ('core/key.c' -> 'core_key.c.o') -> its unit."""
+    units = {}
+    for root, _dirs, files in os.walk(src):
+        for f in files:
+            if not f.endswith('.c'):
+                continue
+            rel = os.path.relpath(os.path.join(root, f), src)
+            parts = rel.split(os.sep)
+            unit = parts[0] if len(parts) > 1 else f[:-2]
+            units['_'.join(parts) + '.o'] = unit
+    return units
+
+
+def unit_of(member, units):
+    name = os.path.basename(member)
+    if name in units:
+        return units[name]
+    # Not built from a source under --src (an old tree's layout): one unit per source file.
+    return re.sub(r'\.(c|cu)\.o$|\.o$', '', name)
+
+
+def read_symbols(paths, units):
+    """{unit: (defined set, undefined set)} from `nm -A` over objects and archives."""
+    defs, uses = {}, {}
+    for path in paths:
+        out = subprocess.run(['nm', '-A', path], check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            # archive.a:member.o:ADDR T sym | obj.o:ADDR T sym | ...:         U sym
+            m = re.match(r'^(.*?):\s*(?:[0-9a-fA-F]+)?\s+([A-Za-z])\s+(\S+)$', line)
+            if m is None:
+                continue
+            where, kind, sym = m.groups()
+            member = where.split(':')[-1]
+            if path.endswith('.a') and ':' not in where:
+                continue   # the archive's index
+            unit = unit_of(member, units)
+            if kind == 'U':
+                uses.setdefault(unit, set()).add(sym)
+            elif kind in 'TDBRCGSVW':   # defined, global
+                defs.setdefault(unit, set()).add(sym)
+    return defs, uses
+
+
+def edges_of(defs, uses):
+    owner = {}
+    for unit, syms in defs.items():
+        for s in syms:
+            owner.setdefault(s, unit)
+    edges = {}
+    for unit, syms in uses.items():
+        for s in syms:
+            to = owner.get(s)
+            if to is not None and to != unit:
+                edges.setdefault(unit, {}).setdefault(to, set()).add(s)
+    return edges
+
+
+def strongly_connected(nodes, edges):
+    """Tarjan's algorithm: the components with more than one unit are the cycles."""
+    index, low, on, stack, comps, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            comps.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return [c for c in comps if len(c) > 1]
+
+
+def a_cycle(comp, edges):
+    """One cycle through the component's first unit (breadth-first back to it)."""
+    start, inside = comp[0], set(comp)
+    prev, frontier = {start: None}, [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(edges.get(v, {})):
+                if w not in inside:
+                    continue
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    return [start] + list(reversed(path[:-1])) + [start] if len(path) > 1 else [start, v, start]
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return comp
+
+
+def layers(nodes, edges):
+    """Each unit's height: 0 for units that use none, else one more than the highest it uses."""
+    height = {}
+
+    def h(v, seen=()):
+        if v in height:
+            return height[v]
+        if v in seen:
+            return 0
+        height[v] = 1 + max((h(w, seen + (v,)) for w in edges.get(v, {})), default=-1)
+        return height[v]
+
+    for v in nodes:
+        h(v)
+    return height
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--src', required=True, help='the batching/ source folder')
+    ap.add_argument('objects', nargs='+', help='object files or static libraries of batching/')
+    args = ap.parse_args()
+    units = source_units(args.src)
+    defs, uses = read_symbols(args.objects, units)
+    nodes = set(defs) | set(uses)
+    # Objects not built from a source under --src (the kernels' object) are listed, not checked:
+    # they name nothing of batching/.
+    outside = {n for n in nodes if n not in set(units.values())}
+    edges = edges_of(defs, uses)
+    comps = strongly_connected(nodes, edges)
+    height = layers(nodes, edges) if not comps else {}
+
+    if not nodes & set(units.values()):
+        print('unit_graph: no object built from a source under %s: nothing was checked' % args.src)
+        return 2
+    print('units of %s and the units each one uses (symbols named):' % args.src)
+    for v in sorted(nodes, key=lambda n: (-height.get(n, 0), n)):
+        outs = edges.get(v, {})
+        tag = ' [layer %d]' % height[v] if v in height else ''
+        print('  %s%s -> %s' % (v, tag, ', '.join(sorted(outs)) if outs else '(nothing)'))
+        for w in sorted(outs):
+            print('      %s: %s' % (w, ' '.join(sorted(outs[w]))))
+    if outside:
+        print('(objects not built from --src: %s)' % ', '.join(sorted(outside)))
+    if not comps:
+        print('unit_graph: no cycle among %d units' % len(nodes))
+        return 0
+    for comp in comps:
+        cyc = a_cycle(comp, edges)
+        print('unit_graph: CYCLE among %d units {%s}; one cycle:' % (len(comp), ', '.join(comp)))
+        for a, b in zip(cyc, cyc[1:]):
+            print('    %s -> %s  (%s)' % (a, b, ' '.join(sorted(edges[a][b]))))
+        print('  every use inside it:')
+        for a in comp:
+            for b in sorted(edges.get(a, {})):
+                if b in comp:
+                    print('    %s -> %s  (%s)' % (a, b, ' '.join(sorted(edges[a][b]))))
+    return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
