@@ -24,10 +24,7 @@ count() {   # CONF QUERY N
   OPENSSL_CONF=$1 OPENSSL_MODULES=$build/provider valgrind --tool=callgrind --callgrind-out-file="$out" \
     "$bench" "$cipher" "$2" "$bytes" "$mode" "$dir" "$3" >/dev/null 2>"$tmp/err" \
     || { cat "$tmp/err" >&2; exit 1; }
-  callgrind_annotate --inclusive=no --threshold=100 "$out" 2>/dev/null | awk '
-    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
-    /gpuprov\.so/ { v = $1; gsub(",", "", v); if (v ~ /^[0-9]+$/) own += v }
-    END { printf "%d %d\n", total, own }'
+  python3 "$root/bench/callgrind_sum.py" "$out" 'gpuprov\.so$'
 }
 
 read -r d1 _ < <(count "$tmp/stock.cnf" "" $n1)

@@ -97,7 +97,7 @@ int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const uns
         ctx->enc = 1;
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
-        gp_lane_rearm(ctx);
+        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
         return lane_reinit(ctx, ctx->lane.d->einit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
@@ -112,7 +112,7 @@ int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const uns
         ctx->enc = 0;
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
-        gp_lane_rearm(ctx);
+        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
         return lane_reinit(ctx, ctx->lane.d->dinit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 0);

@@ -30,6 +30,8 @@ typedef struct gp_cpu_lane {
      * message, no TLS record pending, AES (tail) and no counting. Recomputed by gp_lane_rearm at
      * the end of every entry point but the shortcut itself, the only places where those change. */
     OSSL_FUNC_cipher_update_fn *go;
+    OSSL_FUNC_cipher_update_fn *go_when_started;   /* `go` for a started message: the default's
+                                                     * update where tail and not count, else NULL */
     int count;                  /* knob stats: count its updates and their bytes */
     int tail;                   /* AES: the default's code returns with the vector state clean, so
                                  * its functions may be the last act (a tail call); ChaCha20's
@@ -131,8 +133,7 @@ int gp_lane_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t 
 
 static inline void gp_lane_rearm(gp_cipher_ctx *ctx)
 {
-    ctx->lane.go = ctx->lane.d != NULL && ctx->lane.tail && !ctx->lane.count
-                   && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0 ? ctx->lane.d->update : NULL;
+    ctx->lane.go = ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0 ? ctx->lane.go_when_started : NULL;
 }
 
 /* Has the engine's routing stayed as it was when the lane was chosen? */

@@ -66,6 +66,7 @@ static int lane_choose(gp_cipher_ctx *ctx)
     ctx->lane.ivlen = d->ivlen;
     ctx->lane.count = ctx->provctx->knobs.stats != 0;
     ctx->lane.tail = ctx->info->alg == GP_ALG_AES_CTR || ctx->info->alg == GP_ALG_AES_GCM;
+    ctx->lane.go_when_started = ctx->lane.tail && !ctx->lane.count ? d->update : NULL;
     /* A decryption's tag may have been set before the lane opened (SET_TAG before the key): the
      * lane's context needs it for Final. */
     if (ctx->info->aead && !ctx->enc && ctx->tag_expected) {
@@ -173,6 +174,7 @@ int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src)
     dst->lane.pinned = src->lane.pinned;
     dst->lane.count = src->lane.count;
     dst->lane.tail = src->lane.tail;
+    dst->lane.go_when_started = src->lane.go_when_started;
     return 1;
 }
 
