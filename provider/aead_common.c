@@ -115,6 +115,12 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
         GP_RAISE(ctx->key == NULL ? GP_R_NO_KEY_SET : GP_R_NO_IV_SET);
         goto done;
     }
+    /* The explicit nonce is the IV's last 8 bytes: an AEAD_IVLEN set shorter after TLS1_IV_FIXED
+     * would put it before the IV (found by fuzz_evp_diff; OpenSSL 3.0's default writes there). */
+    if (ctx->ivlen < TLS_GCM_EXPLICIT_IV_LEN) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);
+        goto done;
+    }
     /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
     if (ctx->enc && ++ctx->tls_enc_records == 0) {
         GP_RAISE(GP_R_TOO_MANY_RECORDS);
