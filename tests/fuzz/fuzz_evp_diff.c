@@ -124,6 +124,7 @@ typedef struct {
     int empty_drew_iv;       /* GCM: a 0-byte EVP_Cipher drew the default's random IV, not gpuprov's (F1) */
     int rekeyed_tls_pending; /* ChaCha20-Poly1305: a key re-init with a TLS1_AAD pending (F14) */
     int iv_tls_pending;      /* GCM: an IV re-init with a TLS1_AAD pending (F15) */
+    int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
     int stale_iv;            /* GCM: AEAD_IVLEN changed after the IV was set (open finding F4) */
     int tls_aad_refused;     /* a TLS1_AAD (GCM) or record (ChaCha20-Poly1305) failed since the cipher init (F5) */
     int ref_tag_clobbered;   /* GCM: the default's tag buffer was overwritten (R2, R3): finding + 1 */
@@ -367,6 +368,7 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_GCM_REFUSED_TLS_AAD, F_GCM_SHORT_RANDOM_IV, F_CCP_CIPHER_FINAL, F_AEAD_REKEY_MIDMSG,
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
+       F_GCM_FINAL_TLS_PENDING,
        R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_TLS_AAD_CLOBBERS, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
@@ -384,6 +386,7 @@ static const char *const finding_name[F_COUNT] = {
     "F13: ChaCha20-Poly1305 with a TLS1_AAD pending: an AAD update fails on gpuprov (invalid TLS record), the default takes it as AAD",
     "F14: ChaCha20-Poly1305 key re-init with a TLS1_AAD pending: the default drops TLS record mode, gpuprov keeps it",
     "F15: GCM IV re-init with a TLS1_AAD pending: gpuprov leaves TLS record mode, the default stays in it",
+    "F16: GCM Final with a TLS1_AAD pending: both refuse; the default leaves TLS record mode and ends the message, gpuprov stays in TLS mode",
     "R2 (default provider): GCM encrypt: a refused SET_TAG still overwrites the default's computed tag",
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
@@ -402,6 +405,8 @@ static int state_finding(const fz *f)
         return F_CCP_REKEY_TLS_PENDING;
     if (f->iv_tls_pending)
         return F_GCM_IV_TLS_PENDING;
+    if (f->final_tls_pending)
+        return F_GCM_FINAL_TLS_PENDING;
     if (f->rekeyed_midmsg)
         return F_AEAD_REKEY_MIDMSG;
     if (f->fixed_midmsg)
@@ -525,7 +530,7 @@ static void model_fresh(fz *f, int enc, int key)
     f->data_seen = f->tag_set = f->tag_ready = f->tls_pending = f->nondet = f->stale_iv = f->tag_nondet = 0;
     f->tls_aad_refused = f->ref_tag_clobbered = f->rekeyed_midmsg = f->fixed_midmsg = 0;
     f->chacha_reinit_midblock = f->dir_flipped = f->tls_version_set = f->tls_mac_set = f->touched = 0;
-    f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = 0;
+    f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = f->final_tls_pending = 0;
     f->text = 0;
     f->partial_seen = 0;
 }
@@ -900,6 +905,8 @@ static void op_final(fz *f, reader *r)
     }
     if (!check_rc(f, OP_FINAL, &d, "Final"))
         return;
+    if (f->ai->kind == K_GCM && f->tls_pending && !ok_rc(d.rc[0]))
+        f->final_tls_pending = 1;
     if (is_aead(f) && !ok_rc(d.rc[0]) && !ok_rc(d.rc[1]) && d.reason == GP_R_TAG_NOT_SET && !f->enc && !f->tag_set) {
         /* Both refuse, but gpuprov's message stays open (no tag was set: test_badinput
          * test_final_tag_checks) where the default's failed verification reset its MAC. */
