@@ -929,7 +929,8 @@ static void op_final(fz *f, reader *r)
         }
         f->msg = MSG_FINISHED;
         f->tag_ready = f->enc && ok_rc(d.rc[0]);
-        f->tag_set = 0;
+        if (!f->enc)
+            f->tag_set = 0;   /* a decrypt Final uses the expected tag up (an encrypt one keeps it) */
     }
 }
 
