@@ -365,7 +365,7 @@ static const char *stricter_case(const fz *f, enum op op, const duo_rc *d)
  * Remove an entry when gpuprov is fixed.
  */
 enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GCM_IVLEN_STALE_IV,
-       F_GCM_REFUSED_TLS_AAD, F_GCM_SHORT_RANDOM_IV, F_CCP_CIPHER_FINAL, F_AEAD_REKEY_MIDMSG,
+       F_GCM_REFUSED_TLS_AAD, F_CCP_CIPHER_FINAL, F_AEAD_REKEY_MIDMSG,
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
@@ -376,7 +376,6 @@ static const char *const finding_name[F_COUNT] = {
     "F3: GCM SET_TAG with a length and no bytes (data NULL) succeeds on gpuprov (default GCM refuses)",
     "F4: GCM AEAD_IVLEN changed after the IV was set: gpuprov forgets the IV, 3.0's default keeps the old bytes",
     "F5: after a refused TLS1_AAD, or a failed TLS record (ChaCha20-Poly1305), the default stays in TLS record mode, gpuprov does not",
-    "F6: GCM encryption with no IV and AEAD_IVLEN < 12: gpuprov draws a random IV that short, default refuses (needs >= 12)",
     "F7: ChaCha20-Poly1305 EVP_Cipher(ctx, out, NULL, 0): gpuprov finishes the message (tag), the default does nothing",
     "F8: AEAD key-only re-init mid-message: gpuprov restarts the message from its IV, the default goes on (GCM: from a zeroed state)",
     "F9: ChaCha20-Poly1305 TLS1_IV_FIXED mid-message, then plain updates: gpuprov restarts the message with that nonce, the default swaps the nonce under its running counter and MAC",
@@ -436,8 +435,6 @@ static int open_finding(const fz *f, enum op op, const duo_rc *d)
     if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
         && d->reason == GP_R_INVALID_TLS_RECORD)
         return F_CCP_AAD_IN_TLS_MODE;
-    if (f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->ivlen < 12 && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
-        return F_GCM_SHORT_RANDOM_IV;
     return -1;
 }
 
@@ -706,7 +703,7 @@ static void op_set_ivlen(fz *f, reader *r)
 /* Does this call start a GCM encryption without an IV (each side draws a random one)? */
 static void note_random_iv(fz *f)
 {
-    if (f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set)
+    if (f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set && f->ivlen >= 12)
         f->nondet = 1;
 }
 

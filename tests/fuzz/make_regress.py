@@ -37,7 +37,7 @@ seqs = {
  "f5-ccp-failed-tls-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12),
                                bytes([mc.TLS_RECORD, 0x1c]) + mc.enc_len(10) + bytes([1, 5]) + mc.lit(bytes(5)),
                                mc.tls_fixed(IV12b), mc.final()),
- "f6-gcm-short-random-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.set_ivlen(8), mc.final()),
+ "b3-gcm-short-random-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.set_ivlen(8), mc.final()),
  "f7-ccp-cipher-final": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), mc.data(bytes(10)), final_cipher(),
                           mc.get_tag()),
  "f8-gcm-rekey-midmsg": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(16)),
