@@ -121,10 +121,13 @@ typedef struct {
     int has_cipher, enc, key_set, stream_iv, data_seen, tag_set, tag_ready, tls_pending;
     int nondet;              /* GCM drew a random IV on each side: outputs differ by design */
     int tag_nondet;          /* the last tag computed came from such a message */
+    int tag_finding;         /* the open finding the last tag was computed under, or -1 */
     int empty_drew_iv;       /* GCM: a 0-byte EVP_Cipher drew the default's random IV, not gpuprov's (F1) */
     int rekeyed_tls_pending; /* ChaCha20-Poly1305: a key re-init with a TLS1_AAD pending (F14) */
     int iv_tls_pending;      /* GCM: an IV re-init with a TLS1_AAD pending (F15) */
     int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
+    int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
+    uint64_t aad_bytes;      /* AAD since the IV was set */
     int stale_iv;            /* GCM: AEAD_IVLEN changed after the IV was set (open finding F4) */
     int tls_aad_refused;     /* a TLS1_AAD (GCM) or record (ChaCha20-Poly1305) failed since the cipher init (F5) */
     int ref_tag_clobbered;   /* GCM: the default's tag buffer was overwritten (R2, R3): finding + 1 */
@@ -294,7 +297,8 @@ static void new_message(fz *f)
     f->tls_pending = 0;
     f->nondet = 0;
     f->stale_iv = f->rekeyed_midmsg = f->fixed_midmsg = f->chacha_reinit_midblock = f->dir_flipped = 0;
-    f->empty_drew_iv = f->rekeyed_tls_pending = 0;
+    f->empty_drew_iv = f->rekeyed_tls_pending = f->ref_aad_padded = 0;
+    f->aad_bytes = 0;
     f->touched = 0;
     f->text = 0;
     f->partial_seen = 0;
@@ -369,7 +373,7 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
-       R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_TLS_AAD_CLOBBERS, F_COUNT };
+       R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
     "F2: AEAD_TAGLEN reads differently (default: ChaCha20-Poly1305 0 until a tag is set, GCM 16 after an encrypt Final; gpuprov: the length last set, else 16)",
@@ -389,6 +393,7 @@ static const char *const finding_name[F_COUNT] = {
     "R2 (default provider): GCM encrypt: a refused SET_TAG still overwrites the default's computed tag",
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
+    "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -406,6 +411,8 @@ static int state_finding(const fz *f)
         return F_GCM_IV_TLS_PENDING;
     if (f->final_tls_pending)
         return F_GCM_FINAL_TLS_PENDING;
+    if (f->ref_aad_padded)
+        return R_GCM_EMPTY_CIPHER_PADS_AAD;
     if (f->rekeyed_midmsg)
         return F_AEAD_REKEY_MIDMSG;
     if (f->fixed_midmsg)
@@ -528,8 +535,11 @@ static void model_fresh(fz *f, int enc, int key)
     f->tls_aad_refused = f->ref_tag_clobbered = f->rekeyed_midmsg = f->fixed_midmsg = 0;
     f->chacha_reinit_midblock = f->dir_flipped = f->tls_version_set = f->tls_mac_set = f->touched = 0;
     f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = f->final_tls_pending = 0;
+    f->ref_aad_padded = 0;
+    f->aad_bytes = 0;
     f->text = 0;
     f->partial_seen = 0;
+    f->tag_finding = -1;
 }
 
 /* Both sides restart from a fresh context with the model's key (if any) and no IV: the message a
@@ -759,6 +769,7 @@ static int op_aad_chunk(fz *f, reader *r)
     if (len > 0) {
         note_random_iv(f);
         after_started(f);
+        f->aad_bytes += len;
     }
     return 1;
 }
@@ -831,6 +842,9 @@ static int data_update(fz *f, reader *r, enum op op)
         }
         if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set)
             f->empty_drew_iv = 1;   /* the default went through its IV setup, gpuprov returned first */
+        if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->msg == MSG_STARTED && !f->data_seen
+            && f->aad_bytes % 16 != 0)
+            f->ref_aad_padded = 1;   /* the default ends its AAD block there, SP 800-38D does not */
         if (len > 0) {
             note_random_iv(f);
             if (!f->nondet && !compare_bytes(f, "data update output", ob[0], ob[1],
@@ -922,7 +936,8 @@ static void op_final(fz *f, reader *r)
         if (ok_rc(d.rc[0])) {
             note_random_iv(f);
             f->ref_tag_clobbered = 0;
-            f->tag_nondet = f->nondet || state_finding(f) >= 0;   /* a tag that may differ */
+            f->tag_nondet = f->nondet;
+            f->tag_finding = state_finding(f);   /* a tag that may differ, by that finding */
         }
         f->msg = MSG_FINISHED;
         f->tag_ready = f->enc && ok_rc(d.rc[0]);
@@ -959,6 +974,9 @@ static void op_get_tag(fz *f, reader *r)
     if (f->ref_tag_clobbered && !strict_findings) {
         trace(f, "   tag not compared: %s\n", finding_name[f->ref_tag_clobbered - 1]);
         finding_hits[f->ref_tag_clobbered - 1]++;
+    } else if (f->tag_finding >= 0 && !strict_findings && memcmp(tag[0], tag[1], sizeof(tag[0])) != 0) {
+        trace(f, "   tag differs: open finding %s\n", finding_name[f->tag_finding]);
+        finding_hits[f->tag_finding]++;
     } else if (!f->nondet && !f->tag_nondet && !compare_bytes(f, "tag", tag[0], tag[1], sizeof(tag[0]))) {
         return;
     }

@@ -47,7 +47,7 @@ seqs = {
  "f10-chacha20-reinit-midblock": S("ChaCha20", mc.cipher_init(1, key=K32, iv=IV16), mc.data(bytes(75)), mc.reinit(None),
                                    mc.data(bytes(41))),
  "f11-ccp-direction-flip": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.data(bytes(20)), mc.reinit(1),
-                             mc.final()),
+                             mc.final(), mc.get_tag()),
  "f12-ctr-tls-mac": S("AES-128-CTR", mc.cipher_init(0, key=K16, iv=IV16), params(1, 0), params(2, 16), mc.data(bytes(40))),
  "f13-ccp-aad-in-tls-mode": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), pending(), mc.aad(bytes(5))),
  "f14-ccp-rekey-tls-pending": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
