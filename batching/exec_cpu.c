@@ -415,8 +415,11 @@ static int cpu_msg_copy(gp_msg *dst, const gp_msg *src)
     } else {
         return 1;
     }
-    /* The copy holds the source's key, but the provider gives the copy its own key object. */
-    dst->cpu_key_id = dst->key != NULL ? dst->key->id : 0;
+    /* The copied context holds whatever key the source's context last took, which need not be the
+     * key the copy is given: a key-only or key+IV re-init changes the key before the message
+     * restarts (fuzz_evp_diff found a copy taken in between encrypting under the old key). So the
+     * copy re-keys its context at its next start. */
+    dst->cpu_key_id = 0;
     dst->cpu_ivlen = src->cpu_ivlen;
     return 1;
 }

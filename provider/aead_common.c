@@ -15,6 +15,7 @@
 #define AEAD_TAG_LEN 16
 #define GCM_MAX_IV_LEN 128        /* the default provider's limit (1024 bits) */
 #define CHACHAPOLY_IV_LEN 12
+#define GCM_RANDOM_IV_MIN_LEN 12  /* SP 800-38D §8.2.2: an RBG-based IV has a random field of >= 96 bits */
 
 static int is_gcm(const gp_cipher_ctx *ctx)
 {
@@ -133,8 +134,9 @@ static int ensure_started(gp_cipher_ctx *ctx)
         GP_RAISE(GP_R_MESSAGE_FINISHED);
         return 0;
     case GP_IV_UNSET:
-        /* As the default provider: a GCM encryption without an IV gets a random one. */
-        if (!is_gcm(ctx) || !ctx->enc) {
+        /* As the default provider: a GCM encryption without an IV gets a random one, of at least
+         * 96 bits (SP 800-38D §8.2.2; a shorter random IV repeats: found by fuzz_evp_diff). */
+        if (!is_gcm(ctx) || !ctx->enc || ctx->ivlen < GCM_RANDOM_IV_MIN_LEN) {
             GP_RAISE(GP_R_NO_IV_SET);
             return 0;
         }
@@ -164,6 +166,12 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     }
     if (ctx->key == NULL || !ctx->iv_gen) {
         GP_RAISE(ctx->key == NULL ? GP_R_NO_KEY_SET : GP_R_NO_IV_SET);
+        goto done;
+    }
+    /* The explicit nonce is the IV's last 8 bytes: an AEAD_IVLEN set shorter after TLS1_IV_FIXED
+     * would put it before the IV (found by fuzz_evp_diff; OpenSSL 3.0's default writes there). */
+    if (ctx->ivlen < TLS_GCM_EXPLICIT_IV_LEN) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);
         goto done;
     }
     /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
@@ -300,6 +308,9 @@ static GP_NOINLINE int lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, s
     if (is_gcm(ctx) ? out != in || inl < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN
                     : out == NULL || in == NULL || inl != ctx->tls_payload + AEAD_TAG_LEN) {
         GP_RAISE(GP_R_INVALID_TLS_RECORD);
+        ok = 0;
+    } else if (is_gcm(ctx) && ctx->ivlen < TLS_GCM_EXPLICIT_IV_LEN) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);   /* as gcm_tls_record: the nonce would precede the IV */
         ok = 0;
     } else {
         if (ctx->lane.count) {

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds gpuprov and runs every test suite that this machine can run, then the same suites again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded engine and async tests under
-# ThreadSanitizer, then on a GPU machine the gpu suite. The README's test command.
+# ThreadSanitizer, the differential fuzz target for a bounded time, then on a GPU machine the gpu
+# suite. The README's test command.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -49,8 +50,13 @@ meson setup build-tsan --reconfigure -Dcuda=disabled -Db_sanitize=thread -Db_lun
 ninja -C build-tsan tests/unit/test_engine tests/unit/test_key_table tests/evp/evp-async provider/test-module/gpuprov.so
 TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
   meson test -C build-tsan --no-rebuild engine-host key-table async-host async-host-unwatch-race --print-errorlogs --timeout-multiplier 4
+# The differential fuzz target (tests/fuzz: clang, libFuzzer + ASan + UBSan, its own build dir)
+# for FUZZ_SECONDS on each of the host and cpu executors; any difference or sanitizer report fails.
+for ex in host cpu; do
+  bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-60}"
+done
 # The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
 # without one, tests/gpu/run.sh says so and skips.
 GPU_STEPS=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck} \
   WYCHEPROOF_DIR="$wp" bash tests/gpu/run.sh build-gpu
-echo "run-all: all suites passed (plain, ASan+UBSan, TSan for the engine and async tests; gpu where present)"
+echo "run-all: all suites passed (plain, ASan+UBSan, TSan for the engine and async tests, fuzz_evp_diff; gpu where present)"
