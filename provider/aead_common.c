@@ -99,6 +99,7 @@ int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const uns
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
         ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
+        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
         return lane_reinit(ctx, ctx->lane.d->einit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
@@ -114,6 +115,7 @@ int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const uns
         memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
         gp_lane_restart(ctx);
         ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
+        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
         return lane_reinit(ctx, ctx->lane.d->dinit, iv, ivlen);
     }
     return aead_init(ctx, key, keylen, iv, ivlen, params, 0);
@@ -296,40 +298,6 @@ static inline int aead_lane_fits(gp_cipher_ctx *ctx, const unsigned char *out, s
     return 1;
 }
 
-/* A TLS 1.2 record on the lane: the default provider's context holds the fixed IV and the record
- * header and does the whole record in one call (as its gcm_tls_cipher / chacha20_poly1305 TLS
- * path does); the checks of gcm_tls_record and chachapoly_tls_record that are the provider's own
- * run first. */
-static GP_NOINLINE int lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
-                           const unsigned char *in, size_t inl)
-{
-    int ok;
-
-    if (is_gcm(ctx) ? out != in || inl < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN
-                    : out == NULL || in == NULL || inl != ctx->tls_payload + AEAD_TAG_LEN) {
-        GP_RAISE(GP_R_INVALID_TLS_RECORD);
-        ok = 0;
-    } else if (is_gcm(ctx) && ctx->ivlen < TLS_GCM_EXPLICIT_IV_LEN) {
-        GP_RAISE(GP_R_INVALID_IV_LENGTH);   /* as gcm_tls_record: the nonce would precede the IV */
-        ok = 0;
-    } else {
-        if (ctx->lane.count) {
-            ctx->lane.calls++;
-            ctx->lane.bytes += inl;
-        }
-        ok = ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, inl);
-        gp_cpu_clean_upper_state();
-        if (!ok) {
-            OPENSSL_cleanse(out, inl);   /* nothing of a forged record reaches the caller */
-            GP_RAISE(ctx->enc ? GP_R_INVALID_TLS_RECORD : GP_R_TAG_MISMATCH);
-        }
-    }
-    ctx->iv_state = GP_IV_FINISHED;
-    ctx->tls_aad_len = 0;
-    gp_lane_rearm(ctx);
-    return ok;
-}
-
 /* AAD and data of a message on the lane go straight to the default provider (a tail call); the
  * rest takes aead_update. */
 int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
@@ -342,8 +310,6 @@ int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
             return ctx->lane.go(ctx->lane.algctx, out, outl, outsize, in, inl);
         return gp_lane_tail(ctx, out, outl, outsize, in, inl);
     }
-    if (ctx->lane.d != NULL && ctx->tls_aad_len != 0 && inl - 1 < INT_MAX && outsize >= inl)
-        return lane_tls_record(ctx, out, outl, outsize, in, inl);
     return aead_update(ctx, out, outl, outsize, in, inl);
 }
 
@@ -367,12 +333,9 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         return 1;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
-    if (ctx->tls_aad_len != 0) {
-        if (ctx->lane.d != NULL)
-            return lane_tls_record(ctx, out, outl, outsize, in, inl);
+    if (ctx->tls_aad_len != 0)   /* never on the lane (gp_lane_leave_for_tls) */
         return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, in, inl)
                            : chachapoly_tls_record(ctx, out, outl, in, inl);
-    }
     if (in == NULL) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -429,10 +392,12 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
 
     gp_cpu_clean_upper_state();
     ctx->iv_state = GP_IV_FINISHED;
-    if (ctx->enc)
-        ctx->tag_ready = ok;
-    else
+    if (ctx->enc) {
+        ctx->tag_ready = ctx->lane.has_tag = ok;
+    } else {
         ctx->tag_expected = 0;
+        ctx->lane.tag_synced = 0;
+    }
     /* A wrong tag is the verdict, returned as 0 without an error queued, as the default provider
      * returns it (libssl raises its own for a record). */
     if (!ok && ctx->enc)
@@ -453,6 +418,7 @@ int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
 
         ctx->iv_state = GP_IV_FINISHED;
         ctx->tag_ready = 1;
+        ctx->lane.has_tag = 1;
         ctx->lane.go = NULL;
         if (ctx->lane.tail)
             return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
@@ -461,10 +427,11 @@ int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
         return ok;
     }
     /* And for decryption with its tag set: the default provider's verdict is the result. */
-    if (ctx->lane.d != NULL && !ctx->enc && ctx->tag_expected && ctx->iv_state == GP_IV_STARTED
-        && ctx->tls_aad_len == 0) {
+    if (ctx->lane.d != NULL && !ctx->enc && ctx->tag_expected && ctx->lane.tag_synced
+        && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0) {
         ctx->iv_state = GP_IV_FINISHED;
         ctx->tag_expected = 0;
+        ctx->lane.tag_synced = 0;
         ctx->lane.go = NULL;
         if (ctx->lane.tail)
             return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
@@ -499,8 +466,11 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     }
     if (!ensure_started(ctx))
         return 0;
-    if (ctx->lane.d != NULL)
+    if (ctx->lane.d != NULL) {
+        if (!ctx->enc && !ctx->lane.tag_synced && !gp_lane_sync_tag(ctx))
+            return 0;
         return lane_final(ctx, out, outl, outsize);
+    }
     if (ctx->enc) {
         if (!gp_msg_tag(ctx->msg, ctx->tag)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
@@ -524,8 +494,20 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
 int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl)
 {
+    gp_cipher_ctx *ctx = vctx;
+
     if (in == NULL)
         return gp_aead_final(vctx, out, outl, outsize);
+    /* As the default provider's GCM cipher call: even 0 bytes start an encryption with no IV on a
+     * random one (its update returns before that). */
+    if (inl == 0 && is_gcm(ctx) && ctx->enc && ctx->key != NULL && ctx->iv_state == GP_IV_UNSET
+        && ctx->tls_aad_len == 0) {
+        int ok = ensure_started(ctx);
+
+        gp_lane_rearm(ctx);
+        *outl = 0;
+        return ok;
+    }
     return gp_aead_update(vctx, out, outl, outsize, in, inl);
 }
 
@@ -594,6 +576,7 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     aad[TLS_AAD_LEN - 2] = (uint8_t)(len >> 8);
     aad[TLS_AAD_LEN - 1] = (uint8_t)len;
+    gp_lane_leave_for_tls(ctx);
     ctx->tls_payload = len;
     ctx->tls_aad_len = TLS_AAD_LEN;
     ctx->tls_aad_pad = AEAD_TAG_LEN;   /* the tag the record carries beyond the payload */
@@ -610,29 +593,29 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 
     if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL)
         goto bad;
-    /* Records of this connection run where its first message would: on the lane, the default
-     * provider's context takes the fixed IV (gp_aead_set_ctx_params hands it on) and counts. */
-    gp_lane_tls_setup(ctx);
-    ctx->tls_fixed = 1;
+    /* Records restart the message from the fixed IV: the context leaves the lane (cpu_lane.c). */
     if (!is_gcm(ctx)) {
         /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
         if (len != CHACHAPOLY_IV_LEN)
             goto bad;
+        gp_lane_leave_for_tls(ctx);
+        ctx->tls_fixed = 1;
         memcpy(ctx->iv, p->data, len);
         ctx->ivlen = len;
         ctx->iv_state = GP_IV_BUFFERED;
         return 1;
     }
+    /* RFC 5288 §3: a fixed field of at least 4 bytes and an invocation field of at least 8. */
+    if (len != (size_t)-1 && (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN))
+        goto bad;
+    gp_lane_leave_for_tls(ctx);
+    ctx->tls_fixed = 1;
     if (len == (size_t)-1) {
         /* EVP_CTRL_GCM_SET_IV_FIXED with length -1: the whole IV is given. */
         memcpy(ctx->iv, p->data, ctx->ivlen);
     } else {
-        /* RFC 5288 §3: a fixed field of at least 4 bytes and an invocation field of at least 8. */
-        if (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN)
-            goto bad;
         memcpy(ctx->iv, p->data, len);
-        if (ctx->enc && ctx->lane.d == NULL
-            && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
+        if (ctx->enc && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
             GP_RAISE(GP_R_RANDOM_FAILURE);
             return 0;
         }
@@ -654,8 +637,6 @@ static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         return 0;
     }
     memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
-    if (ctx->lane.d != NULL)
-        return 1;   /* the lane's context takes it too */
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
@@ -682,8 +663,6 @@ static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
-    if (ctx->lane.d != NULL)
-        return lane_get_one(ctx, p);
     if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
         return 0;
     if (olen == 0 || olen > ctx->ivlen)
@@ -706,8 +685,7 @@ static int get_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_IV_LENGTH);
         return 0;
     }
-    if (ctx->lane.d != NULL)
-        return lane_get_one(ctx, p);   /* in TLS 1.2 record mode it counts the invocations */
+    /* The context's own copy is the IV, on the lane too: every IV passes through it. */
     if (!OSSL_PARAM_set_octet_string(p, ctx->iv, ctx->ivlen)
         && !OSSL_PARAM_set_octet_ptr(p, ctx->iv, ctx->ivlen)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
@@ -729,7 +707,7 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
         return 0;
     }
-    if (ctx->lane.d != NULL)
+    if (ctx->lane.has_tag)
         return lane_get_one(ctx, p);
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
@@ -755,7 +733,7 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
         return gp_param_set_size(params, ctx->ivlen);
     /* An encryption on the lane past its Final: the default provider's context answers the rest
      * (GET_TAG after each TLS 1.3 record). */
-    if (ctx->lane.d != NULL && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0)
+    if (ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0)
         return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
     return aead_get_ctx_params(ctx, params);
 }
@@ -842,7 +820,13 @@ static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
         if (!ok)
             return 0;
     }
-    return ctx->lane.d == NULL || gp_lane_set_params(ctx, params);
+    if (ctx->lane.d == NULL)
+        return 1;
+    if (!gp_lane_set_params(ctx, params))
+        return 0;
+    if (OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
+        ctx->lane.tag_synced = ctx->tag_expected;
+    return 1;
 }
 
 const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)

@@ -25,7 +25,6 @@ typedef struct gp_cpu_lane {
     unsigned epoch;             /* its value when the lane was chosen */
     int key_loaded;             /* algctx holds the context's key */
     size_t ivlen;               /* GCM: the IV length algctx is set to */
-    int pinned;                 /* TLS 1.2 record mode was set up on algctx: it stays open */
     /* The default's update while the shortcut may call it straight: the lane open, a started
      * message, no TLS record pending, AES (tail) and no counting. Recomputed by gp_lane_rearm at
      * the end of every entry point but the shortcut itself, the only places where those change. */
@@ -33,6 +32,8 @@ typedef struct gp_cpu_lane {
     OSSL_FUNC_cipher_update_fn *go_when_started;   /* `go` for a started message: the default's
                                                      * update where tail and not count, else NULL */
     int count;                  /* knob stats: count its updates and their bytes */
+    int has_tag;                /* algctx holds the tag of the context's last encrypt Final */
+    int tag_synced;             /* algctx holds the expected tag (SET_TAG) the context holds */
     int tail;                   /* AES: the default's code returns with the vector state clean, so
                                  * its functions may be the last act (a tail call); ChaCha20's
                                  * leaves the upper YMM halves in use (gp_cpu_clean_upper_state) */
@@ -120,8 +121,11 @@ static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsig
 int gp_lane_init(gp_cipher_ctx *ctx);
 /* Start a message from `iv` on the lane's context (its key loaded first where needed). */
 int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
-/* TLS1_IV_FIXED was set: open the lane for the context's records where it belongs there. */
-void gp_lane_tls_setup(gp_cipher_ctx *ctx);
+/* TLS 1.2 record mode (TLS1_IV_FIXED or TLS1_AAD): the context leaves the lane for the engine. */
+void gp_lane_leave_for_tls(gp_cipher_ctx *ctx);
+/* Give the lane's context the expected tag the context holds (set before the lane opened, or
+ * before a re-init the lane's context forgot it at); 0 with an error raised. */
+int gp_lane_sync_tag(gp_cipher_ctx *ctx);
 /* Hand the caller's params to the lane's context; 0 with an error raised. */
 int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
 int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src);
@@ -139,8 +143,7 @@ static inline void gp_lane_rearm(gp_cipher_ctx *ctx)
 /* Has the engine's routing stayed as it was when the lane was chosen? */
 static inline int gp_lane_current(const gp_cipher_ctx *ctx)
 {
-    return ctx->lane.pinned
-           || atomic_load_explicit(ctx->lane.epoch_word, memory_order_relaxed) == ctx->lane.epoch;
+    return atomic_load_explicit(ctx->lane.epoch_word, memory_order_relaxed) == ctx->lane.epoch;
 }
 
 /* A new message on the lane from the context's IV (just copied there): the per-message fields

@@ -17,8 +17,9 @@
  * The lane is chosen when a message starts (gp_engine_cpu_lane): a new context, a new IV, or a
  * new key. A context on the lane asks again only when the engine's routing changed since it chose
  * (the GPU warm-up finished, an executor failed), so an IV-only re-init of a TLS 1.3 connection
- * costs nothing of the engine's. A context whose TLS 1.2 record mode was set up on the lane stays
- * there: the default provider's context then holds the fixed IV and counts the records.
+ * costs nothing of the engine's. TLS 1.2 record mode (TLS1_IV_FIXED, TLS1_AAD) leaves the lane:
+ * each record restarts the message, which the engine's message does from the context's own key
+ * and IV.
  */
 
 static int is_gcm(const gp_cipher_ctx *ctx)
@@ -33,6 +34,14 @@ void gp_lane_close(gp_cipher_ctx *ctx)
 
     if (l->d == NULL)
         return;
+    /* An encryption's tag lives in the lane's context: GET_TAG may still come after it closes. */
+    if (l->has_tag && ctx->tag_ready) {
+        OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, sizeof(ctx->tag));
+        if (!l->d->get_ctx_params(l->algctx, p))
+            ctx->tag_ready = 0;
+    }
     gp_engine_count_lane(ctx->provctx->engine, l->calls, l->bytes);
     l->d->freectx(l->algctx);   /* the default provider cleanses its key schedule */
     memset(l, 0, sizeof(*l));
@@ -48,8 +57,8 @@ static int lane_choose(gp_cipher_ctx *ctx)
     const gp_cpu_direct *d;
     void *algctx;
 
-    /* A context whose TLS 1.2 fixed IV went to the engine's message keeps its records there. */
-    if (ctx->tls_fixed && ctx->lane.d == NULL)
+    /* A context in TLS 1.2 record mode keeps its records on the engine's message. */
+    if (ctx->tls_fixed)
         return 0;
     d = gp_engine_cpu_lane(e, ctx->info->alg, ctx->info->keylen, ctx->last_text_bytes);
     if (d == ctx->lane.d && d != NULL) {
@@ -67,17 +76,32 @@ static int lane_choose(gp_cipher_ctx *ctx)
     ctx->lane.count = ctx->provctx->knobs.stats != 0;
     ctx->lane.tail = ctx->info->alg == GP_ALG_AES_CTR || ctx->info->alg == GP_ALG_AES_GCM;
     ctx->lane.go_when_started = ctx->lane.tail && !ctx->lane.count ? d->update : NULL;
-    /* A decryption's tag may have been set before the lane opened (SET_TAG before the key): the
-     * lane's context needs it for Final. */
-    if (ctx->info->aead && !ctx->enc && ctx->tag_expected) {
+    /* What was set before the lane opened, its context needs too: a GCM IV length other than the
+     * default (an expected tag goes over at Final: gp_lane_sync_tag). */
+    if (is_gcm(ctx) && ctx->ivlen != d->ivlen) {
         OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+        size_t ivlen = ctx->ivlen;
 
-        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, ctx->taglen);
+        p[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &ivlen);
         if (!d->set_ctx_params(algctx, p)) {
             gp_lane_close(ctx);
             return 0;
         }
+        ctx->lane.ivlen = ivlen;
     }
+    return 1;
+}
+
+int gp_lane_sync_tag(gp_cipher_ctx *ctx)
+{
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+    p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, ctx->taglen);
+    if (!ctx->lane.d->set_ctx_params(ctx->lane.algctx, p)) {
+        GP_RAISE(GP_R_INVALID_TAG_LENGTH);
+        return 0;
+    }
+    ctx->lane.tag_synced = 1;
     return 1;
 }
 
@@ -97,6 +121,7 @@ static int lane_einit(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
             goto err;
         l->ivlen = ivlen;
     }
+    l->tag_synced = 0;   /* an init may reset the default's expected tag */
     ok = (ctx->enc ? l->d->einit : l->d->dinit)(l->algctx, key, key != NULL ? ctx->info->keylen : 0,
                                                  iv, iv != NULL ? ivlen : 0, NULL);
     gp_cpu_clean_upper_state();
@@ -133,16 +158,11 @@ int gp_lane_init(gp_cipher_ctx *ctx)
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
-void gp_lane_tls_setup(gp_cipher_ctx *ctx)
+void gp_lane_leave_for_tls(gp_cipher_ctx *ctx)
 {
-    if (ctx->lane.d == NULL && ctx->key != NULL && ctx->iv_state != GP_IV_STARTED) {
-        ctx->tls_fixed = 0;   /* the fixed IV goes to the lane's context with this call */
-        if (lane_choose(ctx) && !lane_einit(ctx, NULL, 0))
-            gp_lane_close(ctx);   /* the key did not load: the engine keeps the records */
-        ctx->tls_fixed = 1;
-    }
-    if (ctx->lane.d != NULL)
-        ctx->lane.pinned = 1;
+    /* TLS 1.2 record mode restarts the message at each record (a TLS1_AAD) from the fixed IV: the
+     * engine's message takes the context from here, from its own key and IV. */
+    gp_lane_close(ctx);
 }
 
 int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
@@ -171,8 +191,9 @@ int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src)
     dst->lane.epoch = src->lane.epoch;
     dst->lane.key_loaded = src->lane.key_loaded;
     dst->lane.ivlen = src->lane.ivlen;
-    dst->lane.pinned = src->lane.pinned;
     dst->lane.count = src->lane.count;
+    dst->lane.has_tag = src->lane.has_tag;
+    dst->lane.tag_synced = src->lane.tag_synced;
     dst->lane.tail = src->lane.tail;
     dst->lane.go_when_started = src->lane.go_when_started;
     return 1;

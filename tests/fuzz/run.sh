@@ -28,11 +28,12 @@ if [ -d "$build/meson-private" ]; then
 else
   CC=clang meson setup "$build" "${opts[@]}" >/dev/null
 fi
-ninja -C "$build" provider/gpuprov.so tests/fuzz/fuzz_evp_diff >/dev/null
+ninja -C "$build" provider/test-module/gpuprov.so tests/fuzz/fuzz_evp_diff >/dev/null
 bin="$build/tests/fuzz/fuzz_evp_diff"
 
 # The executor's environment, as the test suites run it (tests/meson.build exec_env).
-export GPUPROV_FUZZ_MODULE_DIR="$root/$build/provider"
+# The test module: the GPUPROV_TEST_* hooks below exist only there (batching/settings.c).
+export GPUPROV_FUZZ_MODULE_DIR="$root/$build/provider/test-module"
 hybrid_knobs=(GPUPROV_BACKEND=hybrid GPUPROV_MIN_GPU_BYTES=256 GPUPROV_LONE_GPU_BYTES=0 GPUPROV_GPU_SHARE=0.5)
 case "$ex" in
   host)   envs=(GPUPROV_BACKEND=host GPUPROV_TEST_HOST_INFLIGHT=2 GPUPROV_TEST_HOST_STAGE=1 GPUPROV_TEST_STAGE_ONE_THREAD=1) ;;
