@@ -55,7 +55,7 @@ TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
 # A fixed seed (FUZZ_SEED) makes a CI run walk the inputs a developer's run of the same tree walked
 # first; longer campaigns with other seeds run apart (tests/fuzz/README.md).
 for ex in host cpu; do
-  FUZZ_ARGS="-seed=${FUZZ_SEED:-1} ${FUZZ_ARGS:-}" bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-60}"
+  FUZZ_ARGS="-seed=${FUZZ_SEED:-2} ${FUZZ_ARGS:-}" bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-60}"
 done
 # The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
 # without one, tests/gpu/run.sh says so and skips.
