@@ -89,36 +89,32 @@ static inline int lane_reinit(gp_cipher_ctx *ctx, OSSL_FUNC_cipher_encrypt_init_
     return ok;
 }
 
+/* An init: the lane's shortcut where it fits (aead_lane_reinit_fits), else aead_init. */
+static inline int aead_init_entry(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                                  const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
+{
+    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
+        ctx->enc = enc;
+        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
+        gp_cipher_message_reset(ctx);
+        ctx->tls_aad_len = 0;
+        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
+        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
+        return lane_reinit(ctx, enc ? ctx->lane.d->einit : ctx->lane.d->dinit, iv, ivlen);
+    }
+    return aead_init(ctx, key, keylen, iv, ivlen, params, enc);
+}
+
 int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
                   size_t ivlen, const OSSL_PARAM params[])
 {
-    gp_cipher_ctx *ctx = vctx;
-
-    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
-        ctx->enc = 1;
-        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
-        gp_lane_restart(ctx);
-        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
-        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
-        return lane_reinit(ctx, ctx->lane.d->einit, iv, ivlen);
-    }
-    return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
+    return aead_init_entry(vctx, key, keylen, iv, ivlen, params, 1);
 }
 
 int gp_aead_dinit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
                   size_t ivlen, const OSSL_PARAM params[])
 {
-    gp_cipher_ctx *ctx = vctx;
-
-    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
-        ctx->enc = 0;
-        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
-        gp_lane_restart(ctx);
-        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
-        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
-        return lane_reinit(ctx, ctx->lane.d->dinit, iv, ivlen);
-    }
-    return aead_init(ctx, key, keylen, iv, ivlen, params, 0);
+    return aead_init_entry(vctx, key, keylen, iv, ivlen, params, 0);
 }
 
 /* Make sure a message is in progress before AAD, data or Final. */

@@ -159,13 +159,7 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
-    if (ctx->iv_state >= GP_IV_STARTED)
-        ctx->last_text_bytes = ctx->text_bytes;
-    ctx->iv_state = GP_IV_STARTED;
-    ctx->aad_bytes = 0;
-    ctx->text_bytes = 0;
-    ctx->data_started = 0;
-    ctx->tag_ready = 0;
+    gp_cipher_message_reset(ctx);
     return 1;
 }
 

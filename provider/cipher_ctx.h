@@ -146,9 +146,9 @@ static inline int gp_lane_current(const gp_cipher_ctx *ctx)
     return atomic_load_explicit(ctx->lane.epoch_word, memory_order_relaxed) == ctx->lane.epoch;
 }
 
-/* A new message on the lane from the context's IV (just copied there): the per-message fields
- * reset as gp_cipher_begin resets them. */
-static inline void gp_lane_restart(gp_cipher_ctx *ctx)
+/* A message starts: the per-message fields reset (the last one's length kept for the lane's
+ * choice, gp_engine_cpu_lane). */
+static inline void gp_cipher_message_reset(gp_cipher_ctx *ctx)
 {
     if (ctx->iv_state >= GP_IV_STARTED)
         ctx->last_text_bytes = ctx->text_bytes;
@@ -157,7 +157,6 @@ static inline void gp_lane_restart(gp_cipher_ctx *ctx)
     ctx->text_bytes = 0;
     ctx->data_started = 0;
     ctx->tag_ready = 0;
-    ctx->tls_aad_len = 0;
 }
 
 /* The shortcut's tail: counted before the call, so the call is the function's last act (a tail
