@@ -450,9 +450,7 @@ static int submit_one(gp_msg *m, gp_request *r)
         }
     }
     if (m->exec == NULL || m->exec == &gp_exec_cpu) {
-        if (r->len >= GP_DEMAND_BYTES && m->engine->knobs.backend == GP_BACKEND_AUTO
-            && executors[GP_EXEC_CUDA] != NULL && !m->engine->knobs.hybrid_gpu_host)
-            (void)gp_warm_start(m->engine, 1);   /* later messages this large may go to the GPU */
+        gp_engine_note_large(m->engine, r->len);
         return submit_routed(m, r);
     }
     if (hold_aad(m, r))

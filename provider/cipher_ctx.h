@@ -102,8 +102,8 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
 /* Raise the error of a failed gp_cipher_check_update (kept out of line: the check is on every
  * update, the error on none of the good ones). */
 void gp_cipher_update_refused(size_t outsize, size_t inl);
-/* Checks every update makes before touching data. Inline: a 16-byte update on the cpu executor
- * costs ~25 ns in all, and every call of ours is a share of what loading gpuprov adds. */
+/* Checks every update makes before touching data. Inline: they run on every update, and every
+ * call of gpuprov's own is a share of what loading it adds to the default provider's cost. */
 static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out)
 {
     /* EVP's lengths are ints: anything larger is a caller bug (EVP passes a negative inl as a huge
@@ -119,7 +119,8 @@ static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsig
 /* At every init, after the context's key, IV and direction are set: bring the lane's context in
  * step, choosing the lane (or the engine) when a message starts; 0 with an error raised. */
 int gp_lane_init(gp_cipher_ctx *ctx);
-/* Start a message from `iv` on the lane's context (its key loaded first where needed). */
+/* One init on the lane's context: its key where it does not hold it yet, and `iv` if not NULL
+ * (a message starts from it). */
 int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
 /* TLS 1.2 record mode (TLS1_IV_FIXED or TLS1_AAD): the context leaves the lane for the engine. */
 void gp_lane_leave_for_tls(gp_cipher_ctx *ctx);

@@ -107,7 +107,7 @@ int gp_lane_sync_tag(gp_cipher_ctx *ctx)
 
 /* One init on the lane's context: the key where it does not hold it yet, and `iv` if given, as
  * EVP would pass them (the IV length first for GCM IVs other than the default). */
-static int lane_einit(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
+int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
 {
     gp_cpu_lane *l = &ctx->lane;
     const uint8_t *key = l->key_loaded ? NULL : gp_key_bytes(ctx->key);
@@ -135,11 +135,6 @@ err:
     return 0;
 }
 
-int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
-{
-    return lane_einit(ctx, iv, ivlen);
-}
-
 int gp_lane_init(gp_cipher_ctx *ctx)
 {
     gp_cpu_lane *l = &ctx->lane;
@@ -154,7 +149,7 @@ int gp_lane_init(gp_cipher_ctx *ctx)
     if (l->d == NULL)
         return 1;
     if (ctx->iv_state != GP_IV_BUFFERED)
-        return lane_einit(ctx, NULL, 0);   /* the key, or only the direction */
+        return gp_lane_start(ctx, NULL, 0);   /* the key, or only the direction */
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
