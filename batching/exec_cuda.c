@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
 
 #include "batching/async_wait.h"
+#include "batching/copy_crew.h"
 #include "batching/core/core.h"
 #include "batching/key_table.h"
 #include "batching/kstate.h"
@@ -32,6 +34,17 @@
  * them moved by its copy kernels (no copy calls); a larger one by the copy engines, which move
  * large buffers faster. */
 #define FOLD_MAX (1u << 20)
+/*
+ * Large requests (docs/architecture.md, "Large requests"). A request's data from SPREAD_MIN bytes up
+ * is copied into and out of the pinned arena by the copy crew (copy_crew.h) in pieces, and a wave
+ * that moves its inputs by DMA hands each piece to the GPU as soon as it is copied, so the host's
+ * copies run on several cores at once and overlap the transfer. A request longer than a slice
+ * (kstate.h, GP_SLICE_BYTES) runs as consecutive waves of a slice each on one slot
+ * (run_leading_slices), which bounds a slot's arenas.
+ */
+#define SPREAD_MIN (256u << 10)
+#define SPREAD_PIECE_MIN (128u << 10)
+#define SPREAD_PIECE_MAX (1u << 20)
 _Static_assert(sizeof(gp_mac_pows) <= GP_STAGE_POWS_BYTES, "a staging chunk holds a request's powers of r");
 
 /* Clear secrets in memory we keep using (a store the compiler may not drop). */
@@ -70,6 +83,7 @@ typedef struct gp_cuda_slot {
     uint8_t *where;              /* per request: enum gp_key_where of its key */
     uint32_t *kslot;             /* per request: its key's table slot, where it has one */
     uint32_t *uploads;           /* a batch's UPLOAD slots */
+    gp_copy_run *runs;           /* a wave's copy crew runs (in, then out), one per large request */
     uint32_t wipes[WIPES_PER_BATCH];
 } gp_cuda_slot;
 
@@ -115,6 +129,7 @@ typedef struct gp_cuda {
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
     gp_stage_pool stage;
     int stage_ready;
+    gp_copy_crew crew;           /* large requests' host copies (copy_crew.h) */
     int stage_device;            /* also the first GPU: key tables are indexed from it */
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
@@ -450,6 +465,17 @@ static cudaError_t step_mark(gp_cuda_slot *c, int k)
 
 static void cuda_close(gp_engine *e);
 
+/* The copy crew's threads: the copy_threads knob, else one per online CPU beyond the first, at
+ * most 8 (the copies are bound by memory bandwidth: more threads buy little more). */
+static int copy_threads(const gp_engine *e)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (e->knobs.copy_threads > 0)
+        return e->knobs.copy_threads;
+    return n <= 1 ? 0 : n - 1 < 8 ? (int)(n - 1) : 8;
+}
+
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
@@ -489,6 +515,7 @@ static int cuda_open(gp_engine *e)
     c->stage_device = first;
     c->open_gen = gp_fork_generation();
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
+    gp_copy_crew_init(&c->crew, copy_threads(e));
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
@@ -668,12 +695,14 @@ static void cuda_close(gp_engine *e)
         OPENSSL_free(sl->where);
         OPENSSL_free(sl->kslot);
         OPENSSL_free(sl->uploads);
+        OPENSSL_free(sl->runs);
         pthread_mutex_destroy(&sl->lock);
     }
     for (int d = 0; d < GP_KEY_TABLE_GPUS; d++)
         keys_close(&c->keys[d]);
     if (c->stage_ready)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
+    gp_copy_crew_stop(&c->crew);
     OPENSSL_free(c->slots);
     OPENSSL_free(c);
     e->cuda = NULL;
@@ -721,6 +750,7 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
     OPENSSL_free(c->where);
     OPENSSL_free(c->kslot);
     OPENSSL_free(c->uploads);
+    OPENSSL_free(c->runs);
     c->order = OPENSSL_malloc(cap * sizeof(*c->order));
     c->rank = OPENSSL_malloc(cap * sizeof(*c->rank));
     c->wave = OPENSSL_malloc(cap * sizeof(*c->wave));
@@ -729,8 +759,9 @@ static int scratch_reserve(gp_cuda_slot *c, size_t n)
     c->where = OPENSSL_malloc(cap * sizeof(*c->where));
     c->kslot = OPENSSL_malloc(cap * sizeof(*c->kslot));
     c->uploads = OPENSSL_malloc(cap * sizeof(*c->uploads));
+    c->runs = OPENSSL_malloc(cap * sizeof(*c->runs));
     c->order_cap = c->order && c->rank && c->wave && c->jobs && c->mma && c->where && c->kslot && c->uploads
-                   ? cap : 0;
+                   && c->runs ? cap : 0;
     return c->order_cap != 0;
 }
 
@@ -771,6 +802,20 @@ static void copy_add(gp_copy *list, size_t *n, uint64_t src, uint64_t dst, uint6
         p->flags = flags;
         p->reserved = 0;
     }
+}
+
+/* Does request r's data go through the copy crew? */
+static int spreads(const gp_request *r)
+{
+    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && r->len >= SPREAD_MIN;
+}
+
+/* The crew's piece for `len` bytes: about a sixteenth, 64 KiB-aligned, within the bounds. */
+static size_t spread_piece(size_t len)
+{
+    size_t p = ((len / 16) + 65535) & ~(size_t)65535;
+
+    return p < SPREAD_PIECE_MIN ? SPREAD_PIECE_MIN : p > SPREAD_PIECE_MAX ? SPREAD_PIECE_MAX : p;
 }
 
 static uint64_t gpu_addr(const void *p)
@@ -822,6 +867,7 @@ typedef struct gp_wave {
     /* fill: */
     gp_copy *in_list, *out_list;
     size_t nin, nout;
+    size_t nruns;                /* the copy crew's runs in c->runs (inputs in fill, outputs in deliver) */
     /* issue and wait: */
     gp_batch_end end;
     uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
@@ -1004,7 +1050,10 @@ static void wave_fill(gp_wave *wv)
         } else {
             w->in_off = in_pos + pad;
             w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
-            if (w->job.len > 0)
+            if (spreads(r) && gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], c->host + w->in_off, r->in,
+                                            w->job.len, spread_piece(w->job.len)))
+                wv->nruns++;   /* the crew copies it while the wave fills; issue waits for it */
+            else if (w->job.len > 0)
                 memcpy(c->host + w->in_off, r->in, w->job.len);
             in_pos += data_bytes(&w->job);
             out_pos += r->kind == GP_REQ_CRYPT ? data_bytes(&w->job) : r->kind == GP_REQ_AAD ? 0 : 16;
@@ -1067,6 +1116,46 @@ static void wave_fill(gp_wave *wv)
                  wv->part_off - wv->states_off, GP_COPY_WIPE_SRC);
         copy_add(wv->out_list, &wv->nout, 0, gpu_addr(c->dev + wv->part_off), wv->stage_off - wv->part_off, 0);
     }
+}
+
+/* Until every copy crew run of the wave is done and no crew thread touches the arena. */
+static void runs_finish(gp_wave *wv)
+{
+    for (size_t k = 0; k < wv->nruns; k++)
+        gp_copy_finish(&wv->g->crew, &wv->c->runs[k]);
+    wv->nruns = 0;
+}
+
+/*
+ * A DMA wave's inputs, [0, out_off) of the arena, to the GPU: the crew's runs (in arena order, as
+ * fill started them) piece by piece as each piece is copied, the rest around them in one call
+ * each. Every run is finished on return, whatever happened.
+ */
+static cudaError_t issue_copy_in(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err = cudaSuccess;
+    size_t pos = 0;
+
+    for (size_t k = 0; k < wv->nruns && err == cudaSuccess; k++) {
+        gp_copy_run *run = &c->runs[k];
+        const size_t start = (size_t)(run->dst - c->host);
+
+        if (start > pos)
+            err = cudaMemcpyAsync(c->dev + pos, c->host + pos, start - pos, cudaMemcpyHostToDevice, c->stream);
+        for (size_t p = 0; p < run->npieces && err == cudaSuccess; p++) {
+            size_t off, len;
+
+            gp_copy_wait_piece(run, p);
+            gp_copy_piece_range(run, p, &off, &len);
+            err = cudaMemcpyAsync(c->dev + start + off, run->dst + off, len, cudaMemcpyHostToDevice, c->stream);
+        }
+        pos = start + run->len;
+    }
+    if (err == cudaSuccess && wv->out_off > pos)
+        err = cudaMemcpyAsync(c->dev + pos, c->host + pos, wv->out_off - pos, cudaMemcpyHostToDevice, c->stream);
+    runs_finish(wv);
+    return err;
 }
 
 /*
@@ -1132,9 +1221,10 @@ static int wave_issue(gp_wave *wv)
         cuda_failed(e, "cudaSetDevice", err);
         return 0;
     }
+    if (wv->fold)   /* the copy kernel reads the pinned arena: every input must be there */
+        runs_finish(wv);
     if ((err = step_mark(c, 0)) != cudaSuccess
-        || (!wv->fold && (err = cudaMemcpyAsync(c->dev, c->host, wv->out_off, cudaMemcpyHostToDevice, c->stream))
-                         != cudaSuccess)
+        || (!wv->fold && (err = issue_copy_in(wv)) != cudaSuccess)
         || (err = step_mark(c, 1)) != cudaSuccess) {
         cuda_failed(e, "copy to the GPU", err);
         return 0;
@@ -1245,7 +1335,11 @@ static void wave_deliver(gp_wave *wv)
         if (staged_on_gpu(r)) {
             /* already in the chunk's output half (r->out): its job copies it out */
         } else if (r->kind == GP_REQ_CRYPT) {
-            memcpy(r->out, res, r->len);
+            if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
+                                              spread_piece(r->len)))
+                memcpy(r->out, res, r->len);
+            else
+                wv->nruns++;
         } else if (r->kind == GP_REQ_TAG) {
             memcpy(r->tag_out, res, 16);
         } else if (r->kind == GP_REQ_VERIFY) {
@@ -1254,6 +1348,7 @@ static void wave_deliver(gp_wave *wv)
                         ? GP_REQ_OK : GP_REQ_BAD_TAG;
         }
     }
+    runs_finish(wv);   /* the large outputs, copied by the crew and this thread at once */
 }
 
 /*
@@ -1271,6 +1366,7 @@ static void wave_wipe(gp_wave *wv)
     const size_t *idx = wv->idx;
     const size_t m = wv->m;
 
+    runs_finish(wv);   /* a wave that failed before issue may still have the crew at its inputs */
     if (!wv->ok && wv->t1 != 0) {
         /* A batch that failed once its CUDA calls began: let what was queued finish before the
          * pinned arena is cleared under it, then clear the device's copy (best effort: after a
@@ -1374,6 +1470,73 @@ static gp_cuda_slot *slot_take(gp_cuda *g)
     return &g->slots[start % (unsigned)g->nslots];
 }
 
+/*
+ * A request longer than a slice (kstate.h): every slice but the last, each a wave of its own on this slot
+ * from the state the one before left (the message's counter and MAC state carry from slice to slice
+ * as they do from update to update; the AAD it carries goes with the first). `r` is left as its
+ * last slice. On a failure `r` is what is left to do, from the state its message is in now, so
+ * the engine's re-run on the host goes on where the GPU stopped, and nothing is done twice (an
+ * in-place request's input is already gone where its output was written).
+ */
+static int run_leading_slices(gp_engine *e, gp_cuda_slot *c, gp_request *r, size_t slice)
+{
+    static const size_t first = 0;
+
+    while (r->len > slice) {
+        gp_request head = *r;
+
+        head.len = slice;
+        head.status = GP_REQ_FAILED;
+        if (!run_wave(e, c, &head, &first, 1))
+            return 0;
+        r->in += slice;
+        r->out += slice;
+        r->len -= slice;
+        r->aad = NULL;
+        r->aad_len = 0;
+    }
+    return 1;
+}
+
+static int is_long(const gp_request *r, size_t slice)
+{
+    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && r->len > slice;
+}
+
+/* One wave of a batch, its long requests' leading slices first (the caller's view of each request
+ * is restored once the wave has run: the engine counts its bytes). */
+static int run_wave_sliced(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
+{
+    struct whole { size_t at; gp_request r; } *whole = NULL;
+    const size_t slice = gp_kstate_slice_bytes(e);
+    size_t nlong = 0, k = 0;
+    int ok = 1;
+
+    for (size_t i = 0; i < m; i++)
+        nlong += is_long(&reqs[idx[i]], slice);
+    if (nlong == 0 || (whole = OPENSSL_malloc(nlong * sizeof(*whole))) == NULL)
+        return run_wave(e, c, reqs, idx, m);   /* no memory: the long ones in one wave, arenas grown */
+    for (size_t i = 0; i < m && ok; i++) {
+        gp_request *r = &reqs[idx[i]];
+
+        if (is_long(r, slice)) {
+            whole[k].at = idx[i];
+            whole[k++].r = *r;
+            ok = run_leading_slices(e, c, r, slice);
+        }
+    }
+    if (ok && (ok = run_wave(e, c, reqs, idx, m)))
+        for (size_t j = 0; j < k; j++) {
+            gp_request *r = &reqs[whole[j].at];
+            const int status = r->status;
+
+            *r = whole[j].r;
+            r->status = status;
+        }
+    OPENSSL_free(whole);
+    return ok;
+}
+
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     gp_cuda *g = e->cuda;
@@ -1405,7 +1568,7 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
         for (size_t i = 0; i < n; i++)
             if (c->rank[i] == w)
                 c->wave[m++] = i;
-        ok = run_wave(e, c, reqs, c->wave, m);
+        ok = run_wave_sliced(e, c, reqs, c->wave, m);
     }
     pthread_mutex_unlock(&c->lock);
     return ok;

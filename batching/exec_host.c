@@ -48,6 +48,26 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
     return 1;
 }
 
+/* A data request in slices (kstate.h, GP_SLICE_BYTES), each from the state the one before left. */
+static int host_crypt_sliced(gp_msg *m, const gp_key_sched *ks, const gp_request *r)
+{
+    const size_t slice = gp_kstate_slice_bytes(m->engine);
+    gp_request part = *r;
+
+    for (; part.len > slice; part.len -= slice) {
+        gp_request head = part;
+
+        head.len = slice;
+        if (!host_crypt(m, ks, &head))
+            return 0;
+        part.in += slice;
+        part.out += slice;
+        part.aad = NULL;   /* carried AAD goes with the first slice */
+        part.aad_len = 0;
+    }
+    return host_crypt(m, ks, &part);
+}
+
 /* An AAD or tag request: the lead alone, as on the GPU. */
 static void host_lead_only(gp_msg *m, const gp_key_sched *ks, gp_request *r, uint32_t op, uint8_t *out)
 {
@@ -69,7 +89,7 @@ void gp_host_run_one(gp_request *r)
         host_lead_only(m, ks, r, GP_OP_AAD, NULL);
         break;
     case GP_REQ_CRYPT:
-        if (!host_crypt(m, ks, r)) {
+        if (!host_crypt_sliced(m, ks, r)) {
             r->status = GP_REQ_FAILED;
             return;
         }

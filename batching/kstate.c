@@ -71,3 +71,16 @@ void gp_kstate_prepare(gp_engine *e, gp_request *r)
     (void)e;
     (void)gp_kstate_prepare_pows(r);
 }
+
+size_t gp_kstate_slice_bytes(const gp_engine *e)
+{
+#if GP_TEST_HOOKS
+    const size_t t = e->knobs.test.slice_bytes & ~(size_t)63;
+
+    if (t != 0)
+        return t;
+#else
+    (void)e;
+#endif
+    return GP_SLICE_BYTES;
+}

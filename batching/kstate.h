@@ -19,4 +19,15 @@ const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r);
  * table's 97 entries). */
 void gp_kstate_prepare(gp_engine *e, gp_request *r);
 
+/*
+ * A data request longer than a slice runs as consecutive requests of a slice each, every one from
+ * the state the one before left (counters and GHASH or Poly1305 state carry from slice to slice as
+ * they do from update to update): what one pass takes (the cuda executor's arenas, the host
+ * executor's partial MACs) stays bounded whatever the update's length (EVP allows 2 GiB in one
+ * call). A multiple of 64, so every slice but the last ends on a block of every cipher.
+ */
+#define GP_SLICE_BYTES ((size_t)16 << 20)
+/* The slice length in this engine (a test build's slice_bytes hook may shorten it). */
+size_t gp_kstate_slice_bytes(const gp_engine *e);
+
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "batching/copy_crew.h"
 #include "settings.h"
 
 /* Every field a row names is an int (enums included), a size_t or a double. */
@@ -54,6 +55,11 @@ static const gp_setting registry[] = {
       .syntax = GP_SYNTAX_NUMBER, FIELD(host_threads), .dflt = 0, .min = 0, .max = 1024,
       .expected = "a number from 0 to 1024",
       .meaning = "worker threads of the host executor (0: one per online CPU)" },
+    { .key = "copy_threads", .env = "GPUPROV_COPY_THREADS", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(copy_threads), .dflt = 0, .min = 0, .max = GP_COPY_CREW_MAX,
+      .expected = "a number from 0 to 16",
+      .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
+                 "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
     /* Four slots a GPU: each step from 2 to 4 gained, more lost at one thread and in openssl
      * speed (measured with bench/evp_bench and bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
@@ -132,6 +138,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_HOST_STAGE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.host_stage), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "async jobs stage their data for the host executor, in a small pool of plain memory" },
+    { .env = "GPUPROV_TEST_SLICE_BYTES", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_BYTES,
+      FIELD(test.slice_bytes), .dflt = 0, .min = 0, .max = 1ll << 30, .expected = "a byte count such as 4k",
+      .meaning = "the host and cuda executors run a data request in slices of this many bytes (rounded "
+                 "down to 64; 0: the default, 16 MiB)" },
 #endif
 };
 

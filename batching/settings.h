@@ -49,6 +49,8 @@ typedef struct gp_test_hooks {
                                * to watch */
     int host_inflight;        /* host batches the queue runs at once (below 2: one) */
     int host_stage;           /* the host executor gives async jobs a small staging pool */
+    size_t slice_bytes;       /* the host and cuda executors run a data request in slices of this
+                               * many bytes (batching/kstate.h); 0: GP_SLICE_BYTES */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
@@ -67,6 +69,7 @@ typedef struct gp_knobs {
     int stats;             /* print one stats line to stderr when the provider unloads; GP_STATS_STEPS:
                             * the cuda executor also times each step of a batch on the GPU */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
+    int copy_threads;      /* cuda: threads that copy large requests to and from pinned memory (0: auto) */
     int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
                             * device arenas and async dispatcher thread */

@@ -296,7 +296,8 @@ static int ref_oneshot(const gptest_env *env, int idx, int enc, const unsigned c
 /* A message length: the fixed edge list first, then mostly short, some medium, few big. */
 static const size_t fixed_lens[] = { 0, 1, 15, 16, 17, 63, 64, 65, 4095, 4096, 4097 };
 #define NFIXED (sizeof(fixed_lens) / sizeof(fixed_lens[0]))
-#define BIG_MAX (300 * 1024)
+#define BIG_MAX_DEFAULT (300 * 1024)
+static size_t big_max = BIG_MAX_DEFAULT;   /* GPTEST_DIFF_BIG_MAX: the large-message variants' */
 
 static size_t bytes_seen;   /* message bytes per cipher, printed with GPTEST_VERBOSE */
 
@@ -309,7 +310,7 @@ static size_t pick_len(size_t i, size_t *bigs)
     r = gptest_rand_range(0, 99);
     if (r < 3 && *bigs < 5) {
         (*bigs)++;
-        return gptest_rand_range(20000, BIG_MAX);
+        return gptest_rand_range(20000, big_max);
     }
     if (r < 60)
         return gptest_rand_range(0, 600);
@@ -1136,6 +1137,7 @@ static void test_upper_state_clean(void **state)
 
 int main(void)
 {
+    const char *big = getenv("GPTEST_DIFF_BIG_MAX");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(diff_aes128ctr),
         cmocka_unit_test(diff_aes192ctr),
@@ -1156,5 +1158,7 @@ int main(void)
         cmocka_unit_test(test_upper_state_clean),
     };
 
+    if (big != NULL && strtoul(big, NULL, 10) > 20000)
+        big_max = (size_t)strtoul(big, NULL, 10);
     return cmocka_run_group_tests_name("evp-diff", tests, group_setup, evp_group_teardown);
 }

@@ -43,6 +43,8 @@ static const knob_case cases[] = {
     { "GPUPROV_HOST_THREADS", "0", 0, 0 }, { "GPUPROV_HOST_THREADS", "3", 3, 0 },
     { "GPUPROV_HOST_THREADS", "1024", 1024, 0 }, { "GPUPROV_HOST_THREADS", "-2", BAD, 0 },
     { "GPUPROV_HOST_THREADS", "1025", BAD, 0 }, { "GPUPROV_HOST_THREADS", "3.5", BAD, 0 },
+    { "GPUPROV_COPY_THREADS", "0", 0, 0 }, { "GPUPROV_COPY_THREADS", "16", 16, 0 },
+    { "GPUPROV_COPY_THREADS", "17", BAD, 0 }, { "GPUPROV_COPY_THREADS", "-1", BAD, 0 },
     { "GPUPROV_STREAMS", "0", 1, 0 }, { "GPUPROV_STREAMS", "1", 1, 0 }, { "GPUPROV_STREAMS", "8", 8, 0 },
     { "GPUPROV_STREAMS", "9", BAD, 0 }, { "GPUPROV_STREAMS", "-1", BAD, 0 },
     { "GPUPROV_MAX_BATCH_OPS", "0", 1, 0 }, { "GPUPROV_MAX_BATCH_OPS", "64", 64, 0 },
@@ -92,6 +94,8 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_HOST_INFLIGHT", "2", 2, 0 }, { "GPUPROV_TEST_HOST_INFLIGHT", "4", 4, 0 },
     { "GPUPROV_TEST_HOST_INFLIGHT", "two", BAD, 0 },
     { "GPUPROV_TEST_HOST_STAGE", "1", 1, 0 }, { "GPUPROV_TEST_HOST_STAGE", "staged", BAD, 0 },
+    { "GPUPROV_TEST_SLICE_BYTES", "4k", 4096, 0 }, { "GPUPROV_TEST_SLICE_BYTES", "0", 0, 0 },
+    { "GPUPROV_TEST_SLICE_BYTES", "slice", BAD, 0 },
 #endif
 };
 
@@ -350,7 +354,7 @@ static void test_flavour(void **state)
     static const char *const test_vars[] = {
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
-        "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE"
+        "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
     gp_knobs plain, set;

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The copy crew: large memcpys spread over helper threads, piece by piece, in order (copy_crew.h). */
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batching/copy_crew.h"
+
+/* Threads of a forked child's first start: the parent's threads are not in the child, and its lock
+ * may have been held by one of them at the fork, so the child makes everything afresh. */
+static pthread_mutex_t crew_start_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t crew_atfork_once = PTHREAD_ONCE_INIT;
+
+/* crew_start_lock is held across a fork, so the child never inherits it taken. */
+static void start_lock_take(void)
+{
+    pthread_mutex_lock(&crew_start_lock);
+}
+
+static void start_lock_give(void)
+{
+    pthread_mutex_unlock(&crew_start_lock);
+}
+
+static void crew_atfork(void)
+{
+    pthread_atfork(start_lock_take, start_lock_give, start_lock_give);
+}
+
+static void crew_fresh(gp_copy_crew *cr)
+{
+    pthread_mutex_init(&cr->lock, NULL);
+    pthread_cond_init(&cr->wake, NULL);
+    pthread_cond_init(&cr->left, NULL);
+    cr->head = cr->tail = NULL;
+    cr->nthreads = 0;
+    cr->stopping = 0;
+    cr->ready = 0;
+    cr->pid = 0;
+}
+
+void gp_copy_crew_init(gp_copy_crew *cr, int threads)
+{
+    pthread_once(&crew_atfork_once, crew_atfork);
+    memset(cr, 0, sizeof(*cr));
+    crew_fresh(cr);
+    cr->want = threads < 0 ? 0 : threads > GP_COPY_CREW_MAX ? GP_COPY_CREW_MAX : threads;
+}
+
+void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *len)
+{
+    *off = k * run->piece;
+    *len = k + 1 < run->npieces ? run->piece : run->len - *off;
+}
+
+/* Claim and copy pieces until none is left to claim. */
+static void run_pieces(gp_copy_run *run)
+{
+    size_t k, off, len;
+
+    while ((k = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) < run->npieces) {
+        gp_copy_piece_range(run, k, &off, &len);
+        memcpy(run->dst + off, run->src + off, len);
+        atomic_store_explicit(&run->done[k], 1, memory_order_release);
+    }
+}
+
+/* Under the crew's lock. */
+static void unlist(gp_copy_crew *cr, gp_copy_run *run)
+{
+    gp_copy_run **p = &cr->head, *prev = NULL;
+
+    if (!run->listed)
+        return;
+    while (*p != NULL && *p != run) {
+        prev = *p;
+        p = &(*p)->next_run;
+    }
+    if (*p == run) {
+        *p = run->next_run;
+        if (cr->tail == run)
+            cr->tail = prev;
+    }
+    run->next_run = NULL;
+    run->listed = 0;
+}
+
+static void *crew_main(void *arg)
+{
+    gp_copy_crew *cr = arg;
+
+    pthread_mutex_lock(&cr->lock);
+    for (;;) {
+        gp_copy_run *run;
+
+        while (!cr->stopping && cr->head == NULL)
+            pthread_cond_wait(&cr->wake, &cr->lock);
+        if (cr->stopping)
+            break;
+        run = cr->head;
+        run->helpers++;
+        pthread_mutex_unlock(&cr->lock);
+        run_pieces(run);
+        pthread_mutex_lock(&cr->lock);
+        unlist(cr, run);   /* every piece is claimed now */
+        if (--run->helpers == 0)
+            pthread_cond_broadcast(&cr->left);
+    }
+    pthread_mutex_unlock(&cr->lock);
+    return NULL;
+}
+
+/* Start the helper threads once per process (signals blocked: they belong to the application's
+ * threads). Under crew_start_lock. */
+static void crew_start(gp_copy_crew *cr)
+{
+    sigset_t all, old;
+
+    if (cr->ready && cr->pid == getpid())
+        return;
+    if (cr->ready)                     /* a forked child */
+        crew_fresh(cr);
+    cr->ready = 1;
+    cr->pid = getpid();
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (int i = 0; i < cr->want; i++) {
+        if (pthread_create(&cr->threads[i], NULL, crew_main, cr) != 0)
+            break;
+        cr->nthreads++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece)
+{
+    memset(run, 0, sizeof(*run));
+    run->dst = dst;
+    run->src = src;
+    run->len = len;
+    run->piece = piece > 0 && piece < len ? piece : len > 0 ? len : 1;
+    run->npieces = len == 0 ? 0 : (len + run->piece - 1) / run->piece;
+    run->done = run->small_done;
+    if (run->npieces > sizeof(run->small_done) && (run->done = calloc(run->npieces, sizeof(*run->done))) == NULL)
+        return 0;
+    run->started = 1;
+    if (cr->want == 0 || run->npieces < 2)
+        return 1;                      /* the caller copies alone */
+    pthread_mutex_lock(&crew_start_lock);
+    crew_start(cr);
+    pthread_mutex_unlock(&crew_start_lock);
+    if (cr->nthreads == 0)
+        return 1;
+    pthread_mutex_lock(&cr->lock);
+    run->listed = 1;
+    if (cr->tail != NULL)
+        cr->tail->next_run = run;
+    else
+        cr->head = run;
+    cr->tail = run;
+    pthread_cond_broadcast(&cr->wake);
+    pthread_mutex_unlock(&cr->lock);
+    return 1;
+}
+
+void gp_copy_wait_piece(gp_copy_run *run, size_t k)
+{
+    while (!atomic_load_explicit(&run->done[k], memory_order_acquire)) {
+        size_t j = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed), off, len;
+
+        if (j < run->npieces) {
+            gp_copy_piece_range(run, j, &off, &len);
+            memcpy(run->dst + off, run->src + off, len);
+            atomic_store_explicit(&run->done[j], 1, memory_order_release);
+        } else {
+            sched_yield();             /* a crew thread is copying piece k */
+        }
+    }
+}
+
+void gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run)
+{
+    if (!run->started)
+        return;
+    run_pieces(run);
+    if (cr->nthreads > 0) {            /* crew threads may be inside the run */
+        pthread_mutex_lock(&cr->lock);
+        unlist(cr, run);
+        while (run->helpers > 0)       /* a helper leaves only after its pieces are copied */
+            pthread_cond_wait(&cr->left, &cr->lock);
+        pthread_mutex_unlock(&cr->lock);
+    }
+    if (run->done != run->small_done)
+        free(run->done);
+    run->done = NULL;
+    run->started = 0;
+}
+
+void gp_copy_crew_stop(gp_copy_crew *cr)
+{
+    if (cr->ready && cr->pid == getpid() && cr->nthreads > 0) {
+        pthread_mutex_lock(&cr->lock);
+        cr->stopping = 1;
+        pthread_cond_broadcast(&cr->wake);
+        pthread_mutex_unlock(&cr->lock);
+        for (int i = 0; i < cr->nthreads; i++)
+            pthread_join(cr->threads[i], NULL);
+    }
+    cr->nthreads = 0;
+    cr->ready = 0;
+    pthread_cond_destroy(&cr->wake);
+    pthread_cond_destroy(&cr->left);
+    pthread_mutex_destroy(&cr->lock);
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The copy crew: large memcpys between callers' memory and pinned memory, spread over helper threads. */
+#ifndef GP_COPY_CREW_H
+#define GP_COPY_CREW_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * One core copies pageable memory at a fraction of what the memory system and the PCIe link carry
+ * (docs/performance.md, "Large messages"), so a large request's copies into and out of the pinned
+ * arena are cut into pieces that the crew's threads and the calling thread copy at once. Pieces are
+ * claimed in order, so a caller that hands piece k to the GPU as soon as it is done
+ * (gp_copy_wait_piece) overlaps the copies with the transfer. A caller always copies too, so a run
+ * finishes even when every crew thread is busy with other callers' runs, or where there is none.
+ */
+#define GP_COPY_CREW_MAX 16
+
+typedef struct gp_copy_run {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len, piece, npieces;
+    atomic_size_t next;          /* the next piece to claim */
+    atomic_uchar *done;          /* per piece: copied */
+    atomic_uchar small_done[8];  /* `done` for runs of up to 8 pieces: no allocation */
+    int helpers;                 /* crew threads inside this run (under the crew's lock) */
+    int listed;                  /* on the crew's list (under the crew's lock) */
+    int started;
+    struct gp_copy_run *next_run;
+} gp_copy_run;
+
+typedef struct gp_copy_crew {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;         /* a run was listed, or the crew stops */
+    pthread_cond_t left;         /* a helper left a run */
+    gp_copy_run *head, *tail;    /* runs with pieces left to claim */
+    pthread_t threads[GP_COPY_CREW_MAX];
+    int nthreads, want, stopping, ready;
+    pid_t pid;                   /* the process that started the threads (a fork leaves them behind) */
+} gp_copy_crew;
+
+/* `threads`: helper threads to start at first use (0: none; the callers copy alone). */
+void gp_copy_crew_init(gp_copy_crew *cr, int threads);
+void gp_copy_crew_stop(gp_copy_crew *cr);
+
+/* Start copying src[0..len) to dst in pieces of about `piece` bytes. 0: no memory for the run's
+ * bookkeeping (nothing was copied; the caller copies itself). */
+int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece);
+/* Piece k's bytes: [*off, *off + *len) of the run. */
+void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *len);
+/* Until piece k is copied; the caller copies unclaimed pieces meanwhile. */
+void gp_copy_wait_piece(gp_copy_run *run, size_t k);
+/* Until every piece is copied and no crew thread touches the run any more; then the run's memory
+ * may go. Does nothing for a run that was not started; may be called twice. */
+void gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run);
+
+#endif
