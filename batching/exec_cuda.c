@@ -126,6 +126,7 @@ typedef struct gp_cuda {
     atomic_uint_fast64_t st_ns_issue;   /* of st_ns_gpu: issuing the batch's CUDA calls */
     atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
     atomic_uint_fast64_t st_first_ns, st_last_ns;     /* the first batch's start, the last one's end */
+    atomic_uint_fast64_t st_grows, st_ns_grow;        /* arena growths after the opening, and their time */
     /* Async jobs' chunks (stage.h): mapped pinned memory, which the GPU reads and writes in place. */
     gp_stage_pool stage;
     int stage_ready;
@@ -166,16 +167,33 @@ static void arena_free(gp_cuda_slot *c)
     c->cap = 0;
 }
 
+static int arena_alloc(gp_engine *e, gp_cuda_slot *c, size_t cap);
+
 /* Pools sized at start and grown by doubling: no allocation per operation. */
 static int arena_reserve(gp_engine *e, gp_cuda_slot *c, size_t need)
 {
     size_t cap = c->cap != 0 ? c->cap : ARENA_MIN;
-    cudaError_t err;
+    gp_cuda *g = e->cuda;
+    const uint64_t t0 = e->knobs.stats && c->cap != 0 ? gp_now_ns() : 0;   /* the opening's is not a growth */
+    int ok;
 
     if (need <= c->cap)
         return 1;
     while (cap < need)
         cap *= 2;
+    ok = arena_alloc(e, c, cap);
+    if (t0 != 0 && g != NULL) {
+        atomic_fetch_add_explicit(&g->st_grows, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_grow, gp_now_ns() - t0, memory_order_relaxed);
+    }
+    return ok;
+}
+
+/* The slot's arenas at `cap` bytes each, the old ones cleansed and freed first. */
+static int arena_alloc(gp_engine *e, gp_cuda_slot *c, size_t cap)
+{
+    cudaError_t err;
+
     arena_free(c);
     if ((err = cudaSetDevice(c->device)) != cudaSuccess)
         return cuda_failed(e, "cudaSetDevice", err);
@@ -670,8 +688,9 @@ static void cuda_close(gp_engine *e)
                      (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3,
                      (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3,
                      (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
-        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f%s\n", (double)atomic_load(&c->st_ns_issue) / nb / 1e3,
-                    steps);
+        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f%s; arena growths=%.0f taking %.1f ms\n",
+                    (double)atomic_load(&c->st_ns_issue) / nb / 1e3, steps, (double)atomic_load(&c->st_grows),
+                    (double)atomic_load(&c->st_ns_grow) / 1e6);
     }
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
