@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "batching/copy_crew.h"
@@ -87,6 +88,31 @@ static void unlist(gp_copy_crew *cr, gp_copy_run *run)
     run->listed = 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Out of work (lock not held): watch `posted` for a while; 1 if a run was listed meanwhile. */
+static int linger(gp_copy_crew *cr, unsigned seen)
+{
+    const uint64_t until = now_ns() + GP_COPY_LINGER_NS;
+
+    do {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&cr->posted, memory_order_relaxed) != seen)
+                return 1;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    } while (now_ns() < until);
+    return 0;
+}
+
 static void *crew_main(void *arg)
 {
     gp_copy_crew *cr = arg;
@@ -95,6 +121,13 @@ static void *crew_main(void *arg)
     for (;;) {
         gp_copy_run *run;
 
+        if (!cr->stopping && cr->head == NULL) {
+            const unsigned seen = atomic_load_explicit(&cr->posted, memory_order_relaxed);
+
+            pthread_mutex_unlock(&cr->lock);
+            (void)linger(cr, seen);
+            pthread_mutex_lock(&cr->lock);
+        }
         while (!cr->stopping && cr->head == NULL)
             pthread_cond_wait(&cr->wake, &cr->lock);
         if (cr->stopping)
@@ -160,6 +193,7 @@ int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_
     else
         cr->head = run;
     cr->tail = run;
+    atomic_fetch_add_explicit(&cr->posted, 1, memory_order_relaxed);
     pthread_cond_broadcast(&cr->wake);
     pthread_mutex_unlock(&cr->lock);
     return 1;
