@@ -56,16 +56,27 @@ void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *
     *len = k + 1 < run->npieces ? run->piece : run->len - *off;
 }
 
+/* Copy piece k (claimed by the caller), once its source is there. */
+static void copy_piece(gp_copy_run *run, size_t k)
+{
+    size_t off, len;
+
+    if (run->ready != NULL && !run->ready(run->ready_arg, k)) {
+        atomic_store_explicit(&run->failed, 1, memory_order_relaxed);
+    } else {
+        gp_copy_piece_range(run, k, &off, &len);
+        memcpy(run->dst + off, run->src + off, len);
+    }
+    atomic_store_explicit(&run->done[k], 1, memory_order_release);
+}
+
 /* Claim and copy pieces until none is left to claim. */
 static void run_pieces(gp_copy_run *run)
 {
-    size_t k, off, len;
+    size_t k;
 
-    while ((k = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) < run->npieces) {
-        gp_copy_piece_range(run, k, &off, &len);
-        memcpy(run->dst + off, run->src + off, len);
-        atomic_store_explicit(&run->done[k], 1, memory_order_release);
-    }
+    while ((k = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) < run->npieces)
+        copy_piece(run, k);
 }
 
 /* Under the crew's lock. */
@@ -169,7 +180,15 @@ static void crew_start(gp_copy_crew *cr)
 
 int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece)
 {
+    return gp_copy_start_when(cr, run, dst, src, len, piece, NULL, NULL);
+}
+
+int gp_copy_start_when(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len,
+                       size_t piece, int (*ready)(void *arg, size_t k), void *arg)
+{
     memset(run, 0, sizeof(*run));
+    run->ready = ready;
+    run->ready_arg = arg;
     run->dst = dst;
     run->src = src;
     run->len = len;
@@ -202,22 +221,20 @@ int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_
 void gp_copy_wait_piece(gp_copy_run *run, size_t k)
 {
     while (!atomic_load_explicit(&run->done[k], memory_order_acquire)) {
-        size_t j = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed), off, len;
+        size_t j = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed);
 
         if (j < run->npieces) {
-            gp_copy_piece_range(run, j, &off, &len);
-            memcpy(run->dst + off, run->src + off, len);
-            atomic_store_explicit(&run->done[j], 1, memory_order_release);
+            copy_piece(run, j);
         } else {
             sched_yield();             /* a crew thread is copying piece k */
         }
     }
 }
 
-void gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run)
+int gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run)
 {
     if (!run->started)
-        return;
+        return 1;
     run_pieces(run);
     if (cr->nthreads > 0) {            /* crew threads may be inside the run */
         pthread_mutex_lock(&cr->lock);
@@ -230,6 +247,7 @@ void gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run)
         free(run->done);
     run->done = NULL;
     run->started = 0;
+    return !atomic_load_explicit(&run->failed, memory_order_relaxed);
 }
 
 void gp_copy_crew_stop(gp_copy_crew *cr)

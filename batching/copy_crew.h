@@ -33,6 +33,11 @@ typedef struct gp_copy_run {
     int helpers;                 /* crew threads inside this run (under the crew's lock) */
     int listed;                  /* on the crew's list (under the crew's lock) */
     int started;
+    /* Optional: asked before piece k is copied, by whichever thread copies it; 0: the piece's
+     * source never came (the run fails; the piece is not copied). */
+    int (*ready)(void *arg, size_t k);
+    void *ready_arg;
+    atomic_int failed;
     struct gp_copy_run *next_run;
 } gp_copy_run;
 
@@ -54,12 +59,16 @@ void gp_copy_crew_stop(gp_copy_crew *cr);
 /* Start copying src[0..len) to dst in pieces of about `piece` bytes. 0: no memory for the run's
  * bookkeeping (nothing was copied; the caller copies itself). */
 int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece);
+/* The same for a source that fills piece by piece: ready(arg, k) is asked before piece k. */
+int gp_copy_start_when(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len,
+                       size_t piece, int (*ready)(void *arg, size_t k), void *arg);
 /* Piece k's bytes: [*off, *off + *len) of the run. */
 void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *len);
 /* Until piece k is copied; the caller copies unclaimed pieces meanwhile. */
 void gp_copy_wait_piece(gp_copy_run *run, size_t k);
 /* Until every piece is copied and no crew thread touches the run any more; then the run's memory
- * may go. Does nothing for a run that was not started; may be called twice. */
-void gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run);
+ * may go. 1: every piece was copied (a run's `ready` said yes to each). A run that was not started,
+ * or finished already, answers 1. */
+int gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run);
 
 #endif

@@ -84,6 +84,9 @@ typedef struct gp_cuda_slot {
     uint32_t *kslot;             /* per request: its key's table slot, where it has one */
     uint32_t *uploads;           /* a batch's UPLOAD slots */
     gp_copy_run *runs;           /* a wave's copy crew runs (in, then out), one per large request */
+    /* Events after each piece of the outputs that come back piece by piece (back_in_pieces). */
+    cudaEvent_t *piece_ev;
+    size_t piece_ev_n;
     uint32_t wipes[WIPES_PER_BATCH];
 } gp_cuda_slot;
 
@@ -715,6 +718,9 @@ static void cuda_close(gp_engine *e)
         OPENSSL_free(sl->kslot);
         OPENSSL_free(sl->uploads);
         OPENSSL_free(sl->runs);
+        for (size_t k = 0; k < sl->piece_ev_n; k++)
+            cudaEventDestroy(sl->piece_ev[k]);
+        OPENSSL_free(sl->piece_ev);
         pthread_mutex_destroy(&sl->lock);
     }
     for (int d = 0; d < GP_KEY_TABLE_GPUS; d++)
@@ -837,6 +843,26 @@ static size_t spread_piece(size_t len)
     return p < SPREAD_PIECE_MIN ? SPREAD_PIECE_MIN : p > SPREAD_PIECE_MAX ? SPREAD_PIECE_MAX : p;
 }
 
+/*
+ * Does request r's output come back piece by piece, the copy crew taking each piece to the caller
+ * as it lands (a DMA wave only)? Only where the output does not overlap the input: the caller's
+ * output changes before the wave is known to have succeeded, and a request whose input is intact
+ * can still be re-run on the host from its message's state, which moves only once every piece is
+ * in. (An in-place request's output is copied once the whole wave is back.)
+ */
+static int back_in_pieces(const gp_request *r)
+{
+    return spreads(r) && (r->out + r->len <= r->in || r->in + r->len <= r->out);
+}
+
+/* Pieces of a back_in_pieces request's output. */
+static size_t out_pieces(const gp_request *r)
+{
+    const size_t p = spread_piece(r->len);
+
+    return (r->len + p - 1) / p;
+}
+
 static uint64_t gpu_addr(const void *p)
 {
     return (uint64_t)(uintptr_t)p;
@@ -887,6 +913,8 @@ typedef struct gp_wave {
     gp_copy *in_list, *out_list;
     size_t nin, nout;
     size_t nruns;                /* the copy crew's runs in c->runs (inputs in fill, outputs in deliver) */
+    int pieces_back;             /* issue: outputs back_in_pieces come back piece by piece, each with
+                                  * its event (c->piece_ev, in request order) */
     /* issue and wait: */
     gp_batch_end end;
     uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
@@ -1177,6 +1205,81 @@ static cudaError_t issue_copy_in(gp_wave *wv)
     return err;
 }
 
+/* At least n piece events in the slot (made once, kept); 0: not that many. */
+static int piece_events(gp_cuda_slot *c, size_t n)
+{
+    cudaEvent_t *more;
+
+    if (n <= c->piece_ev_n)
+        return 1;
+    if ((more = OPENSSL_realloc(c->piece_ev, n * sizeof(*more))) == NULL)
+        return 0;
+    c->piece_ev = more;
+    while (c->piece_ev_n < n) {
+        if (cudaEventCreateWithFlags(&c->piece_ev[c->piece_ev_n], cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        c->piece_ev_n++;
+    }
+    return 1;
+}
+
+/*
+ * A DMA wave's results, [states_off, part_off) of the arena, back to the pinned arena: the states
+ * and every output but those that come back in pieces (back_in_pieces, when the slot has an event
+ * for each piece), in one call for each stretch between them. The `copied` event follows this.
+ */
+static cudaError_t issue_copy_out(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err = cudaSuccess;
+    size_t pos = wv->states_off, npieces = 0;
+
+    for (size_t i = 0; i < wv->m; i++)
+        if (back_in_pieces(&wv->reqs[wv->idx[i]]))
+            npieces += out_pieces(&wv->reqs[wv->idx[i]]);
+    wv->pieces_back = npieces > 0 && piece_events(c, npieces);
+    for (size_t i = 0; i < wv->m && wv->pieces_back && err == cudaSuccess; i++) {
+        const gp_request *r = &wv->reqs[wv->idx[i]];
+        const size_t start = wv->work[i].out_off;
+
+        if (!back_in_pieces(r))
+            continue;
+        if (start > pos)
+            err = cudaMemcpyAsync(c->host + pos, c->dev + pos, start - pos, cudaMemcpyDeviceToHost, c->stream);
+        pos = start + r->len;
+    }
+    if (err == cudaSuccess && wv->part_off > pos)
+        err = cudaMemcpyAsync(c->host + pos, c->dev + pos, wv->part_off - pos, cudaMemcpyDeviceToHost, c->stream);
+    return err;
+}
+
+/* The outputs back_in_pieces, after `copied`: each piece, then its event (c->piece_ev in request
+ * order), which the copy crew waits for before taking the piece to the caller. */
+static cudaError_t issue_pieces_back(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err = cudaSuccess;
+    size_t ev = 0;
+
+    for (size_t i = 0; i < wv->m && err == cudaSuccess; i++) {
+        const gp_request *r = &wv->reqs[wv->idx[i]];
+        const size_t start = wv->work[i].out_off, piece = spread_piece(r->len);
+
+        if (!back_in_pieces(r))
+            continue;
+        for (size_t off = 0; off < r->len && err == cudaSuccess; off += piece) {
+            const size_t len = r->len - off < piece ? r->len - off : piece;
+
+            if ((err = cudaMemcpyAsync(c->host + start + off, c->dev + start + off, len, cudaMemcpyDeviceToHost,
+                                       c->stream)) == cudaSuccess)
+                err = cudaEventRecord(c->piece_ev[ev++], c->stream);
+        }
+    }
+    return err;
+}
+
 /*
  * issue: every CUDA call of the wave, on the slot's stream, in stream order: the copy in (a call,
  * or the first copy kernel), the batch kernel (or the one lone launch), the copy out, the event,
@@ -1282,10 +1385,10 @@ static int wave_issue(gp_wave *wv)
         cuda_failed(e, "kernel launch", err);
         return 0;
     }
-    if ((!wv->fold && (err = cudaMemcpyAsync(c->host + wv->states_off, c->dev + wv->states_off, wv->part_off - wv->states_off,
-                                         cudaMemcpyDeviceToHost, c->stream)) != cudaSuccess)
+    if ((!wv->fold && (err = issue_copy_out(wv)) != cudaSuccess)
         || (err = step_mark(c, 5)) != cudaSuccess
-        || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess) {
+        || (err = cudaEventRecord(c->copied, c->stream)) != cudaSuccess
+        || (wv->pieces_back && (err = issue_pieces_back(wv)) != cudaSuccess)) {
         cuda_failed(e, "copy from the GPU", err);
         return 0;
     }
@@ -1337,18 +1440,79 @@ static int wave_wait(gp_wave *wv)
  * succeeded (a failed wave changes no message, so the engine can re-run it on the host). Tags are
  * compared in constant time.
  */
-static void wave_deliver(gp_wave *wv)
+/* A piece of an output that comes back in pieces: there once its event says so (the copy crew asks,
+ * from whichever thread copies the piece). */
+typedef struct piece_source {
+    gp_cuda_slot *c;
+    size_t ev0;                  /* the request's first piece event */
+} piece_source;
+
+static int piece_landed(void *arg, size_t k)
+{
+    const piece_source *ps = arg;
+
+    return cudaEventSynchronize(ps->c->piece_ev[ps->ev0 + k]) == cudaSuccess;
+}
+
+/* The states, statuses and outputs of the requests whose outputs come back in pieces, once every
+ * piece is with its caller; 0 if one did not come (that request stays failed and untouched). */
+static int deliver_pieces(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    piece_source *src = OPENSSL_malloc(wv->m * sizeof(*src));
+    size_t ev = 0, k = 0;
+    int ok = 1;
+
+    for (size_t i = 0; i < wv->m; i++) {
+        gp_request *r = &wv->reqs[wv->idx[i]];
+
+        if (!back_in_pieces(r))
+            continue;
+        if (src != NULL) {
+            src[k] = (piece_source){ c, ev };
+            if (gp_copy_start_when(&wv->g->crew, &c->runs[k], r->out, c->host + wv->work[i].out_off, r->len,
+                                   spread_piece(r->len), piece_landed, &src[k]))
+                k++;
+            else
+                ok = 0;
+        } else {
+            ok = 0;
+        }
+        ev += out_pieces(r);
+    }
+    for (size_t i = 0, j = 0; i < wv->m; i++) {
+        gp_request *r = &wv->reqs[wv->idx[i]];
+
+        if (!back_in_pieces(r))
+            continue;
+        if (j < k && gp_copy_finish(&wv->g->crew, &c->runs[j++]) && ok) {
+            memcpy(&r->msg->st, c->host + wv->work[i].state_off, sizeof(gp_msg_state));
+            r->status = GP_REQ_OK;
+        } else {
+            ok = 0;
+        }
+    }
+    OPENSSL_free(src);
+    return ok;
+}
+
+static int wave_deliver(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
     gp_request *reqs = wv->reqs;
     const size_t *idx = wv->idx;
     const size_t m = wv->m;
+    int ok = 1;
 
+    if (wv->pieces_back)
+        ok = deliver_pieces(wv);   /* first: the crew takes them as they land */
     for (size_t i = 0; i < m; i++) {
         gp_request *r = &reqs[idx[i]];
         const gp_work *w = &wv->work[i];
         const uint8_t *res = c->host + w->out_off;
 
+        if (wv->pieces_back && back_in_pieces(r))
+            continue;              /* delivered above */
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
         if (staged_on_gpu(r)) {
@@ -1368,6 +1532,7 @@ static void wave_deliver(gp_wave *wv)
         }
     }
     runs_finish(wv);   /* the large outputs, copied by the crew and this thread at once */
+    return ok;
 }
 
 /*
@@ -1446,10 +1611,8 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     wave_plan(&wv);
     if (wave_layout(&wv)) {
         wave_fill(&wv);
-        if (wave_issue(&wv) && wave_wait(&wv)) {
-            wave_deliver(&wv);
-            wv.ok = 1;
-        }
+        if (wave_issue(&wv) && wave_wait(&wv))
+            wv.ok = wave_deliver(&wv);
     }
     wave_wipe(&wv);
     return wv.ok;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,66 @@ static void test_sizes(void **state)
                     one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j));
         gp_copy_crew_stop(&cr);
     }
+}
+
+typedef struct {
+    gp_copy_run *run;
+    uint8_t *src;
+    size_t fail_at;
+    atomic_int asked;
+} lazy_source;
+
+/* The source's piece k appears only when asked for (as a GPU's copy back lands); one piece fails. */
+static int lazy_ready(void *arg, size_t k)
+{
+    lazy_source *ls = arg;
+    size_t off, n;
+
+    atomic_fetch_add(&ls->asked, 1);
+    if (k == ls->fail_at)
+        return 0;
+    gp_copy_piece_range(ls->run, k, &off, &n);
+    fill(ls->src + off, n, (uint32_t)k + 7);
+    return 1;
+}
+
+static void test_ready(void **state)
+{
+    const size_t len = (1u << 20) + 100, piece = 65536;
+    uint8_t *src = calloc(1, len), *dst = malloc(len), *want = malloc(len);
+    gp_copy_crew cr;
+
+    (void)state;
+    assert_true(src && dst && want);
+    for (int threads = 0; threads <= 3; threads += 3) {
+        for (size_t fail_at = 3; fail_at <= 1000; fail_at += 997) {   /* piece 3 fails; then none */
+            gp_copy_run run;
+            lazy_source ls = { &run, src, fail_at, 0 };
+            size_t npieces = (len + piece - 1) / piece;
+
+            gp_copy_crew_init(&cr, threads);
+            memset(src, 0, len);
+            memset(dst, 0xEE, len);
+            assert_int_equal(gp_copy_start_when(&cr, &run, dst, src, len, piece, lazy_ready, &ls), 1);
+            assert_int_equal(gp_copy_finish(&cr, &run), fail_at >= npieces);
+            assert_int_equal(atomic_load(&ls.asked), (int)npieces);
+            for (size_t k = 0; k < npieces; k++) {
+                size_t off = k * piece, n = k + 1 < npieces ? piece : len - off;
+
+                fill(want + off, n, (uint32_t)k + 7);
+                if (k == fail_at) {
+                    for (size_t i = 0; i < n; i++)
+                        assert_int_equal(dst[off + i], 0xEE);   /* a failed piece is not copied */
+                } else {
+                    assert_memory_equal(dst + off, want + off, n);
+                }
+            }
+            gp_copy_crew_stop(&cr);
+        }
+    }
+    free(src);
+    free(dst);
+    free(want);
 }
 
 typedef struct {
@@ -134,6 +195,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_ready),
         cmocka_unit_test(test_many_callers),
         cmocka_unit_test(test_fork),
     };
