@@ -1631,12 +1631,6 @@ static void cuda_prepare(gp_engine *e, gp_request *r)
     }
 }
 
-/*
- * A batch runs in waves: wave w holds the w-th request of each message (requests of one message
- * run in order, each from the state the previous left). Real batches have one request per message
- * (an EVP call waits for its own), so one wave, one launch. On failure the finished waves stay
- * finished (status OK) and the rest is untouched for the engine to re-run on the host.
- */
 /* A free slot, locked: the first free one from a rotating start, else wait for the start one. */
 static gp_cuda_slot *slot_take(gp_cuda *g)
 {
@@ -1719,6 +1713,39 @@ static int run_wave_sliced(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, cons
     return ok;
 }
 
+/*
+ * One wave of a batch, cut where its large requests (those the copy crew copies) would carry more
+ * than a slice's worth of data together: async jobs with multi-MiB updates pile up while the slots
+ * are busy, and a wave of all of them would grow the slot's pinned arena to their sum, with a GPU
+ * no busier (each such request fills it). The parts run in order, as waves do.
+ */
+static int run_wave_bounded(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
+{
+    const size_t slice = gp_kstate_slice_bytes(e);
+    int ok = 1;
+
+    for (size_t from = 0, to; from < m && ok; from = to) {
+        size_t large = 0;
+
+        for (to = from; to < m; to++) {
+            const gp_request *r = &reqs[idx[to]];
+            const size_t big = spreads(r) ? (r->len < slice ? r->len : slice) : 0;
+
+            if (to > from && large + big > slice)
+                break;
+            large += big;
+        }
+        ok = run_wave_sliced(e, c, reqs, idx + from, to - from);
+    }
+    return ok;
+}
+
+/*
+ * A batch runs in waves: wave w holds the w-th request of each message (requests of one message
+ * run in order, each from the state the previous left). Real batches have one request per message
+ * (an EVP call waits for its own), so one wave, one launch. On failure the finished waves stay
+ * finished (status OK) and the rest is untouched for the engine to re-run on the host.
+ */
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     gp_cuda *g = e->cuda;
@@ -1750,7 +1777,7 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
         for (size_t i = 0; i < n; i++)
             if (c->rank[i] == w)
                 c->wave[m++] = i;
-        ok = run_wave_sliced(e, c, reqs, c->wave, m);
+        ok = run_wave_bounded(e, c, reqs, c->wave, m);
     }
     pthread_mutex_unlock(&c->lock);
     return ok;
