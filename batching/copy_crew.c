@@ -36,6 +36,7 @@ static void crew_fresh(gp_copy_crew *cr)
     pthread_cond_init(&cr->wake, NULL);
     pthread_cond_init(&cr->left, NULL);
     cr->head = cr->tail = NULL;
+    atomic_store(&cr->started_threads, 0);
     cr->nthreads = 0;
     cr->stopping = 0;
     cr->ready = 0;
@@ -127,12 +128,13 @@ static int linger(gp_copy_crew *cr, unsigned seen)
 static void *crew_main(void *arg)
 {
     gp_copy_crew *cr = arg;
+    const int lingers = atomic_fetch_add(&cr->started_threads, 1) < GP_COPY_LINGERERS;
 
     pthread_mutex_lock(&cr->lock);
     for (;;) {
         gp_copy_run *run;
 
-        if (!cr->stopping && cr->head == NULL) {
+        if (lingers && !cr->stopping && cr->head == NULL) {
             const unsigned seen = atomic_load_explicit(&cr->posted, memory_order_relaxed);
 
             pthread_mutex_unlock(&cr->lock);

@@ -16,11 +16,13 @@
  * claimed in order, so a caller that hands piece k to the GPU as soon as it is done
  * (gp_copy_wait_piece) overlaps the copies with the transfer. A caller always copies too, so a run
  * finishes even when every crew thread is busy with other callers' runs, or where there is none.
- * A helper that runs out of work watches for the next run for GP_COPY_LINGER_NS before it sleeps:
- * a lone caller's copy out follows its copy in by one GPU round trip, and a helper woken from
- * sleep would arrive after the caller had copied most of it alone.
+ * The first GP_COPY_LINGERERS helpers, out of work, watch for the next run for GP_COPY_LINGER_NS
+ * before they sleep: a lone caller's copy out follows its copy in by one GPU round trip, and a
+ * helper woken from sleep arrives after the caller has copied most of it alone. Only a few linger:
+ * each lingering helper burns its core for that time after every run.
  */
 #define GP_COPY_LINGER_NS 100000u
+#define GP_COPY_LINGERERS 2
 #define GP_COPY_CREW_MAX 16
 
 typedef struct gp_copy_run {
@@ -47,6 +49,7 @@ typedef struct gp_copy_crew {
     pthread_cond_t left;         /* a helper left a run */
     gp_copy_run *head, *tail;    /* runs with pieces left to claim */
     atomic_uint posted;          /* bumped at each listing: what an idle helper spins on */
+    atomic_int started_threads;  /* helpers count themselves in as they start (their rank) */
     pthread_t threads[GP_COPY_CREW_MAX];
     int nthreads, want, stopping, ready;
     pid_t pid;                   /* the process that started the threads (a fork leaves them behind) */
