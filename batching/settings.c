@@ -132,6 +132,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_HOST_STAGE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.host_stage), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "async jobs stage their data for the host executor, in a small pool of plain memory" },
+    { .env = "GPUPROV_TEST_HOST_DEVMEM", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.host_devmem), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "the host executor stands in for the GPU in device mode (gpuprov-memory = device), "
+                 "with fake allocations from gpuprov_test_devmem_alloc" },
 #endif
 };
 

@@ -49,6 +49,8 @@ typedef struct gp_test_hooks {
                                * to watch */
     int host_inflight;        /* host batches the queue runs at once (below 2: one) */
     int host_stage;           /* the host executor gives async jobs a small staging pool */
+    int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
+                               * registry of fake allocations (batching/exec_host.c) */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
