@@ -204,18 +204,23 @@ int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
  * memory is and no host code touches it. The mode changes only between messages: a message's
  * state (counter, MAC, partial block) lives with the executor it started on.
  */
+/* Is the UTF-8 param `word`? Its data_size counts the string's bytes, with or without a NUL
+ * (OSSL_PARAM_construct_utf8_string counts them without). */
+static int param_is_word(const OSSL_PARAM *p, const char *word)
+{
+    const size_t n = strlen(word);
+
+    return p->data_type == OSSL_PARAM_UTF8_STRING && p->data != NULL && p->data_size >= n && p->data_size <= n + 1
+           && memcmp(p->data, word, n) == 0 && (p->data_size == n || ((const char *)p->data)[n] == '\0');
+}
+
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
-    const char *v = NULL;
     int device;
 
-    if (!OSSL_PARAM_get_utf8_string_ptr(p, &v) || v == NULL) {
-        GP_RAISE(GP_R_INVALID_MEMORY_MODE);
-        return 0;
-    }
-    if (strcmp(v, "host") == 0) {
+    if (param_is_word(p, "host")) {
         device = 0;
-    } else if (strcmp(v, "device") == 0) {
+    } else if (param_is_word(p, "device")) {
         device = 1;
     } else {
         GP_RAISE(GP_R_INVALID_MEMORY_MODE);

@@ -456,6 +456,8 @@ static void test_params(void **state)
         assert_int_equal(set_memory(ctx, "device"), 1);
         assert_memory(ctx, "device");
         expect_error(set_memory(ctx, "gpu"), "an unknown value", "must be \"host\" or \"device\"");
+        bad[0] = OSSL_PARAM_construct_utf8_string(MEMORY_PARAM, "devicex", 7);   /* the word and more */
+        expect_error(EVP_CIPHER_CTX_set_params(ctx, bad), "the word with a byte more", "must be \"host\" or \"device\"");
         bad[0] = OSSL_PARAM_construct_int(MEMORY_PARAM, &num);
         expect_error(EVP_CIPHER_CTX_set_params(ctx, bad), "an integer value", "must be \"host\" or \"device\"");
         assert_memory(ctx, "device");
