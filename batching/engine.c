@@ -559,12 +559,13 @@ int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
         count_error(m->engine);
         return GP_MEM_NO_EXECUTOR;
     }
+    /* In place: one check. */
     if ((st = x->mem_check(m->engine, in, len, &gpu_in)) != GP_MEM_OK
-        || (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK) {
+        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK)) {
         count_error(m->engine);
         return st;
     }
-    if (gpu_in != gpu_out) {
+    if (out != in && gpu_in != gpu_out) {
         count_error(m->engine);
         return GP_MEM_SPLIT;
     }

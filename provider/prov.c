@@ -109,7 +109,7 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_PAST_ALLOCATION_END, "device mode: length runs past the end of the buffer's CUDA allocation" },
     { GP_R_GPU_NOT_OPEN, "device mode: buffer is on a GPU gpuprov does not use (knob device)" },
     { GP_R_BUFFERS_ON_TWO_GPUS, "device mode: in and out are on different GPUs" },
-    { GP_R_DEVICE_MEMORY_GPU_FAILURE, "device mode: the GPU failed; device memory has no CPU fallback, the call did nothing" },
+    { GP_R_DEVICE_MEMORY_GPU_FAILURE, "device mode: the GPU failed, and device memory has no CPU fallback; the message stays where its last good update left it" },
     { GP_R_DEVICE_MEMORY_TLS, "device mode: tls record mode (TLS1_AAD, TLS1_IV_FIXED) is not available" },
     { 0, NULL }
 };

@@ -42,7 +42,7 @@ step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89
 step build ninja -C "$build"
 step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
-step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-fault example-gpu-encrypt example-python-gpu \
+step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
