@@ -573,6 +573,14 @@ int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return submit_one(m, &r) == GP_REQ_OK ? GP_MEM_OK : GP_MEM_FAILED;
 }
 
+int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len)
+{
+    const gp_executor *x = m->exec;
+    int gpu = -1;
+
+    return x == NULL || x->mem_check == NULL || x->mem_check(m->engine, p, len, &gpu) == GP_MEM_NOT_DEVICE;
+}
+
 int gp_msg_tag(gp_msg *m, uint8_t tag[16])
 {
     gp_request r = { .kind = GP_REQ_TAG, .tag_out = tag };

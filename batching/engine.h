@@ -111,6 +111,9 @@ int gp_engine_device_memory(gp_engine *e);
 void gp_msg_set_memory(gp_msg *m, int device);
 /* A data request on device memory: every check, then the run; enum gp_mem_status. */
 int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+/* Device mode: is p host memory, as AAD must be (the host reads it)? A device pointer given as AAD
+ * is refused rather than read. */
+int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len);
 
 /* Run several requests as one batch (what the provider's single calls do with n = 1). Requests of
  * one message run in submission order. Returns 1 when every request succeeded; each request's

@@ -353,6 +353,10 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
             ctx->aad_bytes += inl;
             return gp_lane_update(ctx, out, outl, outsize, in, inl);
         }
+        if (ctx->devmem && !gp_msg_is_host_memory(ctx->msg, in, inl)) {
+            GP_RAISE(GP_R_DEVICE_MEMORY_AAD);
+            return 0;
+        }
         if (!gp_msg_aad(ctx->msg, in, inl)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;

@@ -111,6 +111,7 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_BUFFERS_ON_TWO_GPUS, "device mode: in and out are on different GPUs" },
     { GP_R_DEVICE_MEMORY_GPU_FAILURE, "device mode: the GPU failed, and device memory has no CPU fallback; the message stays where its last good update left it" },
     { GP_R_DEVICE_MEMORY_TLS, "device mode: tls record mode (TLS1_AAD, TLS1_IV_FIXED) is not available" },
+    { GP_R_DEVICE_MEMORY_AAD, "device mode: AAD must be host memory (only the data updates' in and out are device memory)" },
     { 0, NULL }
 };
 

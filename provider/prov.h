@@ -63,6 +63,7 @@ enum gp_reason {
     GP_R_BUFFERS_ON_TWO_GPUS,
     GP_R_DEVICE_MEMORY_GPU_FAILURE,
     GP_R_DEVICE_MEMORY_TLS,
+    GP_R_DEVICE_MEMORY_AAD,
 };
 
 /* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */
