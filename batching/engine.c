@@ -324,37 +324,18 @@ void gp_msg_set_memory(gp_msg *m, int device)
 
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
-    const gp_executor *x;
+    /* Device mode: straight to the executor that reads device memory; no routing, no lane. */
+    const gp_executor *x = m->devmem ? devmem_executor(m->engine) : preferred_executor(m->engine, 1);
 
-    if (ivlen > sizeof(m->iv))
+    if (ivlen > sizeof(m->iv) || x == NULL)
         return 0;
-    if (m->devmem) {
-        /* Device mode: straight to the executor that reads device memory; no routing, no lane. */
-        if ((x = devmem_executor(m->engine)) == NULL)
-            return 0;
-        gp_msg_fold_cpu_calls(m);
-        m->key = k;
-        m->enc = enc;
-        m->ivlen = ivlen;
-        memcpy(m->iv, iv, ivlen);
-        m->aad_hold_len = 0;
-        m->routed = 1;
-        m->exec = x;
-        if (!x->msg_start(m->engine, m)) {
-            count_error(m->engine);
-            m->exec = NULL;
-            return 0;
-        }
-        return 1;
-    }
-    x = preferred_executor(m->engine, 1);
     gp_msg_fold_cpu_calls(m);
     m->key = k;
     m->enc = enc;
     m->ivlen = ivlen;
     memcpy(m->iv, iv, ivlen);
     m->aad_hold_len = 0;
-    if (atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
+    if (!m->devmem && atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
         if (!gp_hybrid_cpu_only(m->engine, k->alg)) {
             /* Routed at its first data request, when the size is known (batching/policy/hybrid.c). */
             m->exec = NULL;

@@ -198,12 +198,13 @@ int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
 }
 
 /*
- * Device mode (docs/config.md, "Data on the GPU"). EVP hands a provider's update its in and out
- * pointers without reading them (crypto/evp/evp_enc.c, EVP_EncryptUpdate and EVP_DecryptUpdate for
- * provider ciphers), so they may be CUDA memory; the engine then runs the message where that
+ * Device mode (docs/config.md, "Per-context parameter"). EVP hands a provider's update its in and
+ * out pointers without reading them (crypto/evp/evp_enc.c, EVP_EncryptUpdate and EVP_DecryptUpdate
+ * for provider ciphers), so they may be CUDA memory; the engine then runs the message where that
  * memory is and no host code touches it. The mode changes only between messages: a message's
  * state (counter, MAC, partial block) lives with the executor it started on.
  */
+
 /* Is the UTF-8 param `word`? Its data_size counts the string's bytes, with or without a NUL
  * (OSSL_PARAM_construct_utf8_string counts them without). */
 static int param_is_word(const OSSL_PARAM *p, const char *word)

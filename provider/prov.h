@@ -20,7 +20,7 @@
 #define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
 
 /* Cipher context param (UTF-8 string): where the data updates' in and out buffers are, "host"
- * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Data on the GPU"). */
+ * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Per-context parameter"). */
 #define GP_CIPHER_PARAM_MEMORY "gpuprov-memory"
 
 typedef struct gp_provctx {
