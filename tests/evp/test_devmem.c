@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Device mode (cipher param gpuprov-memory = "device") through EVP: vectors, differential, bad input. */
 #include <dlfcn.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <openssl/async.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/provider.h>
@@ -672,6 +674,125 @@ static void test_reinit(void **state)
     }
 }
 
+/*
+ * Inside async jobs (ASYNC_JOB): device-mode updates pause their jobs like any other, and are never
+ * staged (batching/stage.h: an async job's data is copied by the host into pinned memory, which
+ * device memory must never be). The run sets the staging hooks and stats (tests/evp/meson.build): a
+ * control round on host memory must stage, the device-mode round must not.
+ */
+#define ASYNC_JOBS 8
+#define ASYNC_LEN 16384
+
+typedef struct async_arg {
+    int idx;
+    const unsigned char *in;     /* device memory, or host memory for the control round */
+    unsigned char *out;
+    int device, ok;
+} async_arg;
+
+static int async_main(void *varg)
+{
+    async_arg *a = *(async_arg **)varg;
+    unsigned char key[32] = { 3 }, iv[16] = { 4 }, fin[16];
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int outl;
+
+    a->ok = EVP_EncryptInit_ex2(ctx, evp_cipher(g_env, a->idx, 1), key, iv, NULL) == 1
+            && (!a->device || set_memory(ctx, "device") == 1)
+            && EVP_EncryptUpdate(ctx, a->out, &outl, a->in, ASYNC_LEN) == 1 && EVP_EncryptFinal_ex(ctx, fin, &outl) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    return 1;
+}
+
+static uint64_t stats_staged(void)
+{
+    uint64_t v = 0;
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+    p[0] = OSSL_PARAM_construct_uint64("gpuprov-stats-staged", &v);
+    assert_int_equal(OSSL_PROVIDER_get_params(g_env->gpuprov, p), 1);
+    return v;
+}
+
+/* Run ASYNC_JOBS jobs to the end, resuming each when its wait fd is readable. */
+static void async_round(async_arg *args)
+{
+    ASYNC_JOB *jobs[ASYNC_JOBS] = { 0 };
+    ASYNC_WAIT_CTX *w[ASYNC_JOBS];
+    int left = 0, ret;
+
+    for (int i = 0; i < ASYNC_JOBS; i++) {
+        async_arg *a = &args[i];
+
+        assert_non_null(w[i] = ASYNC_WAIT_CTX_new());
+        left += ASYNC_start_job(&jobs[i], w[i], &ret, async_main, &a, sizeof(a)) == ASYNC_PAUSE;
+    }
+    while (left > 0) {
+        for (int i = 0; i < ASYNC_JOBS; i++) {
+            OSSL_ASYNC_FD fd;
+            size_t num = 0;
+            struct pollfd pfd;
+            async_arg *a = &args[i];
+
+            if (jobs[i] == NULL || !ASYNC_WAIT_CTX_get_all_fds(w[i], NULL, &num) || num != 1)
+                continue;
+            ASYNC_WAIT_CTX_get_all_fds(w[i], &fd, &num);
+            pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+            if (poll(&pfd, 1, 30000) != 1)
+                fail_msg("async job %d: no wake-up in 30 s", i);
+            if (ASYNC_start_job(&jobs[i], w[i], &ret, async_main, &a, sizeof(a)) == ASYNC_FINISH) {
+                jobs[i] = NULL;
+                left--;
+            }
+        }
+    }
+    for (int i = 0; i < ASYNC_JOBS; i++)
+        ASYNC_WAIT_CTX_free(w[i]);
+}
+
+static void test_async_jobs(void **state)
+{
+    unsigned char pt[ASYNC_LEN], ref[ASYNC_LEN], got[ASYNC_LEN], tag[16], key[32] = { 3 }, iv[16] = { 4 };
+    unsigned char *host_out = malloc((size_t)ASYNC_JOBS * ASYNC_LEN);
+    int idx = evp_cipher_index("ChaCha20-Poly1305");
+    async_arg args[ASYNC_JOBS];
+    dev_buf in, out;
+    uint64_t before;
+
+    (void)state;
+    if (getenv("GPUPROV_STATS") == NULL || getenv("GPUPROV_TEST_STAGE_ONE_THREAD") == NULL)
+        skip();   /* the counter and the staging of one thread's jobs are off */
+    gptest_rand_bytes(pt, sizeof(pt));
+    reference(idx, 1, key, iv, NULL, 0, pt, sizeof(pt), ref, tag);
+    dev_buf_new(&in, ASYNC_LEN, 0, 0);
+    dev_buf_new(&out, (size_t)ASYNC_JOBS * ASYNC_LEN, 0, 0);
+    dm_put(in.p, pt, sizeof(pt));
+    for (int round = 0; round < 2; round++) {   /* 0: the control, host memory; 1: device memory */
+        for (int i = 0; i < ASYNC_JOBS; i++)
+            args[i] = (async_arg){ .idx = idx, .in = round ? in.p : pt,
+                                   .out = round ? out.p + (size_t)i * ASYNC_LEN : host_out + (size_t)i * ASYNC_LEN,
+                                   .device = round };
+        before = stats_staged();
+        async_round(args);
+        for (int i = 0; i < ASYNC_JOBS; i++) {
+            assert_true(args[i].ok);
+            if (round)
+                dm_get(got, out.p + (size_t)i * ASYNC_LEN, ASYNC_LEN);
+            else
+                memcpy(got, host_out + (size_t)i * ASYNC_LEN, ASYNC_LEN);
+            assert_memory_equal(got, ref, ASYNC_LEN);
+        }
+        if (round == 0 && stats_staged() == before)
+            fail_msg("the control round staged nothing: this run cannot tell whether device mode stages");
+        if (round == 1 && stats_staged() != before)
+            fail_msg("device-mode updates were staged: the host copied device memory");
+    }
+    free(dev_buf_take(&out, "the async jobs' outputs"));
+    dev_buf_free(&in);
+    dev_buf_free(&out);
+    free(host_out);
+}
+
 /* TLS 1.2 record mode reads and writes the record's buffer on the host: not in device mode. */
 static void test_tls_refused(void **state)
 {
@@ -846,6 +967,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_mid_message),
         cmocka_unit_test(test_reinit),
+        cmocka_unit_test(test_async_jobs),
         cmocka_unit_test(test_tls_refused),
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_gpu_failure),
