@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
 
@@ -118,9 +119,13 @@ typedef struct gp_cuda {
     int stage_ready;
     int stage_device;            /* also the first GPU: key tables are indexed from it */
     int ngpus;                   /* GPUs with slots: stage_device onwards */
-    /* Device mode (engine.h): the driver's cuMemGetAddressRange, through the runtime's entry-point
-     * query (the module links no libcuda); NULL: device mode is not offered. */
-    CUresult (*mem_range)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+    /* Device mode (engine.h): driver calls, through the runtime's entry-point query (the module
+     * links no libcuda; any NULL: device mode is not offered), and each GPU's primary context,
+     * where the slots' streams live (ngpus entries). */
+    PFN_cuMemGetAddressRange_v3020 mem_range;
+    PFN_cuPointerGetAttribute_v4000 ptr_attr;
+    PFN_cuCtxGetCurrent_v4000 ctx_current;
+    CUcontext *primary;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
 } gp_cuda;
@@ -345,8 +350,11 @@ static void cuda_key_forget(gp_engine *e, gp_key *k)
 /*
  * gp_executor.mem_check: device mode's buffers (engine.h). cudaPointerGetAttributes says what memory
  * p is and on which GPU (an unknown pointer, freed or never allocated here, reads as unregistered
- * host memory); the driver gives the bounds of its allocation. Pinned host memory is refused too:
- * the mode promises no PCIe traffic. Runs off an async job's small stack (CUDA calls need more).
+ * host memory); the driver gives the bounds of its allocation and the context that made it: one
+ * other than the GPU's primary context (the runtime's, where the slots' streams run) is foreign,
+ * its memory not mapped in ours (VMM allocations name none: cuMemMap'd memory is the process's).
+ * Pinned host memory is refused too: the mode promises no PCIe traffic. Runs off an async job's
+ * small stack (CUDA calls need more).
  */
 typedef struct mem_query {
     gp_cuda *g;
@@ -360,6 +368,7 @@ static int mem_query_run(void *arg)
     mem_query *q = arg;
     struct cudaPointerAttributes a;
     CUdeviceptr base = 0, at = (CUdeviceptr)(uintptr_t)q->p;
+    CUcontext owner = NULL;
     size_t size = 0;
     int saved, st;
 
@@ -375,6 +384,9 @@ static int mem_query_run(void *arg)
         return GP_MEM_GPU_NOT_OPEN;
     if (!device_enter(a.device, &saved) || q->g->mem_range(&base, &size, at) != CUDA_SUCCESS)
         st = GP_MEM_NOT_DEVICE;
+    else if (q->g->ptr_attr(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, at) == CUDA_SUCCESS && owner != NULL
+             && owner != q->g->primary[a.device - q->g->stage_device])
+        st = GP_MEM_NOT_DEVICE;   /* another context's: the GPU would fault on it in ours */
     else
         st = at - base > size || q->len > size - (size_t)(at - base) ? GP_MEM_PAST_END : GP_MEM_OK;
     (void)cudaGetLastError();
@@ -388,7 +400,8 @@ static int cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
     mem_query q = { g, p, len, -1 };
     int st;
 
-    if (g == NULL || g->mem_range == NULL || g->open_gen != gp_fork_generation())
+    if (g == NULL || g->mem_range == NULL || g->ptr_attr == NULL || g->ctx_current == NULL
+        || g->open_gen != gp_fork_generation())
         return GP_MEM_NO_EXECUTOR;
     st = gp_async_in_job() ? gp_call_off_job_stack(mem_query_run, &q) : mem_query_run(&q);
     *gpu = q.gpu;
@@ -508,6 +521,19 @@ static cudaError_t step_mark(gp_cuda_slot *c, int k)
 
 static void cuda_close(gp_engine *e);
 
+/* A driver function as of CUDA 12.0's API, or NULL. */
+static void *driver_call(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult found;
+    void *fn = NULL;
+
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
+        || found != cudaDriverEntryPointSuccess)
+        fn = NULL;
+    (void)cudaGetLastError();
+    return fn;
+}
+
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
@@ -547,15 +573,11 @@ static int cuda_open(gp_engine *e)
     c->stage_device = first;
     c->ngpus = ngpus;
     c->open_gen = gp_fork_generation();
-    {
-        enum cudaDriverEntryPointQueryResult found;
-        void *fn = NULL;
-
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found)
-                == cudaSuccess && found == cudaDriverEntryPointSuccess)
-            c->mem_range = (CUresult (*)(CUdeviceptr *, size_t *, CUdeviceptr))fn;
-        (void)cudaGetLastError();
-    }
+    c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange");
+    c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute");
+    c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent");
+    if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)
+        c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
@@ -595,6 +617,10 @@ static int cuda_open(gp_engine *e)
         }
         if (i % per_gpu == 0 && i / per_gpu < GP_KEY_TABLE_GPUS)
             keys_open(&c->keys[i / per_gpu], sl->device);
+        /* The runtime's context of this GPU, current since cudaSetDevice (device mode's check). */
+        if (i % per_gpu == 0 && c->ctx_current != NULL && c->primary != NULL
+            && c->ctx_current(&c->primary[i / per_gpu]) != CUDA_SUCCESS)
+            c->mem_range = NULL;
     }
     /* The queue may now flush a batch while others run (queue.c). */
     atomic_store(&e->max_inflight, c->nslots);
@@ -743,6 +769,7 @@ static void cuda_close(gp_engine *e)
     if (c->stage_ready)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     OPENSSL_free(c->slots);
+    OPENSSL_free(c->primary);
     OPENSSL_free(c);
     e->cuda = NULL;
 }

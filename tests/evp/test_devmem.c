@@ -14,6 +14,8 @@
 #include <openssl/err.h>
 #include <openssl/provider.h>
 #ifdef DEVMEM_TEST_CUDA
+# include <cuda.h>
+# include <cudaTypedefs.h>
 # include <cuda_runtime_api.h>
 #endif
 
@@ -942,6 +944,47 @@ static void test_cuda_kinds(void **state)
     cudaFreeHost(pinned);
     EVP_CIPHER_CTX_free(ctx);
 }
+
+/* A driver function as of CUDA 12.0's API (the test links no libcuda). */
+static void *driver_call(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult found;
+    void *fn = NULL;
+
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
+        || found != cudaDriverEntryPointSuccess)
+        fail_msg("no driver entry point %s", name);
+    return fn;
+}
+
+/* Memory of another CUDA context (the driver API's own, not the runtime's primary one that gpuprov
+ * runs in): not mapped in gpuprov's, so refused rather than faulted on. */
+static void test_cuda_foreign_context(void **state)
+{
+    PFN_cuCtxCreate_v3020 ctx_create = (PFN_cuCtxCreate_v3020)driver_call("cuCtxCreate");
+    PFN_cuCtxDestroy_v4000 ctx_destroy = (PFN_cuCtxDestroy_v4000)driver_call("cuCtxDestroy");
+    PFN_cuCtxPushCurrent_v4000 ctx_push = (PFN_cuCtxPushCurrent_v4000)driver_call("cuCtxPushCurrent");
+    PFN_cuCtxPopCurrent_v4000 ctx_pop = (PFN_cuCtxPopCurrent_v4000)driver_call("cuCtxPopCurrent");
+    PFN_cuMemAlloc_v3020 mem_alloc = (PFN_cuMemAlloc_v3020)driver_call("cuMemAlloc");
+    PFN_cuMemFree_v3020 mem_free = (PFN_cuMemFree_v3020)driver_call("cuMemFree");
+    EVP_CIPHER_CTX *ctx = device_ctx(evp_cipher_index("AES-256-GCM"), 1);
+    CUcontext other = NULL, popped = NULL;
+    CUdeviceptr p = 0;
+    int outl = 0;
+
+    (void)state;
+    cuda_check(cudaSetDevice(0), "cudaSetDevice");
+    assert_int_equal(ctx_create(&other, 0, 0), CUDA_SUCCESS);   /* current on this thread now */
+    assert_int_equal(mem_alloc(&p, 4096), CUDA_SUCCESS);
+    assert_int_equal(ctx_pop(&popped), CUDA_SUCCESS);
+    expect_error(EVP_EncryptUpdate(ctx, (unsigned char *)(uintptr_t)p, &outl, (unsigned char *)(uintptr_t)p, 4096),
+                 "another context's memory", "not CUDA device");
+    assert_int_equal(ctx_push(other), CUDA_SUCCESS);
+    assert_int_equal(mem_free(p), CUDA_SUCCESS);
+    assert_int_equal(ctx_pop(&popped), CUDA_SUCCESS);
+    assert_int_equal(ctx_destroy(other), CUDA_SUCCESS);
+    EVP_CIPHER_CTX_free(ctx);
+}
 #endif
 
 static int group_setup(void **state)
@@ -973,6 +1016,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpu_failure),
 #ifdef DEVMEM_TEST_CUDA
         cmocka_unit_test(test_cuda_kinds),
+        cmocka_unit_test(test_cuda_foreign_context),
 #endif
     };
     int rc;
