@@ -435,23 +435,30 @@ static void diff_one(int idx, size_t len, int round)
     free(back);
 }
 
+/* GPTEST_DEVMEM_QUICK (tests/gpu/run.sh's compute-sanitizer runs): the fixed lengths only, and a
+ * smaller large update. */
+static int quick(void)
+{
+    return getenv("GPTEST_DEVMEM_QUICK") != NULL;
+}
+
 static void test_diff(void **state)
 {
     static const size_t lens[] = { 1, 15, 16, 17, 63, 64, 65, 255, 2048, 2049, 4096 + 65, 65536 + 17 };
 
     (void)state;
     for (int idx = 0; idx < EVP_NCIPHERS; idx++)
-        for (int round = 0; round < 24; round++)
+        for (int round = 0; round < (quick() ? 12 : 24); round++)
             diff_one(idx, round < 12 ? lens[round] : gptest_rand_range(1, 300000), round);
 }
 
-/* One large update over a whole allocation, as the mode's users give it (bench/evp_bench
- * --device takes larger ones). */
+/* One large update over a whole allocation, as the mode's users give it (bench/devmem_bench takes
+ * 1-256 MiB ones). */
 static void test_large(void **state)
 {
     (void)state;
     for (int idx = 0; idx < EVP_NCIPHERS; idx++)
-        diff_one(idx, (size_t)4 << 20, 5);
+        diff_one(idx, quick() ? (size_t)256 << 10 : (size_t)4 << 20, 5);
 }
 
 /* ---- params ---- */

@@ -47,7 +47,7 @@ step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all 
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
 sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}
-step memcheck meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+step memcheck env GPTEST_DEVMEM_QUICK=1 meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory
 # errors are not.
