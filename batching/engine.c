@@ -45,7 +45,8 @@ static gp_stage_pool *queue_stage_pool(void *ctx, const gp_request *r)
 {
     const gp_executor *x = r->msg != NULL ? r->msg->exec : NULL;
 
-    return x == NULL || x->stage_pool == NULL ? NULL : x->stage_pool(ctx);
+    /* Device memory is never staged: the host must not read or write it. */
+    return x == NULL || r->devmem || x->stage_pool == NULL ? NULL : x->stage_pool(ctx);
 }
 
 /* In a forked child: the host pool's locks and conditions, fresh (the parent's threads are gone). */
@@ -296,11 +297,37 @@ const char *gp_engine_backend_name(gp_engine *e)
 
 
 
+/*
+ * The executor that takes device memory here, or NULL: the cuda executor with a usable GPU, whatever
+ * the hybrid policy would do (device memory has no CPU side); with the test hook host_devmem, the
+ * host executor and its registry of fake allocations instead (exec_host.c), so that CI runs the
+ * mode without a GPU. backend=cpu and backend=host (without the hook) have none.
+ */
+static const gp_executor *devmem_executor(gp_engine *e)
+{
+    if (e->knobs.test.host_devmem)   /* always 0 outside test builds (settings.c) */
+        return gp_engine_executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
+    if (executors[GP_EXEC_CUDA] == NULL || e->knobs.backend == GP_BACKEND_CPU || e->knobs.backend == GP_BACKEND_HOST)
+        return NULL;
+    return gp_engine_executor_usable(e, executors[GP_EXEC_CUDA]) ? executors[GP_EXEC_CUDA] : NULL;
+}
+
+int gp_engine_device_memory(gp_engine *e)
+{
+    return devmem_executor(e) != NULL;
+}
+
+void gp_msg_set_memory(gp_msg *m, int device)
+{
+    m->devmem = device != 0;
+}
+
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
-    const gp_executor *x = preferred_executor(m->engine, 1);
+    /* Device mode: straight to the executor that reads device memory; no routing, no lane. */
+    const gp_executor *x = m->devmem ? devmem_executor(m->engine) : preferred_executor(m->engine, 1);
 
-    if (ivlen > sizeof(m->iv))
+    if (ivlen > sizeof(m->iv) || x == NULL)
         return 0;
     gp_msg_fold_cpu_calls(m);
     m->key = k;
@@ -308,7 +335,7 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     m->ivlen = ivlen;
     memcpy(m->iv, iv, ivlen);
     m->aad_hold_len = 0;
-    if (atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
+    if (!m->devmem && atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
         if (!gp_hybrid_cpu_only(m->engine, k->alg)) {
             /* Routed at its first data request, when the size is known (batching/policy/hybrid.c). */
             m->exec = NULL;
@@ -503,6 +530,38 @@ int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return submit_one(m, &r) == GP_REQ_OK;
 }
 
+int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+{
+    const gp_executor *x = m->exec;
+    int gpu_in = -1, gpu_out = -1, st;
+    gp_request r;
+
+    if (x == NULL || x->mem_check == NULL || !m->devmem) {
+        count_error(m->engine);
+        return GP_MEM_NO_EXECUTOR;
+    }
+    /* In place: one check. */
+    if ((st = x->mem_check(m->engine, in, len, &gpu_in)) != GP_MEM_OK
+        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK)) {
+        count_error(m->engine);
+        return st;
+    }
+    if (out != in && gpu_in != gpu_out) {
+        count_error(m->engine);
+        return GP_MEM_SPLIT;
+    }
+    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu_in };
+    return submit_one(m, &r) == GP_REQ_OK ? GP_MEM_OK : GP_MEM_FAILED;
+}
+
+int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len)
+{
+    const gp_executor *x = m->exec;
+    int gpu = -1;
+
+    return x == NULL || x->mem_check == NULL || x->mem_check(m->engine, p, len, &gpu) == GP_MEM_NOT_DEVICE;
+}
+
 int gp_msg_tag(gp_msg *m, uint8_t tag[16])
 {
     gp_request r = { .kind = GP_REQ_TAG, .tag_out = tag };
@@ -554,12 +613,15 @@ static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t 
         return;
     }
     gp_engine_executor_failed(e, x);
+    /* Device-mode messages stay where they are and their unfinished requests fail: the host
+     * cannot read device memory (and the host stand-in of test builds never fails). */
     for (size_t i = 0; i < n; i++)
-        reqs[i].msg->exec = &gp_exec_host;
+        if (!reqs[i].msg->devmem)
+            reqs[i].msg->exec = &gp_exec_host;
     /* In submission order, which keeps each message's requests in order. */
     for (size_t i = 0; i < n; i++) {
-        if (reqs[i].status != GP_REQ_FAILED) {
-            account(e, x, &reqs[i], 1);      /* finished on x before it failed */
+        if (reqs[i].status != GP_REQ_FAILED || reqs[i].msg->devmem) {
+            account(e, x, &reqs[i], 1);      /* finished on x before it failed, or failed there */
             continue;
         }
         gp_exec_host.run(e, &reqs[i], 1);

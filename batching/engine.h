@@ -51,6 +51,10 @@ typedef struct gp_request {
     struct gp_stage_chunk *stage;
     /* Set by the cuda executor's prepare: the request's MAC powers are in `stage` (stage.h). */
     int stage_pows;
+    /* Device mode (gp_msg_set_memory): a data request's `in` and `out` are CUDA memory on GPU
+     * `gpu` (as the executor's mem_check found them), never read or written by host code. */
+    int devmem;
+    int gpu;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 
@@ -85,6 +89,31 @@ int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
 int gp_msg_tag(gp_msg *m, uint8_t tag[16]);
 /* Decrypt: compare the computed tag with tag[0..taglen) in constant time; enum gp_req_status. */
 int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen);
+
+/*
+ * Device mode: the data requests' buffers of a message are CUDA memory (device or managed), which
+ * the GPU holding them reads and writes in place; AAD, keys, IVs and tags stay host memory. Set
+ * between messages; it holds from the next gp_msg_start. gp_engine_device_memory says whether an
+ * executor here can take it: the cuda executor with a usable GPU (never the cpu executor, which
+ * cannot read device memory, and no CPU fallback exists for it), or in test builds the host
+ * executor standing in with its registry of fake allocations (GPUPROV_TEST_HOST_DEVMEM).
+ */
+typedef enum gp_mem_status {
+    GP_MEM_OK = 0,
+    GP_MEM_NOT_DEVICE,       /* not CUDA device or managed memory: host, freed or foreign */
+    GP_MEM_PAST_END,         /* [p, p + len) runs past the end of p's allocation */
+    GP_MEM_GPU_NOT_OPEN,     /* on a GPU the cuda executor does not use (knob device) */
+    GP_MEM_SPLIT,            /* in and out on different GPUs */
+    GP_MEM_NO_EXECUTOR,      /* no executor here takes device memory (no usable GPU, backend=cpu) */
+    GP_MEM_FAILED            /* the GPU failed running it; device memory has no CPU fallback */
+} gp_mem_status;
+int gp_engine_device_memory(gp_engine *e);
+void gp_msg_set_memory(gp_msg *m, int device);
+/* A data request on device memory: every check, then the run; enum gp_mem_status. */
+int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+/* Device mode: is p host memory, as AAD must be (the host reads it)? A device pointer given as AAD
+ * is refused rather than read. */
+int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len);
 
 /* Run several requests as one batch (what the provider's single calls do with n = 1). Requests of
  * one message run in submission order. Returns 1 when every request succeeded; each request's

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <openssl/crypto.h>
 
@@ -135,6 +137,14 @@ typedef struct gp_cuda {
     int stage_ready;
     gp_copy_crew crew;           /* large requests' host copies (copy_crew.h) */
     int stage_device;            /* also the first GPU: key tables are indexed from it */
+    int ngpus;                   /* GPUs with slots: stage_device onwards */
+    /* Device mode (engine.h): driver calls, through the runtime's entry-point query (the module
+     * links no libcuda; any NULL: device mode is not offered), and each GPU's primary context,
+     * where the slots' streams live (ngpus entries). */
+    PFN_cuMemGetAddressRange_v3020 mem_range;
+    PFN_cuPointerGetAttribute_v4000 ptr_attr;
+    PFN_cuCtxGetCurrent_v4000 ctx_current;
+    CUcontext *primary;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
 } gp_cuda;
@@ -373,6 +383,67 @@ static void cuda_key_forget(gp_engine *e, gp_key *k)
             gp_key_table_forget(&g->keys[d].table, &k->table_slot[d], k->id, may_call);
 }
 
+/*
+ * gp_executor.mem_check: device mode's buffers (engine.h). cudaPointerGetAttributes says what memory
+ * p is and on which GPU (an unknown pointer, freed or never allocated here, reads as unregistered
+ * host memory); the driver gives the bounds of its allocation and the context that made it: one
+ * other than the GPU's primary context (the runtime's, where the slots' streams run) is foreign,
+ * its memory not mapped in ours (VMM allocations name none: cuMemMap'd memory is the process's).
+ * Pinned host memory is refused too: the mode promises no PCIe traffic. Runs off an async job's
+ * small stack (CUDA calls need more).
+ */
+typedef struct mem_query {
+    gp_cuda *g;
+    const void *p;
+    size_t len;
+    int gpu;
+} mem_query;
+
+static int mem_query_run(void *arg)
+{
+    mem_query *q = arg;
+    struct cudaPointerAttributes a;
+    CUdeviceptr base = 0, at = (CUdeviceptr)(uintptr_t)q->p;
+    CUcontext owner = NULL;
+    size_t size = 0;
+    int saved, st;
+
+    memset(&a, 0, sizeof(a));
+    if (cudaPointerGetAttributes(&a, q->p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return GP_MEM_NOT_DEVICE;
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        return GP_MEM_NOT_DEVICE;
+    q->gpu = a.device;
+    if (a.device < q->g->stage_device || a.device >= q->g->stage_device + q->g->ngpus)
+        return GP_MEM_GPU_NOT_OPEN;
+    if (!device_enter(a.device, &saved) || q->g->mem_range(&base, &size, at) != CUDA_SUCCESS)
+        st = GP_MEM_NOT_DEVICE;
+    else if (q->g->ptr_attr(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, at) == CUDA_SUCCESS && owner != NULL
+             && owner != q->g->primary[a.device - q->g->stage_device])
+        st = GP_MEM_NOT_DEVICE;   /* another context's: the GPU would fault on it in ours */
+    else
+        st = at - base > size || q->len > size - (size_t)(at - base) ? GP_MEM_PAST_END : GP_MEM_OK;
+    (void)cudaGetLastError();
+    device_leave(saved);
+    return st;
+}
+
+static int cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
+{
+    gp_cuda *g = e->cuda;
+    mem_query q = { g, p, len, -1 };
+    int st;
+
+    if (g == NULL || g->mem_range == NULL || g->ptr_attr == NULL || g->ctx_current == NULL
+        || g->open_gen != gp_fork_generation())
+        return GP_MEM_NO_EXECUTOR;
+    st = gp_async_in_job() ? gp_call_off_job_stack(mem_query_run, &q) : mem_query_run(&q);
+    *gpu = q.gpu;
+    return st;
+}
+
 static gp_stage_pool *cuda_stage_pool(gp_engine *e)
 {
     gp_cuda *g = e->cuda;
@@ -497,6 +568,19 @@ static int copy_threads(const gp_engine *e)
     return n <= 1 ? 0 : n - 1 < 8 ? (int)(n - 1) : 8;
 }
 
+/* A driver function as of CUDA 12.0's API, or NULL. */
+static void *driver_call(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult found;
+    void *fn = NULL;
+
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
+        || found != cudaDriverEntryPointSuccess)
+        fn = NULL;
+    (void)cudaGetLastError();
+    return fn;
+}
+
 static int cuda_open(gp_engine *e)
 {
     gp_cuda *c;
@@ -534,7 +618,13 @@ static int cuda_open(gp_engine *e)
     c->spread_off = !e->knobs.exp.spread;
 #endif
     c->stage_device = first;
+    c->ngpus = ngpus;
     c->open_gen = gp_fork_generation();
+    c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange");
+    c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute");
+    c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent");
+    if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)
+        c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     gp_copy_crew_init(&c->crew, copy_threads(e));
     e->cuda = c;
@@ -575,6 +665,10 @@ static int cuda_open(gp_engine *e)
         }
         if (i % per_gpu == 0 && i / per_gpu < GP_KEY_TABLE_GPUS)
             keys_open(&c->keys[i / per_gpu], sl->device);
+        /* The runtime's context of this GPU, current since cudaSetDevice (device mode's check). */
+        if (i % per_gpu == 0 && c->ctx_current != NULL && c->primary != NULL
+            && c->ctx_current(&c->primary[i / per_gpu]) != CUDA_SUCCESS)
+            c->mem_range = NULL;
     }
     /* The queue may now flush a batch while others run (queue.c). */
     atomic_store(&e->max_inflight, c->nslots);
@@ -729,6 +823,7 @@ static void cuda_close(gp_engine *e)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     gp_copy_crew_stop(&c->crew);
     OPENSSL_free(c->slots);
+    OPENSSL_free(c->primary);
     OPENSSL_free(c);
     e->cuda = NULL;
 }
@@ -809,6 +904,31 @@ static int pows_staged(const gp_request *r, const gp_job *j)
     return carries_pows(r, j) && r->stage_pows && staged_on_gpu(r);
 }
 
+/*
+ * Device mode (engine.h): r's data is CUDA memory on the slot's GPU. The batch kernel reads and
+ * writes it where it is (gp_work offsets are addresses minus the arena's, kernels/batch_abi.h) when
+ * its body starts on a 16-byte boundary in both buffers, as in the arena (body_pad: the units'
+ * vector accesses, kernels/units.h); a caller whose buffers keep the message's offsets, from an
+ * allocation's start, always has that. Otherwise the copy kernels move it through the device-only
+ * staged region, as a staged request's data. Neither takes room in the pinned arena or a byte
+ * across PCIe, and no host code touches it.
+ */
+static int devmem_data(const gp_request *r)
+{
+    return r->devmem && r->kind == GP_REQ_CRYPT && r->len > 0;
+}
+
+static int devmem_in_place(const gp_request *r, const gp_job *j)
+{
+    return devmem_data(r) && (((uintptr_t)r->in + j->head_len) & 15) == 0
+           && (((uintptr_t)r->out + j->head_len) & 15) == 0;
+}
+
+static int devmem_copied(const gp_request *r, const gp_job *j)
+{
+    return devmem_data(r) && !devmem_in_place(r, j);
+}
+
 /* Pieces of at most GP_COPY_PIECE that `len` bytes take in a copy list. */
 static size_t copy_pieces(uint64_t len)
 {
@@ -829,10 +949,11 @@ static void copy_add(gp_copy *list, size_t *n, uint64_t src, uint64_t dst, uint6
     }
 }
 
-/* Does request r's data go through the copy crew? */
+/* Does request r's data go through the copy crew? (Never device-mode data: the host must not
+ * touch it, and it takes no arena room.) */
 static int spreads(const gp_request *r)
 {
-    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && r->len >= SPREAD_MIN;
+    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && !r->devmem && r->len >= SPREAD_MIN;
 }
 
 /* The crew's piece for `len` bytes: about a sixteenth, 64 KiB-aligned, within the bounds. */
@@ -903,6 +1024,7 @@ typedef struct gp_wave {
     unsigned int flags;          /* GP_BATCH_* for the kernels */
     /* plan: */
     size_t nrefs, nmma, nup, nwipes, nstaged, staged_pieces, nspows;
+    size_t ndevcopy;             /* device-mode requests copied through the staged region */
     /* layout: the arena's regions (offsets in both arenas) and the copy lists' room */
     size_t refs_off, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
     size_t lists_off, total, nin_cap, nout_cap;
@@ -946,6 +1068,9 @@ static void wave_plan(gp_wave *wv)
             wv->flags |= GP_BATCH_AES;
         if (staged_on_gpu(r)) {
             wv->nstaged++;
+            wv->staged_pieces += copy_pieces(r->len);
+        } else if (devmem_copied(r, &c->jobs[i])) {
+            wv->ndevcopy++;
             wv->staged_pieces += copy_pieces(r->len);
         }
         wv->nspows += pows_staged(r, &c->jobs[i]);
@@ -1013,7 +1138,7 @@ static int wave_layout(gp_wave *wv)
     off = wv->in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
-               + (staged_on_gpu(&reqs[idx[i]]) ? 0 : data_bytes(&c->jobs[i]));
+               + (staged_on_gpu(&reqs[idx[i]]) || devmem_data(&reqs[idx[i]]) ? 0 : data_bytes(&c->jobs[i]));
     wv->keys_off = ALIGN128(off);
     off = wv->keys_off;
     for (size_t i = 0; i < m; i++)
@@ -1025,7 +1150,7 @@ static int wave_layout(gp_wave *wv)
     wv->out_off = wv->states_off + m * STATE_STRIDE;
     off = wv->out_off;
     for (size_t i = 0; i < m; i++)
-        off += staged_on_gpu(&reqs[idx[i]]) ? 0
+        off += staged_on_gpu(&reqs[idx[i]]) || devmem_data(&reqs[idx[i]]) ? 0
                : reqs[idx[i]].kind == GP_REQ_CRYPT ? data_bytes(&c->jobs[i])
                : reqs[idx[i]].kind == GP_REQ_AAD ? 0 : 16;
     wv->part_off = ALIGN128(off);
@@ -1037,7 +1162,7 @@ static int wave_layout(gp_wave *wv)
     wv->stage_off = ALIGN128(off);
     off = wv->stage_off;
     for (size_t i = 0; i < m; i++)
-        if (staged_on_gpu(&reqs[idx[i]]))
+        if (staged_on_gpu(&reqs[idx[i]]) || devmem_copied(&reqs[idx[i]], &c->jobs[i]))
             off += data_bytes(&c->jobs[i]);
     wv->total = off;
     /* The copy lists, sized for the most entries they can take. */
@@ -1094,6 +1219,15 @@ static void wave_fill(gp_wave *wv)
             copy_add(wv->out_list, &wv->nout, gpu_addr(c->dev + w->in_off), r->stage->dev + GP_STAGE_MAX_BYTES,
                      w->job.len, wv->fold ? GP_COPY_WIPE_SRC : 0);
             stage_pos += data_bytes(&w->job);
+        } else if (devmem_copied(r, &w->job)) {   /* device memory, through the staged region */
+            w->in_off = w->out_off = stage_pos + pad;
+            copy_add(wv->in_list, &wv->nin, gpu_addr(r->in), gpu_addr(c->dev + w->in_off), w->job.len, 0);
+            copy_add(wv->out_list, &wv->nout, gpu_addr(c->dev + w->in_off), gpu_addr(r->out), w->job.len,
+                     wv->fold ? GP_COPY_WIPE_SRC : 0);
+            stage_pos += data_bytes(&w->job);
+        } else if (devmem_data(r)) {   /* device memory, in place */
+            w->in_off = gpu_addr(r->in) - gpu_addr(c->dev);
+            w->out_off = gpu_addr(r->out) - gpu_addr(c->dev);
         } else {
             w->in_off = in_pos + pad;
             w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
@@ -1313,7 +1447,7 @@ static int wave_issue(gp_wave *wv)
     memset(&hout, 0, sizeof(hout));
     memcpy(hin.e, wv->in_list, (wv->nin < GP_COPY_INLINE ? wv->nin : GP_COPY_INLINE) * sizeof(gp_copy));
     memcpy(hout.e, wv->out_list, (wv->nout < GP_COPY_INLINE ? wv->nout : GP_COPY_INLINE) * sizeof(gp_copy));
-    const unsigned int lone = lone_blocks(e, g, c, wv->nrefs, wv->fold, wv->nstaged, wv->nspows, wv->nup, wv->nwipes, wv->nmma);
+    const unsigned int lone = lone_blocks(e, g, c, wv->nrefs, wv->fold, wv->nstaged + wv->ndevcopy, wv->nspows, wv->nup, wv->nwipes, wv->nmma);
     unsigned int lone_grid = lone;
 
     const void *kernel = gp_kernel_geometry(wv->nrefs, wv->flags, &c->shape, &grid, &block, &smem);
@@ -1515,8 +1649,9 @@ static int wave_deliver(gp_wave *wv)
             continue;              /* delivered above */
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
-        if (staged_on_gpu(r)) {
-            /* already in the chunk's output half (r->out): its job copies it out */
+        if (staged_on_gpu(r) || devmem_data(r)) {
+            /* already in the chunk's output half (r->out), for its job to copy out; or in the
+             * caller's device memory */
         } else if (r->kind == GP_REQ_CRYPT) {
             if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
                                               spread_piece(r->len)))
@@ -1631,19 +1766,64 @@ static void cuda_prepare(gp_engine *e, gp_request *r)
     }
 }
 
-/* A free slot, locked: the first free one from a rotating start, else wait for the start one. */
-static gp_cuda_slot *slot_take(gp_cuda *g)
+/* A free slot, locked: the first free one from a rotating start, else wait for the start one;
+ * gpu >= 0: one of that GPU's (device mode: the GPU that holds the data runs it). Slots are laid out
+ * GPU by GPU, nslots / ngpus each (cuda_open). */
+static gp_cuda_slot *slot_take(gp_cuda *g, int gpu)
 {
     unsigned start = atomic_fetch_add(&g->next, 1);
+    int per = g->nslots / g->ngpus, from = gpu >= 0 ? (gpu - g->stage_device) * per : 0;
+    int count = gpu >= 0 ? per : g->nslots;
 
-    for (int i = 0; i < g->nslots; i++) {
-        gp_cuda_slot *sl = &g->slots[(start + (unsigned)i) % (unsigned)g->nslots];
+    for (int i = 0; i < count; i++) {
+        gp_cuda_slot *sl = &g->slots[from + (int)((start + (unsigned)i) % (unsigned)count)];
 
         if (pthread_mutex_trylock(&sl->lock) == 0)
             return sl;
     }
-    pthread_mutex_lock(&g->slots[start % (unsigned)g->nslots].lock);
-    return &g->slots[start % (unsigned)g->nslots];
+    pthread_mutex_lock(&g->slots[from + (int)(start % (unsigned)count)].lock);
+    return &g->slots[from + (int)(start % (unsigned)count)];
+}
+
+static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu);
+
+/*
+ * A batch whose device-mode requests are on several GPUs: each GPU's share (the host-memory
+ * requests with the first's) runs as a batch of its own in a slot of that GPU, on a copy of its
+ * requests whose statuses come back. A message's requests share a GPU here: in device mode each
+ * comes from an EVP call that waits for it, so a batch holds one request of each such message.
+ */
+static int cuda_run_split(gp_engine *e, gp_request *reqs, size_t n)
+{
+    gp_request *part = OPENSSL_malloc(n * sizeof(*part));
+    size_t *from = OPENSSL_malloc(n * sizeof(*from));
+    int ok = part != NULL && from != NULL, first = -1;
+
+    for (size_t i = 0; i < n && first < 0; i++)
+        if (reqs[i].devmem)
+            first = reqs[i].gpu;
+    for (size_t lead = 0; lead < n && ok; lead++) {
+        size_t m = 0, k;
+        const int gpu = reqs[lead].gpu;
+
+        if (!reqs[lead].devmem)
+            continue;
+        for (k = 0; k < lead && !(reqs[k].devmem && reqs[k].gpu == gpu); k++)
+            ;
+        if (k < lead)
+            continue;   /* this GPU's share ran already */
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i].devmem ? reqs[i].gpu == gpu : gpu == first) {
+                part[m] = reqs[i];
+                from[m++] = i;
+            }
+        ok = cuda_run_on(e, part, m, gpu);
+        for (size_t i = 0; i < m; i++)   /* the status, and what is left of a long one (run_leading_slices) */
+            reqs[from[i]] = part[i];
+    }
+    OPENSSL_free(part);
+    OPENSSL_free(from);
+    return ok;
 }
 
 /*
@@ -1674,9 +1854,10 @@ static int run_leading_slices(gp_engine *e, gp_cuda_slot *c, gp_request *r, size
     return 1;
 }
 
+/* Is r sliced here? Device-mode data is not: it takes no arena room, and one launch covers it. */
 static int is_long(const gp_request *r, size_t slice)
 {
-    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && r->len > slice;
+    return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && !r->devmem && r->len > slice;
 }
 
 /* One wave of a batch, its long requests' leading slices first (the caller's view of each request
@@ -1748,6 +1929,20 @@ static int run_wave_bounded(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, con
  */
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {
+    int gpu = -1;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!reqs[i].devmem)
+            continue;
+        if (gpu >= 0 && reqs[i].gpu != gpu)
+            return cuda_run_split(e, reqs, n);
+        gpu = reqs[i].gpu;
+    }
+    return cuda_run_on(e, reqs, n, gpu);
+}
+
+static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu)
+{
     gp_cuda *g = e->cuda;
     gp_cuda_slot *c;
     size_t nwaves = 0;
@@ -1755,7 +1950,7 @@ static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 
     if (g->stage_ready)
         gp_stage_grow(&g->stage);   /* here, on a thread's stack: jobs only ask (stage.h) */
-    c = slot_take(g);
+    c = slot_take(g, gpu);
 
     if (!scratch_reserve(c, n)) {
         pthread_mutex_unlock(&c->lock);
@@ -1795,4 +1990,5 @@ const gp_executor gp_exec_cuda = {
     .stage_pool = cuda_stage_pool,
     .prepare = cuda_prepare,
     .key_forget = cuda_key_forget,
+    .mem_check = cuda_mem_check,
 };

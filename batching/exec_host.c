@@ -127,6 +127,89 @@ static void test_stage_release(void *ctx, void *mem, size_t bytes)
 }
 #endif
 
+#if GP_TEST_HOOKS
+/*
+ * Test hook (host_devmem): the host executor stands in for the GPU in device mode (engine.h), so
+ * that CI runs the mode's checks, bookkeeping and errors without one. The suites allocate "device
+ * memory" with gpuprov_test_devmem_alloc (exported by the test module alone,
+ * provider/test-module/gpuprov-test.map): plain memory, recorded here with the GPU it stands for,
+ * and forgotten by gpuprov_test_devmem_free, so that a pointer into a freed allocation, a host
+ * pointer and a length past an allocation's end are told apart as the cuda executor tells them
+ * (exec_cuda.c, cuda_mem_check). GPUs 0 and 1 count as open, higher ones as GPUs gpuprov does not
+ * use.
+ */
+#define TEST_DEVMEM_MAX 256
+#define TEST_DEVMEM_OPEN_GPUS 2
+
+typedef struct test_devmem {
+    uint8_t *base;
+    size_t size;
+    int gpu;
+} test_devmem;
+
+static pthread_mutex_t test_devmem_lock = PTHREAD_MUTEX_INITIALIZER;
+static test_devmem test_devmem_table[TEST_DEVMEM_MAX];
+
+__attribute__((visibility("default"))) void *gpuprov_test_devmem_alloc(size_t size, int gpu);
+__attribute__((visibility("default"))) void gpuprov_test_devmem_free(void *p);
+
+void *gpuprov_test_devmem_alloc(size_t size, int gpu)
+{
+    /* cudaMalloc's alignment (256 bytes), so that the suites' offsets mean the same on both. */
+    uint8_t *p = aligned_alloc(256, (size + 255) & ~(size_t)255);
+
+    if (p == NULL)
+        return NULL;
+    pthread_mutex_lock(&test_devmem_lock);
+    for (int i = 0; i < TEST_DEVMEM_MAX; i++) {
+        if (test_devmem_table[i].base == NULL) {
+            test_devmem_table[i] = (test_devmem){ p, size, gpu };
+            pthread_mutex_unlock(&test_devmem_lock);
+            return p;
+        }
+    }
+    pthread_mutex_unlock(&test_devmem_lock);
+    free(p);
+    return NULL;
+}
+
+void gpuprov_test_devmem_free(void *p)
+{
+    pthread_mutex_lock(&test_devmem_lock);
+    for (int i = 0; i < TEST_DEVMEM_MAX; i++) {
+        if (p != NULL && test_devmem_table[i].base == p) {
+            OPENSSL_cleanse(p, test_devmem_table[i].size);
+            free(p);
+            test_devmem_table[i].base = NULL;
+        }
+    }
+    pthread_mutex_unlock(&test_devmem_lock);
+}
+
+/* gp_executor.mem_check of the stand-in: the allocation that holds p, as cuda_mem_check asks the
+ * driver. */
+static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
+{
+    const uint8_t *b = p;
+    int st = GP_MEM_NOT_DEVICE;
+
+    if (!e->knobs.test.host_devmem)
+        return GP_MEM_NO_EXECUTOR;
+    pthread_mutex_lock(&test_devmem_lock);
+    for (int i = 0; i < TEST_DEVMEM_MAX && st == GP_MEM_NOT_DEVICE; i++) {
+        const test_devmem *a = &test_devmem_table[i];
+
+        if (a->base == NULL || b < a->base || b >= a->base + a->size)
+            continue;
+        *gpu = a->gpu;
+        st = a->gpu >= TEST_DEVMEM_OPEN_GPUS ? GP_MEM_GPU_NOT_OPEN
+             : len > a->size - (size_t)(b - a->base) ? GP_MEM_PAST_END : GP_MEM_OK;
+    }
+    pthread_mutex_unlock(&test_devmem_lock);
+    return st;
+}
+#endif
+
 static int host_open(gp_engine *e)
 {
 #if GP_TEST_HOOKS
@@ -332,4 +415,7 @@ const gp_executor gp_exec_host = {
     .prepare = gp_kstate_prepare,
     .msg_copy = NULL,
     .msg_clear = NULL,
+#if GP_TEST_HOOKS
+    .mem_check = host_mem_check,
+#endif
 };

@@ -39,6 +39,9 @@ typedef struct gp_executor {
     /* The key is being freed: drop what the executor keeps of it (cuda: its resident schedule);
      * NULL: nothing kept. May run on an async job's stack. */
     void (*key_forget)(gp_engine *e, gp_key *k);
+    /* Device mode (engine.h): may this executor take [p, p + len) as device memory? enum
+     * gp_mem_status; *gpu: the GPU that holds it. NULL: it takes none. */
+    int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu);
 } gp_executor;
 
 extern const gp_executor gp_exec_host;

@@ -142,6 +142,10 @@ static const gp_setting registry[] = {
       FIELD(test.slice_bytes), .dflt = 0, .min = 0, .max = 1ll << 30, .expected = "a byte count such as 4k",
       .meaning = "the host and cuda executors run a data request in slices of this many bytes (rounded "
                  "down to 64; 0: the default, 16 MiB)" },
+    { .env = "GPUPROV_TEST_HOST_DEVMEM", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.host_devmem), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "the host executor stands in for the GPU in device mode (gpuprov-memory = device), "
+                 "with fake allocations from gpuprov_test_devmem_alloc" },
 #endif
 };
 

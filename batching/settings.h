@@ -51,6 +51,8 @@ typedef struct gp_test_hooks {
     int host_stage;           /* the host executor gives async jobs a small staging pool */
     size_t slice_bytes;       /* the host and cuda executors run a data request in slices of this
                                * many bytes (batching/kstate.h); 0: GP_SLICE_BYTES */
+    int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
+                               * registry of fake allocations (batching/exec_host.c) */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of

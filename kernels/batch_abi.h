@@ -128,8 +128,9 @@ typedef struct gp_work {
      * in the cuda executor's table of resident keys (batching/exec_cuda.c) */
     uint64_t key_off;
     uint64_t state_off;           /* gp_msg_state */
-    uint64_t in_off;              /* request input (AAD or data) */
-    uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG */
+    uint64_t in_off;              /* request input (AAD or data); as key_off, modulo 2^64: a
+                                   * device-mode request's data is the caller's device memory */
+    uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG (as in_off) */
     uint64_t partials_off;        /* job.nunits partial MACs of GP_PARTIAL_BYTES */
     uint64_t ghmma_off;           /* GCM with GP_GHASH_MMA_MIN_UNITS units or more: the key's tensor-core
                                    * GHASH matrix (kernels/ghash_mma.h); 0: none, integer GHASH */

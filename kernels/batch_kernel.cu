@@ -111,7 +111,8 @@ static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m
 }
 
 /* A ref's arena pointers (unsigned arithmetic: key_off wraps modulo 2^64 when the key is in the
- * resident table). */
+ * resident table, in_off and out_off when a device-mode request's data is the caller's own device
+ * memory, batching/exec_cuda.c). */
 struct batch_ptrs {
     gp_work *w;
     const gp_key_sched *k;
@@ -129,9 +130,9 @@ static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *r
     p.k = (const gp_key_sched *)((uintptr_t)arena + p.w->key_off);
     p.pw = p.w->pows_off != 0 ? (const gp_mac_pows *)(arena + p.w->pows_off) : &p.k->mac_pows;
     p.st = (gp_msg_state *)(arena + p.w->state_off);
-    p.in = arena + p.w->in_off;
+    p.in = (const uint8_t *)((uintptr_t)arena + p.w->in_off);
     p.partials = arena + p.w->partials_off;
-    p.out = arena + p.w->out_off;
+    p.out = (uint8_t *)((uintptr_t)arena + p.w->out_off);
     return p;
 }
 

@@ -353,6 +353,10 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
             ctx->aad_bytes += inl;
             return gp_lane_update(ctx, out, outl, outsize, in, inl);
         }
+        if (ctx->devmem && !gp_msg_is_host_memory(ctx->msg, in, inl)) {
+            GP_RAISE(GP_R_DEVICE_MEMORY_AAD);
+            return 0;
+        }
         if (!gp_msg_aad(ctx->msg, in, inl)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
@@ -370,7 +374,10 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         ctx->text_bytes += inl;
         return gp_lane_update(ctx, out, outl, outsize, in, inl);
     }
-    if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
+    if (ctx->devmem) {
+        if (!gp_cipher_crypt_device(ctx, in, out, inl))
+            return 0;
+    } else if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
@@ -558,6 +565,11 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_TLS_AAD);
         return 0;
     }
+    /* A record's explicit nonce and tag sit in its buffer, which the host reads and writes. */
+    if (ctx->devmem) {
+        GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
+        return 0;
+    }
     memcpy(aad, p->data, TLS_AAD_LEN);
     len = (size_t)aad[TLS_AAD_LEN - 2] << 8 | aad[TLS_AAD_LEN - 1];
     if (is_gcm(ctx)) {
@@ -589,6 +601,10 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 
     if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL)
         goto bad;
+    if (ctx->devmem) {
+        GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
+        return 0;
+    }
     /* Records restart the message from the fixed IV: the context leaves the lane (cpu_lane.c). */
     if (!is_gcm(ctx)) {
         /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
@@ -712,6 +728,16 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     return 1;
 }
 
+/* Does the caller ask for GP_CIPHER_PARAM_MEMORY (which the lane's context does not know)? A first
+ * letter decides for every OpenSSL name. */
+static int asks_memory(const OSSL_PARAM params[])
+{
+    for (const OSSL_PARAM *p = params; p != NULL && p->key != NULL; p++)
+        if (p->key[0] == 'g' && strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0)
+            return 1;
+    return 0;
+}
+
 /*
  * One pass over the caller's params, most frequent names first: EVP reads IVLEN at every init and
  * the tag at every message, and a locate per known name (a strcmp each) was a visible part of a
@@ -729,7 +755,7 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
         return gp_param_set_size(params, ctx->ivlen);
     /* An encryption on the lane past its Final: the default provider's context answers the rest
      * (GET_TAG after each TLS 1.3 record). */
-    if (ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0)
+    if (ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0 && !asks_memory(params))
         return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
     return aead_get_ctx_params(ctx, params);
 }
@@ -766,6 +792,8 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
             ok = gp_param_set_size(p, ctx->taglen != 0 ? ctx->taglen : AEAD_TAG_LEN);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
             ok = gp_param_set_size(p, ctx->tls_aad_pad);
+        else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
+            ok = gp_cipher_get_memory(ctx, p);
         else if (!is_gcm(ctx))
             continue;   /* ChaCha20-Poly1305 has no IV params (as the default provider) */
         else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0 || strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
@@ -812,6 +840,8 @@ static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
             ok = set_tls_iv_fixed(ctx, p);
         else if (is_gcm(ctx) && strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV) == 0)
             ok = set_iv_inv(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
+            ok = gp_cipher_set_memory(ctx, p);
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
         if (!ok)
             return 0;
@@ -836,6 +866,7 @@ const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN, NULL, 0),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -852,6 +883,7 @@ const OSSL_PARAM *gp_gcm_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV, NULL, 0),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -868,6 +900,7 @@ const OSSL_PARAM *gp_chachapoly_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, NULL),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -884,6 +917,7 @@ const OSSL_PARAM *gp_chachapoly_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 

@@ -156,7 +156,7 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
         if (!gp_lane_start(ctx, iv, ivlen))
             return 0;
     } else if (!gp_msg_start(ctx->msg, ctx->key, iv, ivlen, ctx->enc)) {
-        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        GP_RAISE(ctx->devmem ? GP_R_NO_DEVICE_MEMORY_EXECUTOR : GP_R_EXECUTOR_FAILURE);
         return 0;
     }
     gp_cipher_message_reset(ctx);
@@ -195,4 +195,97 @@ int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
         return 0;
     }
     return 1;
+}
+
+/*
+ * Device mode (docs/config.md, "Per-context parameter"). EVP hands a provider's update its in and
+ * out pointers without reading them (crypto/evp/evp_enc.c, EVP_EncryptUpdate and EVP_DecryptUpdate
+ * for provider ciphers), so they may be CUDA memory; the engine then runs the message where that
+ * memory is and no host code touches it. The mode changes only between messages: a message's
+ * state (counter, MAC, partial block) lives with the executor it started on.
+ */
+
+/* Is the UTF-8 param `word`? Its data_size counts the string's bytes, with or without a NUL
+ * (OSSL_PARAM_construct_utf8_string counts them without). */
+static int param_is_word(const OSSL_PARAM *p, const char *word)
+{
+    const size_t n = strlen(word);
+
+    return p->data_type == OSSL_PARAM_UTF8_STRING && p->data != NULL && p->data_size >= n && p->data_size <= n + 1
+           && memcmp(p->data, word, n) == 0 && (p->data_size == n || ((const char *)p->data)[n] == '\0');
+}
+
+int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    int device;
+
+    if (param_is_word(p, "host")) {
+        device = 0;
+    } else if (param_is_word(p, "device")) {
+        device = 1;
+    } else {
+        GP_RAISE(GP_R_INVALID_MEMORY_MODE);
+        return 0;
+    }
+    if (device == ctx->devmem)
+        return 1;
+    if (ctx->iv_state == GP_IV_STARTED && (ctx->aad_bytes != 0 || ctx->text_bytes != 0 || ctx->data_started)) {
+        GP_RAISE(GP_R_MEMORY_MODE_MID_MESSAGE);
+        return 0;
+    }
+    if (device) {
+        if (ctx->tls_fixed || ctx->tls_aad_len != 0) {
+            GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
+            return 0;
+        }
+        if (!gp_engine_device_memory(ctx->provctx->engine)) {
+            GP_RAISE(GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+            return 0;
+        }
+        gp_lane_close(ctx);   /* the default provider's code cannot read device memory */
+    }
+    ctx->devmem = device;
+    gp_msg_set_memory(ctx->msg, device);
+    /* A message begun but with nothing processed restarts from its IV where it now belongs. */
+    if (ctx->iv_state == GP_IV_STARTED)
+        ctx->iv_state = GP_IV_BUFFERED;
+    return 1;
+}
+
+int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    if (!OSSL_PARAM_set_utf8_string(p, ctx->devmem ? "device" : "host")) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_cipher_crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl)
+{
+    int st = gp_msg_crypt_device(ctx->msg, in, out, inl);
+
+    switch (st) {
+    case GP_MEM_OK:
+        return 1;
+    case GP_MEM_NOT_DEVICE:
+        GP_RAISE(GP_R_NOT_DEVICE_MEMORY);
+        break;
+    case GP_MEM_PAST_END:
+        GP_RAISE(GP_R_PAST_ALLOCATION_END);
+        break;
+    case GP_MEM_GPU_NOT_OPEN:
+        GP_RAISE(GP_R_GPU_NOT_OPEN);
+        break;
+    case GP_MEM_SPLIT:
+        GP_RAISE(GP_R_BUFFERS_ON_TWO_GPUS);
+        break;
+    case GP_MEM_NO_EXECUTOR:
+        GP_RAISE(GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+        break;
+    default:
+        GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);
+        break;
+    }
+    return 0;
 }

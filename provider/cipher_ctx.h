@@ -86,6 +86,8 @@ typedef struct gp_cipher_ctx {
     int iv_gen;                 /* GCM: TLS1_IV_FIXED set, invocation field per record */
     int tls_fixed;              /* TLS1_IV_FIXED set (GCM and ChaCha20-Poly1305) */
     uint64_t tls_enc_records;
+    int devmem;                 /* GP_CIPHER_PARAM_MEMORY = "device": data updates' buffers are
+                                 * CUDA memory; never on the lane (cpu_lane.c) */
 } gp_cipher_ctx;
 
 void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info);
@@ -197,6 +199,11 @@ static inline int gp_param_is_ivlen(const char *key)
 {
     return key[0] == 'i' && key[1] == 'v' && key[2] == 'l' && key[3] == 'e' && key[4] == 'n' && key[5] == '\0';
 }
+/* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
+int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
+int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
+/* A data update in device mode: `in` and `out` are CUDA memory; 0 with an error raised. */
+int gp_cipher_crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl);
 /* KEYLEN is settable to each algorithm's own value only. */
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
 

@@ -57,9 +57,12 @@ static int lane_choose(gp_cipher_ctx *ctx)
     const gp_cpu_direct *d;
     void *algctx;
 
-    /* A context in TLS 1.2 record mode keeps its records on the engine's message. */
-    if (ctx->tls_fixed)
+    /* A context in TLS 1.2 record mode keeps its records on the engine's message; one in device
+     * mode has its data where the default provider's code cannot read it. */
+    if (ctx->tls_fixed || ctx->devmem) {
+        gp_lane_close(ctx);
         return 0;
+    }
     d = gp_engine_cpu_lane(e, ctx->info->alg, ctx->info->keylen, ctx->last_text_bytes);
     if (d == ctx->lane.d && d != NULL) {
         ctx->lane.epoch = epoch;

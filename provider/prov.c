@@ -102,6 +102,16 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_RANDOM_FAILURE, "random generator failure" },
     { GP_R_OUT_OF_MEMORY, "out of memory" },
     { GP_R_TLS_MODE, "operation not allowed in tls record mode" },
+    { GP_R_INVALID_MEMORY_MODE, "gpuprov-memory must be \"host\" or \"device\"" },
+    { GP_R_MEMORY_MODE_MID_MESSAGE, "gpuprov-memory cannot change in the middle of a message: re-initialise first" },
+    { GP_R_NO_DEVICE_MEMORY_EXECUTOR, "device memory needs a usable GPU (cuda executor): none here, it failed, or backend is cpu or host" },
+    { GP_R_NOT_DEVICE_MEMORY, "device mode: buffer is not CUDA device or managed memory (a host pointer, or a freed or foreign allocation)" },
+    { GP_R_PAST_ALLOCATION_END, "device mode: length runs past the end of the buffer's CUDA allocation" },
+    { GP_R_GPU_NOT_OPEN, "device mode: buffer is on a GPU gpuprov does not use (knob device)" },
+    { GP_R_BUFFERS_ON_TWO_GPUS, "device mode: in and out are on different GPUs" },
+    { GP_R_DEVICE_MEMORY_GPU_FAILURE, "device mode: the GPU failed, and device memory has no CPU fallback; the message stays where its last good update left it" },
+    { GP_R_DEVICE_MEMORY_TLS, "device mode: tls record mode (TLS1_AAD, TLS1_IV_FIXED) is not available" },
+    { GP_R_DEVICE_MEMORY_AAD, "device mode: AAD must be host memory (only the data updates' in and out are device memory)" },
     { 0, NULL }
 };
 

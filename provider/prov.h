@@ -19,6 +19,10 @@
 #define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
 #define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
 
+/* Cipher context param (UTF-8 string): where the data updates' in and out buffers are, "host"
+ * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Per-context parameter"). */
+#define GP_CIPHER_PARAM_MEMORY "gpuprov-memory"
+
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;
     OSSL_LIB_CTX *libctx;        /* child of the loading application's context */
@@ -50,6 +54,16 @@ enum gp_reason {
     GP_R_RANDOM_FAILURE,
     GP_R_OUT_OF_MEMORY,
     GP_R_TLS_MODE,
+    GP_R_INVALID_MEMORY_MODE,
+    GP_R_MEMORY_MODE_MID_MESSAGE,
+    GP_R_NO_DEVICE_MEMORY_EXECUTOR,
+    GP_R_NOT_DEVICE_MEMORY,
+    GP_R_PAST_ALLOCATION_END,
+    GP_R_GPU_NOT_OPEN,
+    GP_R_BUFFERS_ON_TWO_GPUS,
+    GP_R_DEVICE_MEMORY_GPU_FAILURE,
+    GP_R_DEVICE_MEMORY_TLS,
+    GP_R_DEVICE_MEMORY_AAD,
 };
 
 /* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */

@@ -156,7 +156,10 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
         ctx->text_bytes += inl;
         return gp_lane_update(ctx, out, outl, outsize, in, inl);
     }
-    if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
+    if (ctx->devmem) {
+        if (!gp_cipher_crypt_device(ctx, in, out, inl))
+            return 0;
+    } else if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
         GP_RAISE(GP_R_EXECUTOR_FAILURE);
         return 0;
     }
@@ -213,6 +216,8 @@ int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
             ok = OSSL_PARAM_set_size_t(p, ctx->info->ivlen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
             ok = OSSL_PARAM_set_size_t(p, ctx->info->keylen);
+        else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
+            ok = gp_cipher_get_memory(ctx, p);
         else if (!ctr)
             continue;   /* ChaCha20 reports only the lengths, as the default provider does */
         else if (strcmp(k, OSSL_CIPHER_PARAM_NUM) == 0)
@@ -240,6 +245,8 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
     if (params == NULL)
         return 1;
     if (!gp_cipher_set_keylen(ctx, params))
+        return 0;
+    if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_MEMORY)) != NULL && !gp_cipher_set_memory(ctx, p))
         return 0;
     if (ctx->info->alg != GP_ALG_AES_CTR) {
         size_t ivlen;
@@ -280,6 +287,7 @@ const OSSL_PARAM *gp_ctr_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_IV, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
         OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_TLS_MAC, NULL, 0),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -296,6 +304,7 @@ const OSSL_PARAM *gp_ctr_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_uint(OSSL_CIPHER_PARAM_NUM, NULL),
         OSSL_PARAM_uint(OSSL_CIPHER_PARAM_TLS_VERSION, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, NULL),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -309,6 +318,7 @@ const OSSL_PARAM *gp_chacha20_gettable_ctx_params(void *cctx, void *provctx)
     static const OSSL_PARAM params[] = {
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
+        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_END
     };
 

@@ -51,6 +51,7 @@ struct gp_msg {
     gp_key *key;                 /* borrowed from the provider context, which restarts the message
                                   * whenever it replaces the key */
     int enc;
+    int devmem;                  /* device mode (engine.h gp_msg_set_memory), from the next start */
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */

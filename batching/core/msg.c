@@ -27,6 +27,7 @@ gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy)
     memcpy(d->aad_hold, m->aad_hold, m->aad_hold_len);
     d->key = key_of_copy;
     d->enc = m->enc;
+    d->devmem = m->devmem;
     d->ivlen = m->ivlen;
     memcpy(d->iv, m->iv, sizeof(d->iv));
     memcpy(&d->st, &m->st, sizeof(d->st));

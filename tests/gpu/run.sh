@@ -29,7 +29,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ] && [ -f "$G
 fi
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed evp-bench}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -41,10 +41,13 @@ reconf=""; [ -d "$build/meson-private" ] && reconf="--reconfigure"
 step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89,90}" -Dwycheproof_dir="$wp" ${GPU_MESON_ARGS:-}
 step build ninja -C "$build"
 step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
+# Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
+step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
+  --print-errorlogs --num-processes 1
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
-sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda}
-step memcheck meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}
+step memcheck env GPTEST_DEVMEM_QUICK=1 meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory
 # errors are not.
@@ -59,5 +62,8 @@ step speed env BENCH_OUT="$out/speed.csv" bash bench/speed.sh "$build" "${SPEED_
 cat "$out/speed.log" 2>/dev/null | tail -24
 step evp-bench env BENCH_OUT="$out/evp.csv" EVP_THREADS="${EVP_THREADS:-1,16}" bash bench/evp.sh "$build" "${EVP_SECONDS:-1}"
 cat "$out/evp-bench.log" 2>/dev/null | tail -60
+# Data already on the GPU: EVP in device mode beside the raw kernel, with issue 36's targets.
+step devmem-bench env BENCH_OUT="$out/devmem.csv" bash bench/devmem.sh "$build" "${DEVMEM_SECONDS:-2}"
+cat "$out/devmem-bench.log" 2>/dev/null | sed -n '/^| cipher/,$p'
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
 exit $status

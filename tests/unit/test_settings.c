@@ -96,6 +96,7 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_HOST_STAGE", "1", 1, 0 }, { "GPUPROV_TEST_HOST_STAGE", "staged", BAD, 0 },
     { "GPUPROV_TEST_SLICE_BYTES", "4k", 4096, 0 }, { "GPUPROV_TEST_SLICE_BYTES", "0", 0, 0 },
     { "GPUPROV_TEST_SLICE_BYTES", "slice", BAD, 0 },
+    { "GPUPROV_TEST_HOST_DEVMEM", "1", 1, 0 }, { "GPUPROV_TEST_HOST_DEVMEM", "device", BAD, 0 },
 #endif
 };
 
@@ -230,6 +231,7 @@ static void test_table(void **state)
     assert_int_equal(k.test.cuda_silent_after, -1);
     assert_int_equal(k.test.host_inflight, 0);
     assert_int_equal(k.test.host_stage, 0);
+    assert_int_equal(k.test.host_devmem, 0);
 #endif
 }
 
@@ -354,7 +356,8 @@ static void test_flavour(void **state)
     static const char *const test_vars[] = {
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
-        "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES"
+        "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
+        "GPUPROV_TEST_HOST_DEVMEM"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
     gp_knobs plain, set;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Data already on the GPU: EVP in device mode (bench/devmem_bench) beside the raw batch kernel
+# (bench/kernel_bench) for the same sizes on GPU 0, with issue 36's targets; a table and a CSV.
+# usage: bench/devmem.sh [build-dir] [seconds a cell]   (BENCH_OUT: the CSV, default $build/devmem.csv)
+# Needs a build with -Dcuda=enabled on a GPU machine (tests/gpu/run.sh runs it as step devmem-bench).
+set -euo pipefail
+build=${1:-build}
+secs=${2:-2}
+out=${BENCH_OUT:-$build/devmem.csv}
+updates="1 4 16 64 256"
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+for u in $updates; do
+  # 256 MiB as messages of u MiB: the kernel alone, CUDA events around it, no copies.
+  "$build/bench/kernel_bench" 256 $((u * 1024)) 5 | grep '^CSV,' >> "$raw"
+done
+"$build/bench/devmem_bench" --module-dir "$build/provider" --seconds "$secs" --updates "${updates// /,}" | tee -a "$raw"
+python3 - "$raw" "$out" <<'PY'
+import csv, sys
+raw, out = sys.argv[1], sys.argv[2]
+kernel, evp, threads = {}, [], []
+for line in open(raw):
+    f = line.strip().split(',')
+    if f[0] == 'CSV':             # CSV,gpu,cipher,total MiB,message bytes,ms,GB/s,copy ceiling GB/s
+        kernel[(f[2], int(f[4]))] = float(f[6])
+    elif f[0] == 'DEVMEM_LARGE':  # DEVMEM_LARGE,gpu,cipher,buffer MiB,update MiB,GB/s
+        evp.append((f[1], f[2], int(f[3]), int(f[4]), float(f[5])))
+    elif f[0] == 'DEVMEM_THREADS':  # DEVMEM_THREADS,gpu,cipher,threads,message KiB,GB/s
+        threads.append((f[1], f[2], int(f[3]), int(f[4]), float(f[5])))
+floor = {'AES-256-GCM': 280.0, 'AES-128-CTR': 550.0, 'ChaCha20-Poly1305': 550.0}
+rows = []
+print('\n| cipher | buffer | update | EVP device mode, GB/s | kernel_bench, GB/s | EVP / kernel | target (>= 90%, >= floor) |')
+print('|---|---|---|---|---|---|---|')
+for gpu, c, buf, upd, g in evp:
+    k = kernel.get((c, upd << 20))
+    ratio = g / k if k else float('nan')
+    ok = k is not None and ratio >= 0.90 and g >= floor.get(c, 0.0)
+    print(f'| {c} | {buf} MiB | {upd} MiB | {g:.1f} | {k if k else float("nan"):.1f} | {ratio:.2f} | '
+          f'{"met" if ok else "MISSED"} (floor {floor.get(c, 0):.0f}) |')
+    rows.append(['large', gpu, c, buf, upd, f'{g:.2f}', f'{k:.2f}' if k else '', f'{ratio:.3f}'])
+for gpu, c, n, kib, g in threads:
+    print(f'\n{n} threads x {kib} KiB {c}, synchronous: {g:.1f} GB/s ({"met" if g >= 25.0 else "MISSED"}: target >= 25)')
+    rows.append(['threads', gpu, c, n, kib, f'{g:.2f}', '', ''])
+with open(out, 'w', newline='') as fh:
+    w = csv.writer(fh)
+    w.writerow(['cell', 'gpu', 'cipher', 'buffer_mib_or_threads', 'update_mib_or_msg_kib', 'evp_gbs', 'kernel_gbs', 'ratio'])
+    w.writerows(rows)
+print(f'CSV: {out}')
+PY
