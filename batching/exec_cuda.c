@@ -568,13 +568,14 @@ static int copy_threads(const gp_engine *e)
     return n <= 1 ? 0 : n - 1 < 8 ? (int)(n - 1) : 8;
 }
 
-/* A driver function as of CUDA 12.0's API, or NULL. */
-static void *driver_call(const char *name)
+/* A driver function in the form it had in CUDA `version` (the PFN type it is cast to names that
+ * version: a later version's form of the same call may take other arguments), or NULL. */
+static void *driver_call(const char *name, unsigned int version)
 {
     enum cudaDriverEntryPointQueryResult found;
     void *fn = NULL;
 
-    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found) != cudaSuccess
         || found != cudaDriverEntryPointSuccess)
         fn = NULL;
     (void)cudaGetLastError();
@@ -620,9 +621,9 @@ static int cuda_open(gp_engine *e)
     c->stage_device = first;
     c->ngpus = ngpus;
     c->open_gen = gp_fork_generation();
-    c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange");
-    c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute");
-    c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent");
+    c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange", 3020);
+    c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
+    c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
     if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)
         c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);

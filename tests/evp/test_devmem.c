@@ -952,13 +952,15 @@ static void test_cuda_kinds(void **state)
     EVP_CIPHER_CTX_free(ctx);
 }
 
-/* A driver function as of CUDA 12.0's API (the test links no libcuda). */
-static void *driver_call(const char *name)
+/* A driver function in the form it had in CUDA `version` (the test links no libcuda): the
+ * pointer's type must be that version's (cuCtxCreate at 12.0 is cuCtxCreate_v3, with affinity
+ * parameters; PFN_cuCtxCreate_v3020 is the 3.2 form). */
+static void *driver_call(const char *name, int version)
 {
     enum cudaDriverEntryPointQueryResult found;
     void *fn = NULL;
 
-    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
+    if (cudaGetDriverEntryPointByVersion(name, &fn, (unsigned int)version, cudaEnableDefault, &found) != cudaSuccess
         || found != cudaDriverEntryPointSuccess)
         fail_msg("no driver entry point %s", name);
     return fn;
@@ -968,12 +970,12 @@ static void *driver_call(const char *name)
  * runs in): not mapped in gpuprov's, so refused rather than faulted on. */
 static void test_cuda_foreign_context(void **state)
 {
-    PFN_cuCtxCreate_v3020 ctx_create = (PFN_cuCtxCreate_v3020)driver_call("cuCtxCreate");
-    PFN_cuCtxDestroy_v4000 ctx_destroy = (PFN_cuCtxDestroy_v4000)driver_call("cuCtxDestroy");
-    PFN_cuCtxPushCurrent_v4000 ctx_push = (PFN_cuCtxPushCurrent_v4000)driver_call("cuCtxPushCurrent");
-    PFN_cuCtxPopCurrent_v4000 ctx_pop = (PFN_cuCtxPopCurrent_v4000)driver_call("cuCtxPopCurrent");
-    PFN_cuMemAlloc_v3020 mem_alloc = (PFN_cuMemAlloc_v3020)driver_call("cuMemAlloc");
-    PFN_cuMemFree_v3020 mem_free = (PFN_cuMemFree_v3020)driver_call("cuMemFree");
+    PFN_cuCtxCreate_v3020 ctx_create = (PFN_cuCtxCreate_v3020)driver_call("cuCtxCreate", 3020);
+    PFN_cuCtxDestroy_v4000 ctx_destroy = (PFN_cuCtxDestroy_v4000)driver_call("cuCtxDestroy", 4000);
+    PFN_cuCtxPushCurrent_v4000 ctx_push = (PFN_cuCtxPushCurrent_v4000)driver_call("cuCtxPushCurrent", 4000);
+    PFN_cuCtxPopCurrent_v4000 ctx_pop = (PFN_cuCtxPopCurrent_v4000)driver_call("cuCtxPopCurrent", 4000);
+    PFN_cuMemAlloc_v3020 mem_alloc = (PFN_cuMemAlloc_v3020)driver_call("cuMemAlloc", 3020);
+    PFN_cuMemFree_v3020 mem_free = (PFN_cuMemFree_v3020)driver_call("cuMemFree", 3020);
     EVP_CIPHER_CTX *ctx = device_ctx(evp_cipher_index("AES-256-GCM"), 1);
     CUcontext other = NULL, popped = NULL;
     CUdeviceptr p = 0;
