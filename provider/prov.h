@@ -18,6 +18,8 @@
 #define GP_PROV_PARAM_STATS_ASYNC_OPS "gpuprov-stats-async-ops"
 #define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
 #define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
+#define GP_PROV_PARAM_STATS_ROUTED_GPU "gpuprov-stats-routed-gpu"
+#define GP_PROV_PARAM_STATS_HOST_OPS "gpuprov-stats-host-ops"
 
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;
