@@ -29,8 +29,10 @@
  *
  * The thresholds come from a self-measurement the first time an algorithm is routed in a process
  * (a few milliseconds on a GPU host), or from an earlier process's measurement on the same machine
- * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them. Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch
- * sizes measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip.
+ * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
+ * Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch sizes
+ * measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip plus
+ * b_lone*len, b_lone measured on one large message alone (1 MiB on a GPU).
  */
 
 void gp_hybrid_init(gp_hybrid *h)
@@ -129,8 +131,9 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     /* The host executor standing in for the GPU (tests) is slow: measure it on less. */
     const int real_gpu = gpu != &gp_exec_host;
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
+    const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
     calib cpu = { 0 }, g = { 0 };
-    double t_cpu, t_rt, t_small, t_big, a, b, cpu_nspb;
+    double t_cpu, t_rt, t_lone, t_small, t_big, a, b, b_lone, cpu_nspb;
     int ok = 0;
 
     if (calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)) {
@@ -138,10 +141,11 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         /* One message of the GPU set alone: the lone caller's round trip (first run warms up). */
         g.nmsgs = 1;
         t_rt = calib_time(e, gpu, &g, 16, 4);
+        t_lone = calib_time(e, gpu, &g, lone_big, 2);
         g.nmsgs = nmsgs;
         t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
         t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
-        if (t_cpu > 0 && t_rt > 0 && t_small > 0 && t_big > 0) {
+        if (t_cpu > 0 && t_rt > 0 && t_lone > 0 && t_small > 0 && t_big > 0) {
             cpu_nspb = t_cpu / 65536.0;
             b = (t_big - t_small) / (double)(big - small);
             if (b < 0)
@@ -149,12 +153,17 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
             a = t_small - b * (double)small;
             if (a < 0)
                 a = 0;
+            /* A lone message's bytes cost what one stream of copies and kernels costs, not the
+             * batched per-byte cost of 64 messages in flight. */
+            b_lone = (t_lone - t_rt) / (double)(lone_big - 16);
+            if (b_lone < b)
+                b_lone = b;
             h->cpu_gbps = 1.0 / cpu_nspb;                /* bytes per ns = GB/s */
             h->gpu_gbps = (double)big / t_big;
             h->gpu_rt_us = t_rt / 1000.0;
-            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b*len < cpu_nspb*len. */
+            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b_lone*len < cpu_nspb*len. */
             h->min_gpu_bytes = b < cpu_nspb ? bytes_or_never(a / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
-            h->lone_gpu_bytes = b < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
+            h->lone_gpu_bytes = b_lone < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b_lone)) : GP_KNOB_CALIBRATE;
             /* Both busy: split in proportion to their rates. */
             h->gpu_share = h->gpu_gbps / (h->gpu_gbps + h->cpu_gbps);
             ok = 1;
