@@ -190,15 +190,38 @@ static int calibrate_main(void *v)
     return calibrate(c->e, c->gpu, c->like, c->h);
 }
 
+/* The cache file's read and write keep paths, the key and the file's text on the stack (~16 KiB
+ * with stdio's): inside an async job they run on a thread of their own (gp_call_off_job_stack). */
+typedef struct cache_call {
+    gp_engine *e;
+    const gp_executor *gpu;
+} cache_call;
+
+static int cache_read_main(void *v)
+{
+    cache_call *c = v;
+
+    return gp_calib_cache_read(c->e, c->gpu, c->e->hy.cache);
+}
+
+static int cache_write_main(void *v)
+{
+    cache_call *c = v;
+
+    return gp_calib_cache_write(c->e, c->gpu, c->e->hy.cache);
+}
+
 /* Read the cache for `gpu` once (under hy->lock). */
 static void cache_load(gp_engine *e, const gp_executor *gpu)
 {
     gp_hybrid *hy = &e->hy;
+    cache_call c = { e, gpu };
 
     if (hy->cache_gpu == gpu)
         return;
     hy->cache_gpu = gpu;
-    (void)gp_calib_cache_read(e, gpu, hy->cache);
+    if (!gp_call_off_job_stack(cache_read_main, &c))
+        memset(hy->cache, 0, sizeof(hy->cache));
 }
 
 /* alg's numbers from the cache into h, where it has them; 1 if so (under hy->lock). */
@@ -230,7 +253,11 @@ static void to_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t 
         .gpu_gbps = h->gpu_gbps, .gpu_rt_us = h->gpu_rt_us, .min_gpu_bytes = h->min_gpu_bytes,
         .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share,
     };
-    (void)gp_calib_cache_write(e, gpu, hy->cache);
+    {
+        cache_call cc = { e, gpu };
+
+        (void)gp_call_off_job_stack(cache_write_main, &cc);
+    }
 }
 
 /* The numbers for m's algorithm, measuring them if needed; NULL while another thread measures. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <openssl/async.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
@@ -296,6 +297,75 @@ static void test_first_large_stream(void **state)
     }
 }
 
+/* The first large message from inside an async job (as in `openssl speed -async_jobs`): the job
+ * waits for the warm-up where it stands, its message then runs on the GPU side and pauses the job
+ * as any batch does; the result is the default provider's. */
+typedef struct job_arg {
+    EVP_CIPHER_CTX *ctx;
+    const uint8_t *in;
+    uint8_t *out;
+    int len;
+    uint8_t tag[16];
+} job_arg;
+
+static int job_encrypt(void *v)
+{
+    job_arg *a = *(job_arg **)v;
+    int outl = 0, finl = 0;
+
+    return EVP_EncryptUpdate(a->ctx, a->out, &outl, a->in, a->len) && outl == a->len
+           && EVP_EncryptFinal_ex(a->ctx, a->out + outl, &finl) && finl == 0
+           && EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_GET_TAG, 16, a->tag) > 0;
+}
+
+static void test_first_large_in_job(void **state)
+{
+    void *st = NULL;
+    gptest_env *env;
+    uint8_t key[32], iv[12], ref_tag[16];
+    const int len = 1 << 20;
+    uint8_t *in = malloc(len), *out = malloc(len), *ref = malloc(len);
+    EVP_CIPHER *cgp, *cref;
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    ASYNC_JOB *job = NULL;
+    ASYNC_WAIT_CTX *w = ASYNC_WAIT_CTX_new();
+    job_arg a, *ap = &a;
+    int ret = 0, r, outl;
+
+    (void)state;
+    assert_int_equal(gptest_env_setup(&st), 0);
+    env = st;
+    cgp = gptest_fetch(env, "ChaCha20-Poly1305", 1);
+    cref = gptest_fetch(env, "ChaCha20-Poly1305", 0);
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(iv, sizeof(iv));
+    gptest_rand_bytes(in, (size_t)len);
+    assert_true(EVP_EncryptInit_ex2(x, cref, key, iv, NULL));
+    assert_true(EVP_EncryptUpdate(x, ref, &outl, in, len));
+    assert_true(EVP_EncryptFinal_ex(x, ref + len, &outl));
+    assert_true(EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, ref_tag));
+    assert_true(EVP_EncryptInit_ex2(x, cgp, key, iv, NULL));   /* outside the job, as speed does */
+    a = (job_arg){ .ctx = x, .in = in, .out = out, .len = len };
+    assert_true(ASYNC_init_thread(1, 1));
+    do
+        r = ASYNC_start_job(&job, w, &ret, job_encrypt, &ap, sizeof(ap));
+    while (r == ASYNC_PAUSE);
+    assert_int_equal(r, ASYNC_FINISH);
+    assert_int_equal(ret, 1);
+    assert_memory_equal(out, ref, (size_t)len);
+    assert_memory_equal(a.tag, ref_tag, 16);
+    assert_int_equal(stat_of(env, "gpuprov-stats-routed-gpu"), 1);
+    ASYNC_WAIT_CTX_free(w);
+    ASYNC_cleanup_thread();
+    EVP_CIPHER_CTX_free(x);
+    EVP_CIPHER_free(cgp);
+    EVP_CIPHER_free(cref);
+    free(in);
+    free(out);
+    free(ref);
+    gptest_env_teardown(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_aead_started_stays),
         cmocka_unit_test(test_stream_moves),
         cmocka_unit_test(test_first_large_stream),
+        cmocka_unit_test(test_first_large_in_job),
     };
 
     gptest_rand_seed();
