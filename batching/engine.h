@@ -18,7 +18,8 @@
  *   host : the same kernel code on CPU threads (how CI proves the kernels; last-resort fallback)
  *   cpu  : OpenSSL's default provider through a child library context
  * A message is owned by the executor chosen when it starts (the cpu executor keeps its own
- * default-provider context, so a message that starts there finishes there).
+ * default-provider context, so a message that starts there finishes there; a CTR or ChaCha20
+ * stream on the provider's cpu lane goes on as a new message at its counter: gp_engine_lane_leave).
  */
 
 typedef struct gp_engine gp_engine;
