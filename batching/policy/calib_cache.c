@@ -211,11 +211,12 @@ static int cache_dir(gp_engine *e, char *out, size_t n)
 
     if (strcmp(knob, "off") == 0)
         return 0;
+    /* secure_getenv: a set-user-ID program takes no directory from its caller's environment. */
     if (knob[0] == '/')
         len = snprintf(out, n, "%s", knob);
-    else if ((base = getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
+    else if ((base = secure_getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
         len = snprintf(out, n, "%s/gpuprov", base);
-    else if ((base = getenv("HOME")) != NULL && base[0] == '/')
+    else if ((base = secure_getenv("HOME")) != NULL && base[0] == '/')
         len = snprintf(out, n, "%s/.cache/gpuprov", base);
     else
         return 0;

@@ -727,6 +727,34 @@ static void test_cache_unwritable(void **state)
 
         assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
     }
+    teardown(&f);
+    /* Unset: $XDG_CACHE_HOME/gpuprov, else $HOME/.cache/gpuprov; neither set (or relative): none. */
+    {
+        char path[1024], key[2048], want[256];
+        const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
+        char *saved_home = home ? strdup(home) : NULL, *saved_xdg = xdg ? strdup(xdg) : NULL;
+
+        setup_cached(&f, "");
+        setenv("XDG_CACHE_HOME", dir, 1);
+        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        snprintf(want, sizeof(want), "%s/gpuprov/calib-", dir);
+        assert_true(strncmp(path, want, strlen(want)) == 0);
+        unsetenv("XDG_CACHE_HOME");
+        setenv("HOME", dir, 1);
+        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        snprintf(want, sizeof(want), "%s/.cache/gpuprov/calib-", dir);
+        assert_true(strncmp(path, want, strlen(want)) == 0);
+        setenv("HOME", "relative", 1);
+        assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
+        if (saved_home != NULL)
+            setenv("HOME", saved_home, 1);
+        else
+            unsetenv("HOME");
+        if (saved_xdg != NULL)
+            setenv("XDG_CACHE_HOME", saved_xdg, 1);
+        free(saved_home);
+        free(saved_xdg);
+    }
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
     teardown(&f);
     cache_rmdir(dir);
