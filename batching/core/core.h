@@ -98,6 +98,8 @@ struct gp_engine {
     _Atomic int warm_done;
     _Atomic int warm_stop;       /* gp_engine_free: stop at the next step */
     _Atomic int warm_urgent;     /* a caller waits for the warm-up: look at the CPUs at once */
+    _Atomic unsigned warm_wait_expired_gen;   /* a caller's wait for the warm-up ran out in this
+                                               * process (fork generation + 1): none waits again */
     _Atomic int warm_opening;    /* 1: the warm-up found a free CPU and opens or measures (a
                                   * caller may wait for it); -1: every CPU was busy at its last
                                   * look (no caller waits for it); 0: it has not looked yet */

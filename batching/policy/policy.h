@@ -84,7 +84,7 @@ int gp_warm_finish(gp_engine *e);
 void gp_warm_print(gp_engine *e);
 /* A large first request arrived before the warm-up is over (the warm-up has been started, its
  * first look at the CPUs made at once): wait for it to finish, at most GP_WARM_WAIT_MS, and not at
- * all while it waits for a free CPU. 1 once it is over. */
+ * all while it waits for a free CPU, nor once a wait in this process ran out. 1 once it is over. */
 int gp_warm_wait(gp_engine *e);
 /* Would a caller here wait a round trip alone: not in an async job, and the only thread that has
  * started messages in this process (before the GPU is open the queue says nothing). */

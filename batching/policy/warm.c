@@ -216,6 +216,9 @@ int gp_warm_wait(gp_engine *e)
 {
     unsigned gen = gp_fork_generation();
 
+    /* One wait that ran out is enough: later messages do not wait for the same slow warm-up. */
+    if (atomic_load_explicit(&e->warm_wait_expired_gen, memory_order_relaxed) == gen + 1)
+        return atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen;
     for (int i = 0; i < GP_WARM_WAIT_MS; i++) {
         if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
             return 1;
@@ -225,6 +228,7 @@ int gp_warm_wait(gp_engine *e)
             return 0;
         gp_sleep_1ms();
     }
+    atomic_store_explicit(&e->warm_wait_expired_gen, gen + 1, memory_order_relaxed);
     return 0;
 }
 
