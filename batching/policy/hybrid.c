@@ -354,9 +354,9 @@ int gp_hybrid_prior(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t l
         return rules_send_to_gpu(&cached, len, lone);
     /*
      * No numbers for this machine yet. Large messages from callers with work in flight beside them
-     * (async jobs, other threads) are where the GPU wins (bench/RESULTS.md, "Large messages through
-     * openssl speed": 1.5-4.8x at 1 MiB with 32 jobs); a lone synchronous caller waits for the
-     * whole round trip, which the measurement must show to be worth it before it is paid.
+     * (async jobs, other threads) are where the GPU wins for every algorithm (bench/RESULTS.md,
+     * "Large messages through openssl speed"); a lone synchronous caller waits for the whole round
+     * trip, which the measurement must show to be worth it before it is paid.
      */
     return !lone && len >= GP_DEMAND_BYTES;
 }

@@ -205,10 +205,10 @@ int gp_warm_start(gp_engine *e, int start)
 }
 
 /*
- * How long a large first request may wait for the warm-up. Opening a CUDA context takes 0.1-0.3 s
- * (bench/history/2026-11-wave1.md, the `gpuprov warm-up:` line) and measuring a few ms per
- * algorithm; a warm-up that has not ended by then has met something slower (a busy driver), and
- * the message runs on the CPU instead.
+ * How long a large first request may wait for the warm-up: several times what opening a CUDA
+ * context and measuring take on the GPU hosts (docs/performance.md, "How to measure"; the stats'
+ * `gpuprov warm-up:` line). A warm-up that has not ended by then has met something slower (a
+ * busy driver), and the message runs on the CPU instead.
  */
 #define GP_WARM_WAIT_MS 3000
 
