@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The hybrid policy's measurements persisted between processes, keyed by GPU, CPU, build and OpenSSL. */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -76,18 +75,24 @@ static int build_id_cb(struct dl_phdr_info *info, size_t size, void *arg)
             continue;
         p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
         end = p + ph->p_memsz;
-        while (p + sizeof(ElfW(Nhdr)) <= end) {
+        while ((size_t)(end - p) >= sizeof(ElfW(Nhdr))) {
             const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
-            const uint8_t *desc = p + sizeof(*n) + ((n->n_namesz + 3) & ~3u);
+            const size_t name_room = ((size_t)n->n_namesz + 3) & ~(size_t)3;
+            const uint8_t *desc;
 
-            if (desc + n->n_descsz > end)
+            /* ELF notes: header, name and descriptor, each padded to 4 bytes (gABI, "Note Section") */
+            if ((size_t)(end - p) - sizeof(*n) < name_room
+                || (size_t)(end - p) - sizeof(*n) - name_room < n->n_descsz)
                 break;
+            desc = p + sizeof(*n) + name_room;
             if (n->n_type == NT_GNU_BUILD_ID && n->n_descsz > 0 && n->n_descsz <= 40) {
                 for (size_t j = 0; j < n->n_descsz; j++)
                     snprintf(f->hex + 2 * j, 3, "%02x", desc[j]);
                 return 1;
             }
-            p = desc + ((n->n_descsz + 3) & ~3u);
+            if ((size_t)(end - desc) < (((size_t)n->n_descsz + 3) & ~(size_t)3))
+                break;
+            p = desc + (((size_t)n->n_descsz + 3) & ~(size_t)3);
         }
     }
     return 1;
@@ -390,6 +395,7 @@ int gp_calib_cache_write(gp_engine *e, const gp_executor *gpu, const gp_calib_nu
     if (!ok)
         return 0;
     snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    (void)unlink(tmp);   /* left by an earlier process with this pid that died writing */
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
         return 0;
     if ((f = fdopen(fd, "w")) == NULL) {

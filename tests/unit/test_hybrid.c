@@ -552,6 +552,9 @@ static void test_cache_written_and_read(void **state)
     assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 0);
     assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
     assert_true(strncmp(path, dir, strlen(dir)) == 0);
+    /* the key names this build (its ELF build id) and the executor standing in for the GPU */
+    assert_null(strstr(key, "build none"));
+    assert_non_null(strstr(key, "the host executor"));
     text = read_text(path);
     assert_non_null(strstr(text, key));
     assert_non_null(strstr(text, "alg 2 keylen 32 "));
