@@ -324,8 +324,11 @@ def measure(args, host, configs, csv_path):
             eta = elapsed / k * (len(runs) - k)
             cpu_gb = (" %s CPU s/GB" % row["cpu_s_per_gb"]) if row["cpu_s_per_gb"] else ""
             rtxt = (", %.2f\u00d7 default" % ratio) if ratio is not None and config != "default" else ""
-            split = (" [%s, batch %s]" % (row.get("gp_split", ""), row.get("gp_mean_batch", ""))
-                     if row.get("gp_split") else "")
+            split = (" [%s, batch %s, messages routed gpu %s / cpu %s%s]" % (
+                row.get("gp_split", ""), row.get("gp_mean_batch", ""), row.get("gp_routed_gpu", 0),
+                row.get("gp_routed_cpu", 0),
+                ", warm-up open %s ms" % row["warm_open_ms"] if row.get("warm_open_ms") else "")
+                if row.get("gp_split") else "")
             say("[%d/%d] %s %d B async=%d multi=%d %s%s: %s,%s%s%s  ETA %s" % (
                 k, len(runs), cipher, size, async_jobs, multi, config,
                 " #%d" % rep if args.repeat > 1 else "",
