@@ -280,7 +280,7 @@ void gp_engine_note_large(gp_engine *e, size_t len)
         (void)gp_warm_start(e, 1);   /* later messages this large may go to the GPU */
 }
 
-int gp_engine_lane_leave(gp_engine *e, uint32_t alg, size_t len, int first)
+int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
 {
     if (len < GP_DEMAND_BYTES)
         return 0;
@@ -307,6 +307,11 @@ int gp_engine_lane_leave(gp_engine *e, uint32_t alg, size_t len, int first)
             return 0;
     }
     return gp_hybrid_gpu_eligible(e, alg, len);
+}
+
+int gp_msg_on_cpu(const gp_msg *m)
+{
+    return m->routed && m->exec == &gp_exec_cpu;
 }
 
 void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes)

@@ -367,9 +367,9 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
     }
     /* A message on the lane that has absorbed nothing yet may start afresh on the engine, where
      * the policy sends it to the GPU; later its MAC state lives in the default provider's context
-     * and it stays (batching/engine.h, gp_engine_lane_leave). */
+     * and it stays (batching/engine.h, gp_engine_move_to_gpu). */
     if (ctx->lane.d != NULL && inl >= GP_DEMAND_BYTES && !ctx->data_started && ctx->aad_bytes == 0
-        && gp_engine_lane_leave(ctx->provctx->engine, ctx->info->alg, inl, 1)) {
+        && gp_engine_move_to_gpu(ctx->provctx->engine, ctx->info->alg, inl, 1)) {
         const uint64_t last = ctx->last_text_bytes;
 
         gp_lane_close(ctx);

@@ -271,6 +271,44 @@ static void test_stream_moves(void **state)
     }
 }
 
+/* After the warm-up a new context's first message goes through the engine and is routed at its
+ * first update: a small one puts the stream on the engine's cpu executor, and a later large update
+ * moves it to the GPU side the same way (the cpu executor finishes the partial block). */
+static void test_stream_moves_from_cpu_executor(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof(streams) / sizeof(streams[0]); c++) {
+        void *st = NULL;
+        gptest_env *env;
+        uint8_t key[32], iv[16];
+        pair p, warm;
+
+        assert_int_equal(gptest_env_setup(&st), 0);
+        env = st;
+        gptest_rand_bytes(key, sizeof(key));
+        gptest_rand_bytes(iv, sizeof(iv));
+        iv[0] = iv[1] = iv[2] = iv[3] = 0;
+        /* a first context's large update starts the warm-up (and, first, waits for it) */
+        pair_init(&warm, env, streams[c].name, key, iv, 1);
+        pair_update(&warm, 300 << 10);
+        pair_free(&warm);
+        wait_for_hybrid(env);
+        pair_init(&p, env, streams[c].name, key, iv, 1);
+        pair_update(&p, 100);                /* routed to the cpu executor (below min_gpu_bytes) */
+        pair_update(&p, 1001);
+        assert_int_equal(stat_of(env, "gpuprov-stats-routed-gpu"), 1);
+        pair_update(&p, (300 << 10) + 7);   /* moves */
+        assert_int_equal(stat_of(env, "gpuprov-stats-routed-gpu"), 2);
+        pair_update(&p, 5);
+        pair_update(&p, 1 << 20);
+        if (strstr(streams[c].name, "CTR") != NULL)
+            same_ctr_state(&p);
+        pair_finish(&p, 0);
+        pair_free(&p);
+        gptest_env_teardown(&st);
+    }
+}
+
 /* A stream whose first update is large goes to the GPU side from its first byte, as an AEAD
  * message does. */
 static void test_first_large_stream(void **state)
@@ -373,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_aead_started_stays),
         cmocka_unit_test(test_stream_moves),
         cmocka_unit_test(test_first_large_stream),
+        cmocka_unit_test(test_stream_moves_from_cpu_executor),
         cmocka_unit_test(test_first_large_in_job),
     };
 

@@ -462,17 +462,17 @@ static void test_warm_wait(void **state)
     f.key = gp_key_new(f.e, GP_ALG_AES_GCM, f.raw, 32);
     atomic_store(&gp_test_cpus_saturated, 1);
     t0 = gp_now_ns();
-    assert_int_equal(gp_engine_lane_leave(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 0);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 0);
     assert_true(gp_now_ns() - t0 < 1000000000ull);          /* no 3-s wait */
     assert_int_equal(warm_started(&f), 1);
     assert_int_equal(atomic_load(&f.e->warm_opening), -1);
-    assert_int_equal(gp_engine_lane_leave(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 0);   /* a stream: no wait */
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 0);   /* a stream: no wait */
     atomic_store(&gp_test_cpus_saturated, 0);
     assert_int_equal(warm_finished(&f), 1);
     assert_string_equal(gp_engine_backend_name(f.e), "hybrid");
-    assert_int_equal(gp_engine_lane_leave(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 1);
-    assert_int_equal(gp_engine_lane_leave(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 1);
-    assert_int_equal(gp_engine_lane_leave(f.e, GP_ALG_AES_GCM, (1 << 18) - 1, 1), 0);   /* not large */
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 1);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 1);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, (1 << 18) - 1, 1), 0);   /* not large */
     teardown(&f);
     atomic_store(&gp_test_cpus_saturated, -1);
 }
