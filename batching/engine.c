@@ -221,8 +221,7 @@ static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
         want = &gp_exec_host;
         break;
     case GP_BACKEND_AUTO:
-        if (executors[GP_EXEC_CUDA] != NULL && !e->knobs.hybrid_gpu_host
-            && !gp_warm_start(e, new_msg && gp_warm_demand(e)))
+        if (gp_warm_gpu(e) != NULL && !gp_warm_start(e, new_msg && gp_warm_demand(e)))
             /* Not remembered: asked again until the warm-up is over. */
             return gp_engine_executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
         /* fall through */
@@ -278,9 +277,42 @@ const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e)
 
 void gp_engine_note_large(gp_engine *e, size_t len)
 {
-    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && executors[GP_EXEC_CUDA] != NULL
-        && !e->knobs.hybrid_gpu_host)
+    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && gp_warm_gpu(e) != NULL)
         (void)gp_warm_start(e, 1);   /* later messages this large may go to the GPU */
+}
+
+int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
+{
+    if (len < GP_DEMAND_BYTES)
+        return 0;
+    if (!atomic_load_explicit(&e->hybrid, memory_order_relaxed)) {
+        const gp_executor *gpu = gp_warm_gpu(e);
+
+        if (e->knobs.backend != GP_BACKEND_AUTO || gpu == NULL)
+            return 0;
+        if (!gp_warm_start(e, 0)) {
+            /* The GPU is not open yet. A message's first data may wait for it where the numbers
+             * (persisted, or the prior) send it there: an AEAD message cannot move later. A stream
+             * in progress goes on where it runs and moves once the warm-up is over. */
+            if (!first || !gp_hybrid_prior(e, gpu, alg, len, gp_warm_lone_caller(e))) {
+                gp_engine_note_large(e, len);
+                return 0;
+            }
+            atomic_store(&e->warm_urgent, 1);
+            (void)gp_warm_start(e, 1);
+            if (!gp_warm_wait(e))
+                return 0;
+        }
+        (void)preferred_executor(e, 1);   /* the warm-up is over: the policy's mode, resolved */
+        if (!atomic_load_explicit(&e->hybrid, memory_order_relaxed))
+            return 0;
+    }
+    return gp_hybrid_gpu_eligible(e, alg, len);
+}
+
+int gp_msg_on_cpu(const gp_msg *m)
+{
+    return m->routed && m->exec == &gp_exec_cpu;
 }
 
 void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes)

@@ -18,7 +18,8 @@
  *   host : the same kernel code on CPU threads (how CI proves the kernels; last-resort fallback)
  *   cpu  : OpenSSL's default provider through a child library context
  * A message is owned by the executor chosen when it starts (the cpu executor keeps its own
- * default-provider context, so a message that starts there finishes there).
+ * default-provider context, so a message that starts there finishes there; a CTR or ChaCha20
+ * stream on the provider's cpu lane goes on as a new message at its counter: gp_engine_move_to_gpu).
  */
 
 typedef struct gp_engine gp_engine;
@@ -181,6 +182,18 @@ const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keyle
 const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e);
 /* A lane update of `len` bytes (>= GP_DEMAND_BYTES): the process shows demand for the GPU. */
 void gp_engine_note_large(gp_engine *e, size_t len);
+/*
+ * A data request of `len` bytes (>= GP_DEMAND_BYTES) of a message that runs on the CPU (the cpu
+ * lane, or the engine's cpu executor: gp_msg_on_cpu): should the message go on as a new engine
+ * message, which the hybrid policy would route to the GPU side (rules 1 and 2 of
+ * batching/policy/hybrid.c)? `first`: the message has absorbed nothing yet (no data, no AAD), so
+ * it may start afresh; before the GPU is open such a request waits for it (bounded,
+ * batching/policy/warm.c) where the persisted numbers or the prior send it there. Otherwise (a
+ * stream in progress) the answer is only yes once the GPU is open and measured.
+ */
+int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first);
+/* Does the message run on the engine's cpu executor (routed there, or started there)? */
+int gp_msg_on_cpu(const gp_msg *m);
 /* A lane's counts (its updates and their bytes), added to the stats when it closes: the lane's own
  * counters belong to its context, so no update touches a shared line. */
 void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes);

@@ -27,6 +27,7 @@ static const gp_setting_word stats_words[] = {
 };
 static const gp_setting_word device_words[] = { { "all", GP_DEVICE_ALL }, { NULL, 0 } };
 static const gp_setting_word hybrid_gpu_words[] = { { "cuda", 0 }, { "host", 1 }, { NULL, 0 } };
+static const gp_setting_word calib_cache_words[] = { { "off", 0 }, { NULL, 0 } };
 #if GP_EXPERIMENT_SWITCHES
 static const gp_setting_word bool_words[] = {
     { "0", 0 }, { "no", 0 }, { "false", 0 }, { "off", 0 },
@@ -100,6 +101,10 @@ static const gp_setting registry[] = {
       FIELD(hybrid_gpu_host), .dflt = 0, .words = hybrid_gpu_words, .expected = "cuda or host",
       .meaning = "hybrid: which executor plays the GPU's part (host: machines without a GPU exercise "
                  "the policy)" },
+    { .key = "calib_cache", .env = "GPUPROV_CALIB_CACHE", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_DIR,
+      FIELD(calib_cache), .words = calib_cache_words, .expected = "an absolute directory, or off",
+      .meaning = "hybrid: directory of the persisted measurements (default: $XDG_CACHE_HOME/gpuprov, "
+                 "else ~/.cache/gpuprov); off: measure in every process" },
 #if GP_EXPERIMENT_SWITCHES
     /* experiment: kept on (docs/config.md, "For tests and experiments") */
     { .env = "GPUPROV_LONE_LAUNCH", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_WORD,
@@ -146,6 +151,9 @@ static const gp_setting registry[] = {
       FIELD(test.host_devmem), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the host executor stands in for the GPU in device mode (gpuprov-memory = device), "
                  "with fake allocations from gpuprov_test_devmem_alloc" },
+    { .env = "GPUPROV_TEST_CPUS_FREE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.cpus_free), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "the auto backend's warm-up finds a free CPU at every look (the machine's load does not decide)" },
 #endif
 };
 
@@ -167,6 +175,8 @@ static void store(gp_knobs *k, const gp_setting *s, long long v, double d)
 {
     void *field = (char *)k + s->offset;
 
+    if (s->syntax == GP_SYNTAX_DIR)
+        return;   /* text: parse_dir stores it; the default is the zeroed (empty) field */
     if (s->syntax == GP_SYNTAX_FRACTION)
         *(double *)field = d;
     else if (s->size == sizeof(size_t) && s->size != sizeof(int))
@@ -226,6 +236,17 @@ static int parse_fraction(const char *v, double *out)
     return 1;
 }
 
+/* An absolute path that fits the field with its NUL, or one of the words, stored as given. */
+static int parse_dir(gp_knobs *k, const gp_setting *s, const char *v)
+{
+    long long unused;
+
+    if (!(v[0] == '/' || parse_word(s, v, &unused)) || strlen(v) >= s->size)
+        return 0;
+    memcpy((char *)k + s->offset, v, strlen(v) + 1);
+    return 1;
+}
+
 /* Store s's value from text v; 0 (the field untouched) when v cannot be parsed. */
 static int parse(gp_knobs *k, const gp_setting *s, const char *v)
 {
@@ -234,6 +255,8 @@ static int parse(gp_knobs *k, const gp_setting *s, const char *v)
     int ok;
 
     switch (s->syntax) {
+    case GP_SYNTAX_DIR:
+        return parse_dir(k, s, v);
     case GP_SYNTAX_NUMBER:
         ok = parse_word(s, v, &n) || parse_number(s, v, &n);
         break;

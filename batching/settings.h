@@ -53,6 +53,7 @@ typedef struct gp_test_hooks {
                                * many bytes (batching/kstate.h); 0: GP_SLICE_BYTES */
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
+    int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
@@ -90,6 +91,10 @@ typedef struct gp_knobs {
     double gpu_share;      /* fraction of eligible messages sent to the GPU, 0..1 */
     int hybrid_gpu_host;   /* the host executor plays the GPU's part in the hybrid policy, so
                             * machines without a GPU exercise it */
+    /* Where the hybrid policy's measurements persist between processes (batching/policy/
+     * calib_cache.c): an absolute directory, "off", or "" for $XDG_CACHE_HOME/gpuprov (else
+     * $HOME/.cache/gpuprov). */
+    char calib_cache[256];
     gp_test_hooks test;
     gp_experiments exp;
 } gp_knobs;
@@ -109,7 +114,9 @@ typedef enum gp_setting_syntax {
     GP_SYNTAX_NUMBER = 0,  /* a decimal integer in [min, max], or one of the words */
     GP_SYNTAX_BYTES,       /* a byte count with an optional k or m suffix (KiB, MiB), at most max */
     GP_SYNTAX_FRACTION,    /* a decimal fraction from 0 to 1 */
-    GP_SYNTAX_WORD         /* one of the words, case-insensitive */
+    GP_SYNTAX_WORD,        /* one of the words, case-insensitive */
+    GP_SYNTAX_DIR          /* an absolute directory path shorter than the field, or one of the words
+                            * (stored as given) */
 } gp_setting_syntax;
 
 typedef struct gp_setting_word {
@@ -122,7 +129,8 @@ typedef struct gp_setting {
     const char *env;            /* the environment variable, which wins over the config */
     gp_setting_class cls;
     gp_setting_syntax syntax;
-    size_t offset, size;        /* the gp_knobs field: an int, a size_t or (fraction) a double */
+    size_t offset, size;        /* the gp_knobs field: an int, a size_t, (fraction) a double or
+                                 * (dir) a char array */
     long long dflt;             /* the default (a fraction's: dflt_fraction) */
     double dflt_fraction;
     long long min, max;         /* numbers, byte counts */

@@ -2,6 +2,16 @@
 """The comparison: `openssl speed` for AES-256-GCM, AES-128-CTR and ChaCha20-Poly1305,
 the default provider against gpuprov, over message sizes x -async_jobs x -multi.
 
+The default matrix: sizes 16 B to 16 MiB (16, 256, 1024, 16384, 262144, 1048576, 16777216),
+-async_jobs 0 and 32, -multi 1, three configurations (default, gpuprov, gpuprov-cuda) in every
+cell, 3 repeats: 378 runs, about 15 minutes on a GPU host (1-s runs, each process's start-up and
+gpuprov's GPU opening included). --quick: 16 B, 16 KiB and 1 MiB, async 0 and 32, one repeat
+(54 runs, about 2 minutes). The target it checks: in every cell gpuprov's default configuration
+reaches >= 0.9x the better of the default provider and forced GPU ("vs best" column). Forced cuda
+opens the GPU at EVP init, before speed starts its clock; the default configuration opens it at
+the first large update, inside the timed seconds (the CSV's warm_open_ms and warm_measure_ms say
+how long): --seconds 3 shows the steady state.
+
 One `openssl speed -mr -elapsed -seconds S -bytes N` process per (cipher, size, async_jobs, multi,
 configuration), so that the CPU time of each (user + sys of the whole process tree, from
 getrusage(RUSAGE_CHILDREN) around it: provider helper threads and -multi children included) can be
@@ -32,6 +42,7 @@ import datetime
 import json
 import math
 import os
+import re
 import resource
 import shlex
 import signal
@@ -44,9 +55,11 @@ from benchlib import (ROOT, csv_list, fmt_dur, host_info, median, parse_stats, s
                       short_version, wrap_prose, write_section)
 
 CIPHERS = ["aes-256-gcm", "aes-128-ctr", "chacha20-poly1305"]
-SIZES = [16, 64, 256, 1024, 8192, 16384]
-ASYNC = [0, 8, 64]
-MULTI = [1, 16]
+SIZES = [16, 256, 1024, 16384, 262144, 1048576, 16777216]
+ASYNC = [0, 32]
+MULTI = [1]
+QUICK_SIZES = [16, 16384, 1048576]
+TARGET_VS_BEST = 0.9   # gpuprov (default configuration) / max(default, gpuprov-cuda), per cell
 FORCED = {"gpuprov-cuda": "cuda", "gpuprov-host": "host", "gpuprov-cpu": "cpu"}
 KNOWN_CONFIGS = ["default", "gpuprov"] + list(FORCED)
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
@@ -57,8 +70,10 @@ FIELDS = ["date", "host_cpu", "cores", "gpu", "openssl", "gpuprov_commit", "ciph
           "async_jobs", "multi", "config", "rep", "seconds", "status", "bytes_per_s", "ops", "bytes",
           "wall_s", "cpu_s", "cpu_s_per_gb", "cores_busy", "ratio_vs_default",
           "gp_ops", "gp_batches", "gp_mean_batch", "gp_cuda_ops", "gp_host_ops", "gp_cpu_ops",
-          "gp_fallbacks", "gp_errors", "gp_split", "gp_other", "note"]
-STAT_KEYS = ["ops", "batches", "cuda_ops", "host_ops", "cpu_ops", "fallbacks", "errors"]
+          "gp_fallbacks", "gp_errors", "gp_routed_gpu", "gp_routed_cpu", "gp_split", "gp_other",
+          "calib_cache", "warm_open_ms", "warm_measure_ms", "note"]
+STAT_KEYS = ["ops", "batches", "cuda_ops", "host_ops", "cpu_ops", "fallbacks", "errors",
+             "routed_gpu", "routed_cpu"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,10 +100,14 @@ def reap_orphans():
 # ---------------------------------------------------------------------------------------------
 # One openssl speed run
 
-def speed_env(config, build, stats):
+def speed_env(config, build, stats, cache_dir=None):
     env = dict(os.environ)
     env.pop("GPUPROV_BACKEND", None)
     env.pop("GPUPROV_STATS", None)
+    if cache_dir is not None:
+        # The hybrid policy's persisted measurements (docs/config.md, calib_cache): a directory of
+        # the comparison's own, so that the user's cache neither helps nor hurts it.
+        env["GPUPROV_CALIB_CACHE"] = str(cache_dir)
     if config == "default":
         env["OPENSSL_CONF"] = "/dev/null"
         env.pop("OPENSSL_MODULES", None)
@@ -114,10 +133,10 @@ def speed_cmd(cipher, size, async_jobs, multi, seconds):
     return cmd + ["-evp", cipher]
 
 
-def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats):
+def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats, cache_dir=None):
     """Run one cell; returns a dict of measured fields (status 'ok' or what went wrong)."""
     cmd = speed_cmd(cipher, size, async_jobs, multi, seconds)
-    env = speed_env(config, build, stats)
+    env = speed_env(config, build, stats, cache_dir)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -142,6 +161,12 @@ def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats):
     if status == "ok" and (not rates or proc.returncode != 0):
         res["status"] = "no-figures" if not rates else "exit-%d" % proc.returncode
     res["stats"] = parse_stats(err)
+    # The warm-up's line (backend auto, where it opened the GPU): opening and measuring, wall ms,
+    # summed over processes. A first large message waits for them inside speed's timed seconds,
+    # where forced cuda opens the GPU at EVP init, before speed starts its clock.
+    warm = re.findall(r"^gpuprov warm-up: open ([\d.]+) ms .*measure ([\d.]+) ms", err, re.M)
+    res["warm_open_ms"] = "%.1f" % sum(float(o) for o, _ in warm) if warm else ""
+    res["warm_measure_ms"] = "%.1f" % sum(float(m) for _, m in warm) if warm else ""
     return res
 
 
@@ -185,9 +210,9 @@ def plan(args, configs):
     """Runs in order: a cell's repeats follow each other, the configurations interleaved within
     each repeat (default, gpuprov, ..., default, gpuprov, ...), so that each gpuprov run has a
     default run of the same cell next to it in time."""
-    forced_async = max(args.asyncs)
-    # Forced executors at -multi 1 only (unless --forced-everywhere): with -multi 16 a forced-cuda
-    # run of a few seconds measures 16 processes creating CUDA contexts at once (2 s and more each).
+    # Forced executors in every cell of -multi 1 (the target compares with them), and at -multi
+    # above 1 only with --forced-everywhere: with -multi 16 a forced-cuda run of a few seconds
+    # measures 16 processes creating CUDA contexts at once (2 s and more each).
     forced_multi = 1 if 1 in args.multi else None
     runs = []
     for cipher in args.ciphers:
@@ -197,7 +222,7 @@ def plan(args, configs):
                     for rep in range(1, args.repeat + 1):
                         for config in configs:
                             if (config in FORCED and not args.forced_everywhere
-                                    and (async_jobs != forced_async or multi != forced_multi)):
+                                    and multi != forced_multi):
                                 continue
                             runs.append((cipher, size, async_jobs, multi, config, rep))
     return runs
@@ -207,8 +232,43 @@ def fmt_gbs(bps):
     return "%.3f GB/s" % (bps / 1e9) if bps < 1e9 else "%.2f GB/s" % (bps / 1e9)
 
 
+def cache_files(cache_dir):
+    return sorted(cache_dir.glob("calib-*.txt")) if cache_dir is not None else []
+
+
+def prepare_cache(args, configs, outdir):
+    """The directory gpuprov's runs keep their measurements in (None: the user's own), and a note.
+    warm: one priming run (not recorded) lets the warm-up measure and write it, so every recorded
+    run starts with the numbers a second process on this host has; fresh: emptied before each
+    gpuprov run, so each starts as the first process on a host does."""
+    if args.calib_cache == "user" or not any(c != "default" for c in configs):
+        return None, ""
+    cache_dir = outdir / "calib-cache"
+    if cache_dir.exists():
+        for f in cache_dir.iterdir():
+            f.unlink()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if args.calib_cache == "fresh":
+        return cache_dir, ("calibration cache fresh: emptied before every gpuprov run (each run "
+                           "is a first process on this host)")
+    res = run_speed(args.ciphers[0], 1048576, 32, 1, "gpuprov", 2, args.build, True, cache_dir)
+    files = cache_files(cache_dir)
+    say("compare: priming the calibration cache (%s 1 MiB async 32, 2 s): %s" % (
+        args.ciphers[0], ", ".join(f.name for f in files) if files else "nothing written"))
+    if not files:
+        return cache_dir, ("calibration cache warm requested, but the priming run wrote none "
+                           "(no GPU reported under /proc/driver/nvidia/gpus, or no warm-up: %s)"
+                           % (res["stderr"].strip().splitlines()[-1:] or ["no stderr"])[0])
+    return cache_dir, ("calibration cache warm: primed by one unrecorded gpuprov run, so each run "
+                       "routes from its first message with a measurement of this host")
+
+
 def measure(args, host, configs, csv_path):
     runs = plan(args, configs)
+    cache_dir, cache_note = prepare_cache(args, configs, csv_path.parent)
+    if cache_note:
+        say("compare: " + cache_note)
+        args.notes.append(cache_note)
     today = datetime.date.today().isoformat()
     say("compare: %d runs (%s), %d s each; about %s" % (
         len(runs), ", ".join(configs), args.seconds, fmt_dur(len(runs) * (args.seconds + 0.3))))
@@ -221,8 +281,11 @@ def measure(args, host, configs, csv_path):
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         for k, (cipher, size, async_jobs, multi, config, rep) in enumerate(runs, 1):
+            if args.calib_cache == "fresh" and config != "default":
+                for f in cache_files(cache_dir):
+                    f.unlink()
             res = run_speed(cipher, size, async_jobs, multi, config, args.seconds, args.build,
-                            args.stats)
+                            args.stats, cache_dir)
             problem = check_gpuprov(config, res, args.stats)
             if res["status"] != "ok" or problem:
                 failures += 1
@@ -250,6 +313,8 @@ def measure(args, host, configs, csv_path):
                        cpu_s_per_gb=("%.4f" % (res["cpu_s"] / gb)) if gb > 0 else "",
                        cores_busy="%.2f" % (res["cpu_s"] / res["wall_s"]),
                        ratio_vs_default=("%.3f" % ratio) if ratio is not None else "",
+                       calib_cache=args.calib_cache if config != "default" else "",
+                       warm_open_ms=res["warm_open_ms"], warm_measure_ms=res["warm_measure_ms"],
                        note=problem or "")
             row.update(stats_fields(res["stats"]))
             w.writerow(row)
@@ -259,8 +324,11 @@ def measure(args, host, configs, csv_path):
             eta = elapsed / k * (len(runs) - k)
             cpu_gb = (" %s CPU s/GB" % row["cpu_s_per_gb"]) if row["cpu_s_per_gb"] else ""
             rtxt = (", %.2f\u00d7 default" % ratio) if ratio is not None and config != "default" else ""
-            split = (" [%s, batch %s]" % (row.get("gp_split", ""), row.get("gp_mean_batch", ""))
-                     if row.get("gp_split") else "")
+            split = (" [%s, batch %s, messages routed gpu %s / cpu %s%s]" % (
+                row.get("gp_split", ""), row.get("gp_mean_batch", ""), row.get("gp_routed_gpu", 0),
+                row.get("gp_routed_cpu", 0),
+                ", warm-up open %s ms" % row["warm_open_ms"] if row.get("warm_open_ms") else "")
+                if row.get("gp_split") else "")
             say("[%d/%d] %s %d B async=%d multi=%d %s%s: %s,%s%s%s  ETA %s" % (
                 k, len(runs), cipher, size, async_jobs, multi, config,
                 " #%d" % rep if args.repeat > 1 else "",
@@ -310,8 +378,38 @@ def aggregate(rows):
         a["ratio_vs_default"] = "%.3f" % median(ratios) if ratios else ""
         a["ratio_min"] = min(ratios) if ratios else None
         a["ratio_max"] = max(ratios) if ratios else None
+        a["routed_gpu_runs"] = sum(1 for r in rs if int(r.get("gp_routed_gpu") or 0) > 0)
         out[k] = a
     return out
+
+
+def cell_label(k):
+    """'1 MiB a32' for a cell key (cipher, size, async, multi, ...), with ' m16' where multi > 1."""
+    return "%s a%d%s" % (size_label(k[1]), k[2], " m%d" % k[3] if k[3] != 1 else "")
+
+
+def vs_best(ix, cipher, size, a, m):
+    """gpuprov's default configuration against the better of the default provider and forced
+    GPU in one cell (medians of the repeats); None where a configuration is missing."""
+    g, d, c = (ix.get((cipher, size, a, m, cfg)) for cfg in ("gpuprov", "default", "gpuprov-cuda"))
+    if not g or not d:
+        return None
+    best = max(float(d["bytes_per_s"]), float(c["bytes_per_s"]) if c else 0.0)
+    return float(g["bytes_per_s"]) / best if best > 0 else None
+
+
+def takeover(ix, cipher, a, m):
+    """(smallest size where forced GPU beats the default provider, smallest size where gpuprov's
+    default configuration routed a message to the GPU): None where there is none."""
+    sizes = sorted({k[1] for k in ix if k[0] == cipher and k[2] == a and k[3] == m})
+    gpu_wins = routed = None
+    for size in sizes:
+        d, c, g = (ix.get((cipher, size, a, m, cfg)) for cfg in ("default", "gpuprov-cuda", "gpuprov"))
+        if gpu_wins is None and d and c and float(c["bytes_per_s"]) > float(d["bytes_per_s"]):
+            gpu_wins = size
+        if routed is None and g and g.get("routed_gpu_runs"):
+            routed = size
+    return gpu_wins, routed
 
 
 def ratio_of(r):
@@ -366,6 +464,27 @@ def summary(rows):
             if cells:
                 out.append(("%s B, -multi %d (hybrid)" % (big, multis[-1]), PRETTY[cipher],
                             "; ".join(cells)))
+    # The target: gpuprov's default configuration against the better of the two others per cell.
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        cells = sorted((vs_best(ix, *k[:4]), k) for k in ix
+                       if k[0] == cipher and k[4] == "gpuprov" and vs_best(ix, *k[:4]) is not None)
+        if not cells:
+            continue
+        low = [(x, k) for x, k in cells if x < TARGET_VS_BEST]
+        out.append(("gpuprov / best of (default, forced GPU), every cell", PRETTY[cipher],
+                    "%d of %d cells >= %.1f\u00d7; lowest %.2f\u00d7 at %s%s" % (
+                        len(cells) - len(low), len(cells), TARGET_VS_BEST, cells[0][0],
+                        cell_label(cells[0][1]),
+                        ("; below: " + ", ".join("%s %.2f" % (cell_label(k), x) for x, k in low))
+                        if low else "")))
+    # Where the GPU takes over: forced GPU against the default provider, and gpuprov's routing.
+    for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
+        parts = []
+        for a in asyncs:
+            wins, routed = takeover(ix, cipher, a, multis[0])
+            parts.append("async %d: forced GPU faster from %s, gpuprov routes to the GPU from %s" % (
+                a, size_label(wins) if wins else "no size", size_label(routed) if routed else "no size"))
+        out.append(("GPU takes over (-multi %d)" % multis[0], PRETTY[cipher], "; ".join(parts)))
     # CPU cost: user+sys seconds per GB of every configuration at the largest size and async.
     for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
         a = asyncs[-1]
@@ -381,28 +500,37 @@ def summary(rows):
 
 
 def ratio_table(rows):
-    """Markdown: per cipher x size, default GB/s (sync, 1 process) and gpuprov's ratio per
-    (async, multi) column; forced configurations as extra columns."""
+    """Markdown: per cipher x size and per (async, multi): the default provider's GB/s, gpuprov's
+    default configuration and forced configurations against it, and gpuprov against the better
+    of the default provider and forced GPU (the target's column)."""
     ix = aggregate(rows)
     combos = sorted({(int(r["multi"]), int(r["async_jobs"])) for r in rows})
-    forced = sorted({(r["config"], int(r["async_jobs"]), int(r["multi"])) for r in rows
-                     if r["config"] in FORCED and r["status"] == "ok"})
-    ref_combo = combos[0]
-    head = ["cipher", "size", "default GB/s (async %d, multi %d)" % (ref_combo[1], ref_combo[0])]
-    head += ["a%d m%d" % (a, m) for m, a in combos]
-    head += ["%s a%d m%d" % (c.replace("gpuprov-", ""), a, m) for c, a, m in forced]
+    forced = [c for c in FORCED if any(r["config"] == c and r["status"] == "ok" for r in rows)]
+    head = ["cipher", "size"]
+    for m, a in combos:
+        tag = "a%d m%d" % (a, m)
+        head += ["default GB/s %s" % tag, "gpuprov %s" % tag]
+        head += ["%s %s" % (c.replace("gpuprov-", ""), tag) for c in forced]
+        if "gpuprov-cuda" in forced:
+            head.append("vs best %s" % tag)
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for cipher in [c for c in CIPHERS if any(r["cipher"] == c for r in rows)]:
         for size in sorted({int(r["size"]) for r in rows if r["cipher"] == cipher}):
-            d = ix.get((cipher, size, ref_combo[1], ref_combo[0], "default"))
-            cells = [PRETTY[cipher], str(size),
-                     "%.3f" % (float(d["bytes_per_s"]) / 1e9) if d else "-"]
+            cells = [PRETTY[cipher], size_label(size)]
             for m, a in combos:
-                x = ratio_of(ix.get((cipher, size, a, m, "gpuprov")))
-                cells.append("%.2f" % x if x is not None else "-")
-            for c, a, m in forced:
-                x = ratio_of(ix.get((cipher, size, a, m, c)))
-                cells.append("%.2f" % x if x is not None else "-")
+                d = ix.get((cipher, size, a, m, "default"))
+                cells.append("%.3f" % (float(d["bytes_per_s"]) / 1e9) if d else "-")
+                g = ix.get((cipher, size, a, m, "gpuprov"))
+                x = ratio_of(g)
+                cells.append(("%.2f%s" % (x, "*" if g and g.get("routed_gpu_runs") else ""))
+                             if x is not None else "-")
+                for c in forced:
+                    x = ratio_of(ix.get((cipher, size, a, m, c)))
+                    cells.append("%.2f" % x if x is not None else "-")
+                if "gpuprov-cuda" in forced:
+                    x = vs_best(ix, cipher, size, a, m)
+                    cells.append(("**%.2f**" if x is not None and x < TARGET_VS_BEST else "%.2f") % x
+                                 if x is not None else "-")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -411,7 +539,7 @@ def cpu_table(rows):
     """Markdown: CPU s/GB at 16 KiB and the smallest size, one process, per config and async."""
     ix = aggregate(rows)
     sizes = sorted({int(r["size"]) for r in rows})
-    pick = sorted({sizes[0], 1024 if 1024 in sizes else sizes[0], sizes[-1]})
+    pick = sorted({sizes[0], sizes[-1]} | {x for x in (1024, 16384, 1048576) if x in sizes})
     configs = [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in rows)]
     asyncs = sorted({int(r["async_jobs"]) for r in rows})
     head = ["cipher", "size", "async"] + ["%s CPU s/GB (cores busy)" % c for c in configs]
@@ -470,7 +598,11 @@ def results_section(rows, meta, plots, plot_note, results_path):
           "| cells | cipher | gpuprov / default |", "|---|---|---|"]
     for t in summary(rows):
         s.append("| %s |" % " | ".join(t))
-    s += ["", "### gpuprov (hybrid) / default, by async_jobs (a) and -multi (m)", "",
+    s += ["", "### By cell: gpuprov and forced executors / default, and gpuprov / the better of "
+          "default and forced GPU", "",
+          "Ratios against the default provider of the same cell (median of the repeats); `*`: "
+          "gpuprov's default configuration routed messages to the GPU in at least one repeat; "
+          "\"vs best\": gpuprov / max(default, forced GPU), bold below %.1f." % TARGET_VS_BEST, "",
           ratio_table(rows), "",
           "### CPU seconds per GB, one process", "", cpu_table(rows), ""]
     if plots:
@@ -492,6 +624,8 @@ def update_results(path, section):
 # Plots
 
 def size_label(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return "%d MiB" % (n >> 20)
     return "%d KiB" % (n // 1024) if n >= 1024 and n % 1024 == 0 else "%d B" % n
 
 
@@ -523,7 +657,8 @@ def draw_plots(rows, meta, outdir, keep_existing=False):
               "gpuprov-host": "tab:orange", "gpuprov-cpu": "tab:purple"}
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D"]
-    ok = list(aggregate(rows).values())   # one point per cell: the median of its repeats
+    ix = aggregate(rows)
+    ok = list(ix.values())   # one point per cell: the median of its repeats
     asyncs = sorted({int(r["async_jobs"]) for r in ok})
     multis = sorted({int(r["multi"]) for r in ok})
     sizes = sorted({int(r["size"]) for r in ok})
@@ -533,7 +668,7 @@ def draw_plots(rows, meta, outdir, keep_existing=False):
         for what, field, scale, ylabel in (
                 ("throughput", "bytes_per_s", 1e-9, "GB/s (10^9 bytes/s)"),
                 ("cpu", "cpu_s_per_gb", 1.0, "CPU seconds per GB (whole process)")):
-            fig, axes = plt.subplots(1, len(multis), figsize=(6.2 * len(multis), 4.6),
+            fig, axes = plt.subplots(1, len(multis), figsize=(max(8.5, 6.2 * len(multis)), 4.8),
                                      squeeze=False, sharey=True)
             for ax, m in zip(axes[0], multis):
                 for config in [c for c in KNOWN_CONFIGS if any(r["config"] == c for r in ok)]:
@@ -549,6 +684,20 @@ def draw_plots(rows, meta, outdir, keep_existing=False):
                                 linestyle=styles[i % len(styles)],
                                 marker=markers[i % len(markers)], markersize=4,
                                 label="%s async=%d" % (config, a))
+                        if config == "gpuprov" and field == "bytes_per_s":
+                            routed = [p for p in pts if (ix.get((cipher, p[0], a, m, config)) or {})
+                                      .get("routed_gpu_runs")]
+                            if routed:
+                                ax.scatter([p[0] for p in routed], [p[1] for p in routed], s=70,
+                                           facecolors="none", edgecolors="tab:red", zorder=5,
+                                           label="gpuprov async=%d: routed to the GPU" % a)
+                # Where the GPU takes over: forced GPU faster than the default provider from here.
+                for i, a in enumerate(asyncs):
+                    wins, _ = takeover(ix, cipher, a, m)
+                    if wins:
+                        ax.axvline(wins, color="tab:green", linestyle=styles[i % len(styles)],
+                                   alpha=0.6, linewidth=1,
+                                   label="forced GPU faster from %s (async=%d)" % (size_label(wins), a))
                 ax.set_xscale("log", base=2)
                 ax.set_yscale("log")
                 ax.set_xticks(sizes, [size_label(x) for x in sizes])
@@ -605,13 +754,13 @@ def main():
                     "(default: bench/RESULTS.md; with --quick: none)")
     ap.add_argument("--no-results", action="store_true", help="leave RESULTS.md alone")
     ap.add_argument("--seconds", type=int, default=1, help="seconds per run (default 1)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per cell and configuration, "
-                    "interleaved; tables take medians (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per cell and configuration, "
+                    "interleaved; tables take medians (default 3; --quick: 1)")
     ap.add_argument("--ciphers", type=csv_list(str), default=CIPHERS)
     ap.add_argument("--sizes", type=csv_list(int), default=SIZES)
     ap.add_argument("--async", dest="asyncs", type=csv_list(int), default=ASYNC,
-                    help="-async_jobs values (0 = synchronous); default 0,8,64")
-    ap.add_argument("--multi", type=csv_list(int), default=MULTI, help="default 1,16")
+                    help="-async_jobs values (0 = synchronous); default 0,32")
+    ap.add_argument("--multi", type=csv_list(int), default=MULTI, help="default 1 (e.g. 1,16)")
     ap.add_argument("--configs", type=csv_list(str), default=["default", "gpuprov", "gpuprov-cuda"],
                     help="of %s (default: default,gpuprov,gpuprov-cuda; gpuprov-cuda is dropped "
                     "without a GPU)" % ",".join(KNOWN_CONFIGS))
@@ -622,7 +771,12 @@ def main():
                     help="measure without GPUPROV_STATS (its counters cost a few locked "
                     "instructions per request); gpuprov's use is then checked once per cipher")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke test: sizes 16,16384, async 0,64, multi 1")
+                    help="sizes 16,16384,1048576, async 0,32, multi 1, one repeat (~2 minutes on a GPU host)")
+    ap.add_argument("--calib-cache", choices=["warm", "fresh", "user"], default="warm",
+                    help="gpuprov's persisted measurements: warm (default): a directory of the "
+                    "comparison's own, primed by one unrecorded run, so runs route as a second "
+                    "process on this host does; fresh: emptied before every gpuprov run (a first "
+                    "process); user: the user's own (GPUPROV_CALIB_CACHE or ~/.cache/gpuprov)")
     ap.add_argument("--note", default="", help="a sentence for the RESULTS section (with "
                     "--plot-only: put before the recorded notes)")
     ap.add_argument("--plot-only", type=Path, metavar="CSV",
@@ -650,7 +804,7 @@ def main():
         return 0
 
     if args.quick:
-        args.sizes, args.asyncs, args.multi = [16, 16384], [0, 64], [1]
+        args.sizes, args.asyncs, args.multi, args.repeat = QUICK_SIZES, [0, 32], [1], 1
     args.sizes, args.asyncs, args.multi = (sorted(set(x)) for x in (args.sizes, args.asyncs,
                                                                      args.multi))
     args.ciphers = list(dict.fromkeys(args.ciphers))
@@ -683,8 +837,9 @@ def main():
         notes.append("could not become a child subreaper: -multi CPU time relies on speed "
                      "reaping its children")
     knobs = sorted("%s=%s" % kv for kv in os.environ.items()
-                   if kv[0].startswith("GPUPROV_") and kv[0] not in ("GPUPROV_BACKEND",
-                                                                      "GPUPROV_STATS"))
+                   if kv[0].startswith("GPUPROV_") and kv[0] not in (
+                       "GPUPROV_BACKEND", "GPUPROV_STATS")
+                   and not (kv[0] == "GPUPROV_CALIB_CACHE" and args.calib_cache != "user"))
     if knobs:
         notes.append("gpuprov knobs from the environment: " + " ".join(knobs))
     say("compare: %s | CPU: %s (%d cores) | GPU: %s | gpuprov %s" % (
@@ -692,6 +847,7 @@ def main():
     for n in notes:
         say("compare: note: " + n)
 
+    args.notes = notes
     csv_path = outdir / "compare.csv"
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]

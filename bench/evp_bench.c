@@ -39,7 +39,10 @@
  *     an epoll set; or the wait contexts' callback, which queues the job for its thread) and
  *     resumes those that are ready;
  *   - with one thread and no jobs, a separate latency run afterwards times single operations one
- *     at a time (a lone synchronous call, nothing else in flight) and reports their median and p99.
+ *     at a time (a lone synchronous call, nothing else in flight) and reports their median and p99;
+ *   - with --stream an operation is one update of `size` bytes on a message that goes on (one IV,
+ *     started at set-up, as openssl speed's loop does): where gpuprov routes a long stream, and what
+ *     one large update costs a single caller.
  * Before any timing the cell's cipher encrypts a fixed message and must give the same ciphertext
  * and tag as the default provider: a benchmark that measures wrong answers is worthless.
  */
@@ -74,6 +77,7 @@ typedef struct {
     int nproviders;
     double seconds, lat_seconds;
     int wait;                    /* --wait: WAIT_POLL, WAIT_EPOLL or WAIT_CALLBACK */
+    int stream_mode;             /* --stream: an operation is one update of a long message */
     const char *csv, *module_dir;
 } options;
 
@@ -106,6 +110,7 @@ typedef struct {
 typedef struct {
     const EVP_CIPHER *cipher;
     int aead, size, ivlen, jobs, wait;
+    int stream_mode;             /* --stream */
     pthread_barrier_t start;
     atomic_int stop;
     atomic_int failed;
@@ -119,6 +124,7 @@ typedef struct stream {
     uint8_t *in, *out;
     uint8_t key[32], iv[MAX_IV], aad[AAD_LEN], tag[TAG_LEN];
     uint64_t n;                  /* messages started, for the IV */
+    uint64_t msg_bytes;          /* --stream: bytes of the message in progress */
     /* async mode */
     ASYNC_JOB *job;              /* paused job, or NULL */
     ASYNC_WAIT_CTX *wctx;
@@ -292,11 +298,29 @@ static void free_retired_workers(void)
     }
 }
 
-/* The stream's next message (a fresh IV under its key). */
+/* --stream: a message restarts with a fresh IV before it passes 2^35 bytes, below every per-IV
+ * limit (SP 800-38D §5.2.1.1: 2^36 - 32 bytes for GCM; RFC 8439 §2.8: 256 GiB for
+ * ChaCha20-Poly1305; a 32-bit ChaCha20 block counter). */
+#define STREAM_MSG_MAX (UINT64_C(1) << 35)
+
+/* The stream's next operation: a message (a fresh IV under its key), or with --stream the next
+ * update of its message. */
 static int stream_op(stream *s)
 {
     cell_shared *sh = s->sh;
 
+    if (sh->stream_mode) {
+        int outl = 0;
+
+        if (s->msg_bytes + (uint64_t)sh->size > STREAM_MSG_MAX) {
+            next_iv(s->iv, sh->ivlen, s->index, s->n++);
+            if (!EVP_EncryptInit_ex2(s->ctx, NULL, NULL, s->iv, NULL))
+                return 0;
+            s->msg_bytes = 0;
+        }
+        s->msg_bytes += (uint64_t)sh->size;
+        return EVP_EncryptUpdate(s->ctx, s->out, &outl, s->in, sh->size) && outl == sh->size;
+    }
     next_iv(s->iv, sh->ivlen, s->index, s->n++);
     return encrypt_one(s->ctx, sh->aead, s->iv, s->aad, s->in, s->out, sh->size, s->tag);
 }
@@ -699,6 +723,7 @@ static void run_cell(const provider_run *p, const char *name, int size, int nthr
     sh.size = size;
     sh.jobs = jobs;
     sh.wait = o->wait;
+    sh.stream_mode = o->stream_mode;
     sh.aead = (EVP_CIPHER_get_flags(c) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
     sh.ivlen = EVP_CIPHER_get_iv_length(c);
     /* Stream and AEAD modes only: a padded block mode's Final would write past `size`. */
@@ -959,6 +984,10 @@ static void usage(FILE *f)
         "                     the executor from the environment\n"
         "  --csv FILE         also write the results as CSV\n"
         "  --module-dir DIR   where gpuprov.so is (default $OPENSSL_MODULES, else %s)\n"
+        "  --stream           an operation is one update of SIZE bytes on a message that goes on\n"
+        "                     (one IV per context, as openssl speed streams), instead of a whole\n"
+        "                     message; with --threads 1 --jobs 0 the latency run times single\n"
+        "                     large updates of one caller (e.g. --sizes 1m,16m)\n"
         "  --help\n"
         "Per operation: IV-only re-init with a new IV, 13 bytes of AAD (AEAD), one update of\n"
         "SIZE bytes, Final, GET_TAG (AEAD). GB/s = 10^9 plaintext bytes per second over all\n"
@@ -1055,6 +1084,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "providers", required_argument, NULL, 'p' },
         { "csv", required_argument, NULL, 'o' },
         { "module-dir", required_argument, NULL, 'm' },
+        { "stream", no_argument, NULL, 'u' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -1073,6 +1103,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 'p': providers = optarg; break;
         case 'o': o->csv = optarg; break;
         case 'm': o->module_dir = optarg; break;
+        case 'u': o->stream_mode = 1; break;
         case 'w':
             for (o->wait = 0; o->wait < 3 && strcmp(optarg, wait_names[o->wait]) != 0; o->wait++)
                 ;
@@ -1251,8 +1282,9 @@ int main(int argc, char **argv)
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
     printf("evp_bench: %s | CPU: %s (%ld online) | GPU: %s | %s\n",
            OpenSSL_version(OPENSSL_VERSION), cpu, sysconf(_SC_NPROCESSORS_ONLN), gpu, date);
-    printf("evp_bench: %.2f s per cell, latency runs %.2f s, gpuprov from %s\n", o.seconds,
-           o.lat_seconds, o.module_dir);
+    printf("evp_bench: %.2f s per cell, latency runs %.2f s, gpuprov from %s; an operation is %s\n",
+           o.seconds, o.lat_seconds, o.module_dir,
+           o.stream_mode ? "one update of a long message (--stream)" : "one whole message");
     fflush(stdout);
 
     cap = (size_t)o.nproviders * cell_count(&o);

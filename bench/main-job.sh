@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # The main job (README): install what is missing, build gpuprov, then run bench/compare, the
 # `openssl speed` comparison with the default provider. On a host with an NVIDIA GPU: the full
-# matrix (3 ciphers x 16 B-16 KiB x -async_jobs 0,8,64 x -multi 1,16, plus the forced-cuda runs),
-# written to bench/plots/ and bench/RESULTS.md. Without a GPU it says so and runs a reduced
-# comparison of what exists (default vs gpuprov on its cpu executor, -multi 1 and <cores> instead
-# of 16) into build/compare/, leaving the committed GPU figures alone.
-# Extra arguments go to bench/compare (e.g. --seconds 2); COMPARE_ARGS replaces the matrix.
+# matrix (3 ciphers x 16 B-16 MiB x -async_jobs 0,32, -multi 1; the default provider, gpuprov's
+# default configuration and forced GPU in every cell, 3 repeats: ~15 minutes), written to
+# bench/plots/ and bench/RESULTS.md. Without a GPU it says so and runs a reduced comparison of what
+# exists (default vs gpuprov on its cpu executor) into build/compare/, leaving the committed GPU
+# figures alone. Extra arguments go to bench/compare (e.g. --quick: ~2 minutes; --multi 1,16);
+# COMPARE_ARGS replaces the matrix.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,9 +34,8 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "main-job: GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1): full matrix"
   read -r -a matrix <<<"${COMPARE_ARGS:-}"
 else
-  cores=$(nproc)
   echo "main-job: no GPU on this host (nvidia-smi finds none): comparing the default provider with"
-  echo "main-job: gpuprov on its cpu executor; reduced matrix: -multi 1,$cores (not 16), output in build/compare/"
-  read -r -a matrix <<<"${COMPARE_ARGS:---multi 1,$cores --out build/compare --results build/compare/RESULTS.md}"
+  echo "main-job: gpuprov on its cpu executor; one repeat, output in build/compare/"
+  read -r -a matrix <<<"${COMPARE_ARGS:---repeat 1 --out build/compare --results build/compare/RESULTS.md}"
 fi
 exec bench/compare --build build "${matrix[@]}" "$@"

@@ -369,6 +369,18 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         GP_RAISE(GP_R_MESSAGE_TOO_LONG);
         return 0;
     }
+    /* A message on the lane that has absorbed nothing yet may start afresh on the engine, where
+     * the policy sends it to the GPU; later its MAC state lives in the default provider's context
+     * and it stays (batching/engine.h, gp_engine_move_to_gpu). */
+    if (ctx->lane.d != NULL && inl >= GP_DEMAND_BYTES && !ctx->data_started && ctx->aad_bytes == 0
+        && gp_engine_move_to_gpu(ctx->provctx->engine, ctx->info->alg, inl, 1)) {
+        const uint64_t last = ctx->last_text_bytes;
+
+        gp_lane_close(ctx);
+        if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
+            return 0;
+        ctx->last_text_bytes = last;
+    }
     if (ctx->lane.d != NULL) {
         ctx->data_started = 1;
         ctx->text_bytes += inl;

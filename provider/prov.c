@@ -149,6 +149,8 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ASYNC_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_SPEC_TAGS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_STAGED, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ROUTED_GPU, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_HOST_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -190,6 +192,12 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
         && !OSSL_PARAM_set_uint64(p, st.spec_tags))
         return 0;
     if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_STAGED)) != NULL && !OSSL_PARAM_set_uint64(p, st.staged))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_ROUTED_GPU)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.routed_gpu))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_HOST_OPS)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.host_ops))
         return 0;
     return 1;
 }

@@ -18,6 +18,8 @@
 #define GP_PROV_PARAM_STATS_ASYNC_OPS "gpuprov-stats-async-ops"
 #define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
 #define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
+#define GP_PROV_PARAM_STATS_ROUTED_GPU "gpuprov-stats-routed-gpu"
+#define GP_PROV_PARAM_STATS_HOST_OPS "gpuprov-stats-host-ops"
 
 /* Cipher context param (UTF-8 string): where the data updates' in and out buffers are, "host"
  * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Per-context parameter"). */

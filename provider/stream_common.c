@@ -129,6 +129,50 @@ static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, siz
     return ok;
 }
 
+/*
+ * The stream leaves the CPU (the lane, or the engine's cpu executor) for a new engine message at
+ * this update (the policy would send it to the GPU). A stream cipher's keystream depends only on
+ * the key and the block counter (SP 800-38A §6.5: the i-th counter block is the IV plus i, as
+ * 128-bit big-endian; RFC 8439 §2.4: the block counter, as OpenSSL counts it in
+ * next_block_counter), so a new message started at the counter of the next whole block continues
+ * the stream byte for byte. Where it runs now first finishes the partial block it is in: the rest
+ * of that block's keystream lives only in the default provider's context.
+ */
+static int stream_move_to_gpu(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                              const unsigned char *in, size_t inl)
+{
+    const size_t blk = block_bytes(ctx), head = (blk - ctx->text_bytes % blk) % blk;
+    const uint64_t last = ctx->last_text_bytes;
+    uint8_t next[16];
+
+    if (head > 0) {
+        size_t headl = 0;
+
+        if (ctx->lane.d != NULL) {
+            if (!gp_lane_update(ctx, out, &headl, outsize, in, head))
+                return 0;
+        } else if (!gp_msg_crypt(ctx->msg, in, out, head)) {
+            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            return 0;
+        }
+        ctx->text_bytes += head;
+    }
+    next_block_counter(ctx, next);
+    gp_lane_close(ctx);
+    memcpy(ctx->iv, next, 16);
+    if (!gp_cipher_begin(ctx, next, 16))
+        return 0;
+    /* The same stream goes on: the lane's next choice still sees the message before it. */
+    ctx->last_text_bytes = last;
+    if (!gp_msg_crypt(ctx->msg, in + head, out + head, inl - head)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    ctx->text_bytes += inl - head;
+    *outl = inl;
+    return 1;
+}
+
 static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                               const unsigned char *in, size_t inl)
 {
@@ -152,6 +196,9 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
     }
     if (ctx->iv_state != GP_IV_STARTED && !gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
         return 0;
+    if (inl >= GP_DEMAND_BYTES && (ctx->lane.d != NULL || gp_msg_on_cpu(ctx->msg))
+        && gp_engine_move_to_gpu(ctx->provctx->engine, ctx->info->alg, inl, ctx->text_bytes == 0))
+        return stream_move_to_gpu(ctx, out, outl, outsize, in, inl);
     if (ctx->lane.d != NULL) {
         ctx->text_bytes += inl;
         return gp_lane_update(ctx, out, outl, outsize, in, inl);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/async.h>
 #include <openssl/crypto.h>
@@ -22,12 +23,16 @@
  *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
  *      its part when both are busy.
  * A message is routed once (at its first data request: held AAD waits for it) and stays where it
- * started, because the cpu executor keeps its own default-provider state.
+ * started, because the cpu executor keeps its own default-provider state; a stream cipher's message
+ * on the cpu lane (CTR, ChaCha20: no MAC state) may leave it for the engine at an update boundary
+ * (provider/stream_common.c), starting a new message at its counter.
  *
  * The thresholds come from a self-measurement the first time an algorithm is routed in a process
- * (a few milliseconds on a GPU host), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share
- * set them. Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch
- * sizes measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip.
+ * (a few milliseconds on a GPU host), or from an earlier process's measurement on the same machine
+ * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
+ * Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch sizes
+ * measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip plus
+ * b_lone*len, b_lone measured on one large message alone (1 MiB on a GPU).
  */
 
 void gp_hybrid_init(gp_hybrid *h)
@@ -126,8 +131,9 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     /* The host executor standing in for the GPU (tests) is slow: measure it on less. */
     const int real_gpu = gpu != &gp_exec_host;
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
+    const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
     calib cpu = { 0 }, g = { 0 };
-    double t_cpu, t_rt, t_small, t_big, a, b, cpu_nspb;
+    double t_cpu, t_rt, t_lone, t_small, t_big, a, b, b_lone, cpu_nspb;
     int ok = 0;
 
     if (calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)) {
@@ -135,10 +141,11 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         /* One message of the GPU set alone: the lone caller's round trip (first run warms up). */
         g.nmsgs = 1;
         t_rt = calib_time(e, gpu, &g, 16, 4);
+        t_lone = calib_time(e, gpu, &g, lone_big, 2);
         g.nmsgs = nmsgs;
         t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
         t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
-        if (t_cpu > 0 && t_rt > 0 && t_small > 0 && t_big > 0) {
+        if (t_cpu > 0 && t_rt > 0 && t_lone > 0 && t_small > 0 && t_big > 0) {
             cpu_nspb = t_cpu / 65536.0;
             b = (t_big - t_small) / (double)(big - small);
             if (b < 0)
@@ -146,12 +153,17 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
             a = t_small - b * (double)small;
             if (a < 0)
                 a = 0;
+            /* A lone message's bytes cost what one stream of copies and kernels costs, not the
+             * batched per-byte cost of 64 messages in flight. */
+            b_lone = (t_lone - t_rt) / (double)(lone_big - 16);
+            if (b_lone < b)
+                b_lone = b;
             h->cpu_gbps = 1.0 / cpu_nspb;                /* bytes per ns = GB/s */
             h->gpu_gbps = (double)big / t_big;
             h->gpu_rt_us = t_rt / 1000.0;
-            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b*len < cpu_nspb*len. */
+            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b_lone*len < cpu_nspb*len. */
             h->min_gpu_bytes = b < cpu_nspb ? bytes_or_never(a / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
-            h->lone_gpu_bytes = b < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
+            h->lone_gpu_bytes = b_lone < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b_lone)) : GP_KNOB_CALIBRATE;
             /* Both busy: split in proportion to their rates. */
             h->gpu_share = h->gpu_gbps / (h->gpu_gbps + h->cpu_gbps);
             ok = 1;
@@ -178,11 +190,82 @@ static int calibrate_main(void *v)
     return calibrate(c->e, c->gpu, c->like, c->h);
 }
 
+/* The cache file's read and write keep paths, the key and the file's text on the stack (~16 KiB
+ * with stdio's): inside an async job they run on a thread of their own (gp_call_off_job_stack). */
+typedef struct cache_call {
+    gp_engine *e;
+    const gp_executor *gpu;
+} cache_call;
+
+static int cache_read_main(void *v)
+{
+    cache_call *c = v;
+
+    return gp_calib_cache_read(c->e, c->gpu, c->e->hy.cache);
+}
+
+static int cache_write_main(void *v)
+{
+    cache_call *c = v;
+
+    return gp_calib_cache_write(c->e, c->gpu, c->e->hy.cache);
+}
+
+/* Read the cache for `gpu` once (under hy->lock). */
+static void cache_load(gp_engine *e, const gp_executor *gpu)
+{
+    gp_hybrid *hy = &e->hy;
+    cache_call c = { e, gpu };
+
+    if (hy->cache_gpu == gpu)
+        return;
+    hy->cache_gpu = gpu;
+    if (!gp_call_off_job_stack(cache_read_main, &c))
+        memset(hy->cache, 0, sizeof(hy->cache));
+}
+
+/* alg's numbers from the cache into h, where it has them; 1 if so (under hy->lock). */
+static int from_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, gp_hybrid_alg *h)
+{
+    const gp_calib_numbers *c;
+
+    cache_load(e, gpu);
+    c = &e->hy.cache[alg];
+    if (!c->have)
+        return 0;
+    h->cpu_gbps = c->cpu_gbps;
+    h->gpu_gbps = c->gpu_gbps;
+    h->gpu_rt_us = c->gpu_rt_us;
+    h->min_gpu_bytes = c->min_gpu_bytes;
+    h->lone_gpu_bytes = c->lone_gpu_bytes;
+    h->gpu_share = c->gpu_share;
+    return 1;
+}
+
+/* Keep h's fresh measurement for the next process (under hy->lock; never fatal). */
+static void to_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t keylen, const gp_hybrid_alg *h)
+{
+    gp_hybrid *hy = &e->hy;
+
+    cache_load(e, gpu);
+    hy->cache[alg] = (gp_calib_numbers){
+        .have = 1, .keylen = keylen, .at = (long long)time(NULL), .cpu_gbps = h->cpu_gbps,
+        .gpu_gbps = h->gpu_gbps, .gpu_rt_us = h->gpu_rt_us, .min_gpu_bytes = h->min_gpu_bytes,
+        .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share,
+    };
+    {
+        cache_call cc = { e, gpu };
+
+        (void)gp_call_off_job_stack(cache_write_main, &cc);
+    }
+}
+
 /* The numbers for m's algorithm, measuring them if needed; NULL while another thread measures. */
 static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg *m)
 {
     gp_hybrid *hy = &e->hy;
-    gp_hybrid_alg *h = &hy->alg[m->key->alg < 5 ? m->key->alg : 0];
+    const uint32_t alg = m->key->alg < 5 ? m->key->alg : 0;
+    gp_hybrid_alg *h = &hy->alg[alg];
     const gp_knobs *k = &e->knobs;
     unsigned gen = gp_fork_generation();
 
@@ -202,7 +285,14 @@ static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg
         calib_call cc = { e, gpu, m->key, h };
 
         h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
-        if (!all_set && !gp_call_off_job_stack(calibrate_main, &cc)) {
+        hy->from_cache[alg] = 0;
+        if (all_set) {
+            /* the knobs below decide */
+        } else if (from_cache(e, gpu, alg, h)) {
+            hy->from_cache[alg] = 1;
+        } else if (gp_call_off_job_stack(calibrate_main, &cc)) {
+            to_cache(e, gpu, alg, m->key->keylen, h);
+        } else {
             /* Could not measure: keep everything on the CPU unless the knobs say otherwise. */
             h->min_gpu_bytes = h->lone_gpu_bytes = GP_KNOB_CALIBRATE;
             h->gpu_share = 0;
@@ -217,6 +307,58 @@ static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg
     }
     pthread_mutex_unlock(&hy->lock);
     return h;
+}
+
+/* Rules 1 and 2 for a message of `len` bytes with numbers h. */
+static int rules_send_to_gpu(const gp_hybrid_alg *h, size_t len, int lone)
+{
+    return h->min_gpu_bytes != GP_KNOB_CALIBRATE && len >= h->min_gpu_bytes && h->gpu_share > 0.0
+           && !(lone && len < h->lone_gpu_bytes);
+}
+
+/* A caller that would wait a whole round trip alone (rule 2). */
+static int lone_now(gp_engine *e)
+{
+    return ASYNC_get_current_job() == NULL && atomic_load_explicit(&e->queue.active, memory_order_relaxed) == 0
+           && atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) == 0;
+}
+
+int gp_hybrid_gpu_eligible(gp_engine *e, uint32_t alg, size_t len)
+{
+    const gp_hybrid_alg *h = &e->hy.alg[alg < 5 ? alg : 0];
+
+    if (!atomic_load_explicit(&h->ready, memory_order_acquire)
+        || atomic_load_explicit(&e->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
+        return 0;
+    return rules_send_to_gpu(h, len, lone_now(e));
+}
+
+int gp_hybrid_prior(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t len, int lone)
+{
+    gp_hybrid *hy = &e->hy;
+    gp_hybrid_alg cached = { 0 };
+    int have, knobs_set = e->knobs.min_gpu_bytes != GP_KNOB_CALIBRATE;
+
+    if (gpu == NULL || alg >= 5)
+        return 0;
+    pthread_mutex_lock(&hy->lock);
+    have = from_cache(e, gpu, alg, &cached);
+    pthread_mutex_unlock(&hy->lock);
+    if (e->knobs.min_gpu_bytes != GP_KNOB_CALIBRATE)
+        cached.min_gpu_bytes = e->knobs.min_gpu_bytes;
+    if (e->knobs.lone_gpu_bytes != GP_KNOB_CALIBRATE)
+        cached.lone_gpu_bytes = e->knobs.lone_gpu_bytes;
+    if (e->knobs.gpu_share >= 0)
+        cached.gpu_share = e->knobs.gpu_share;
+    if (have || knobs_set)
+        return rules_send_to_gpu(&cached, len, lone);
+    /*
+     * No numbers for this machine yet. Large messages from callers with work in flight beside them
+     * (async jobs, other threads) are where the GPU wins for every algorithm (bench/RESULTS.md,
+     * "Large messages through openssl speed"); a lone synchronous caller waits for the whole round
+     * trip, which the measurement must show to be worth it before it is paid.
+     */
+    return !lone && len >= GP_DEMAND_BYTES;
 }
 
 int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg)
@@ -303,9 +445,10 @@ void gp_hybrid_print(gp_engine *e)
         print_size(mn, sizeof(mn), h->min_gpu_bytes);
         print_size(lone, sizeof(lone), h->lone_gpu_bytes);
         if (h->cpu_gbps > 0)
-            gp_log_line("gpuprov hybrid: %s measured cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
+            gp_log_line("gpuprov hybrid: %s %s cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
                         " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f\n", alg_names[i],
-                        h->cpu_gbps, h->gpu_gbps, h->gpu_rt_us, mn, lone, h->gpu_share);
+                        e->hy.from_cache[i] ? "from the cache:" : "measured", h->cpu_gbps, h->gpu_gbps,
+                        h->gpu_rt_us, mn, lone, h->gpu_share);
         else
             gp_log_line("gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
                         " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);

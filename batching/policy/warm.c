@@ -29,7 +29,7 @@ int gp_warm_stopping(gp_engine *e)
  */
 _Atomic int gp_test_cpus_saturated = -1;
 
-static int cpus_saturated(void)
+static int cpus_saturated(gp_engine *e)
 {
     const int t = atomic_load(&gp_test_cpus_saturated);
     unsigned run = 0, all = 0;
@@ -41,6 +41,12 @@ static int cpus_saturated(void)
 
     if (t >= 0)
         return t;
+#if GP_TEST_HOOKS
+    if (e->knobs.test.cpus_free)
+        return 0;
+#else
+    (void)e;
+#endif
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
         cpus = CPU_COUNT(&set);
     if (cpus <= 1 || (f = fopen("/proc/loadavg", "r")) == NULL)
@@ -58,18 +64,33 @@ static int cpus_saturated(void)
  */
 #define GP_WARM_LOOK_MS 200
 
-/* 1 once some CPU is free; 0 if the warm-up is to stop first. */
+/* 1 once some CPU is free; 0 if the warm-up is to stop first. A caller waiting for the warm-up
+ * (warm_urgent) has the CPUs looked at once at once: its first look needs no siblings to start. */
 static int wait_for_free_cpu(gp_engine *e)
 {
+    int urgent_looked = 0;
+
     for (;;) {
         for (int i = 0; i < GP_WARM_LOOK_MS; i++) {
             if (gp_warm_stopping(e))
                 return 0;
+            if (!urgent_looked && atomic_load(&e->warm_urgent)) {
+                urgent_looked = 1;
+                if (!cpus_saturated(e))
+                    return 1;
+                atomic_store(&e->warm_opening, -1);
+            }
             gp_sleep_1ms();
         }
-        if (!cpus_saturated())
+        if (!cpus_saturated(e))
             return 1;
+        atomic_store(&e->warm_opening, -1);
     }
+}
+
+const gp_executor *gp_warm_gpu(gp_engine *e)
+{
+    return e->knobs.hybrid_gpu_host ? e->exec[GP_EXEC_HOST] : e->exec[GP_EXEC_CUDA];
 }
 
 /* This thread's CPU time (the warm-up's share of the process's CPU seconds per GB). */
@@ -85,7 +106,7 @@ static uint64_t thread_cpu_ns(void)
 static void *warmup_main(void *v)
 {
     gp_engine *e = v;
-    const gp_executor *gpu = e->exec[GP_EXEC_CUDA];
+    const gp_executor *gpu = gp_warm_gpu(e);
 
     /* gp_warm_finish may have to leave this thread running: keep our code mapped. */
     gp_async_pin_module();
@@ -99,6 +120,7 @@ static void *warmup_main(void *v)
         gp_exit_guard_leave();
         return NULL;
     }
+    atomic_store(&e->warm_opening, 1);
     t0 = gp_now_ns();
     c0 = thread_cpu_ns();
     if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
@@ -139,7 +161,10 @@ int gp_warm_demand(gp_engine *e)
         return 0;
     }
     seen = atomic_load_explicit(&e->first_caller, memory_order_relaxed);
-    return seen != self;
+    if (seen == self)
+        return 0;
+    atomic_store_explicit(&e->other_caller_gen, gen + 1, memory_order_relaxed);
+    return 1;
 }
 
 
@@ -165,6 +190,7 @@ int gp_warm_start(gp_engine *e, int start)
         e->warm_started = 1;
         e->warm_gen = gen;
         atomic_store(&e->warm_done, 0);
+        atomic_store(&e->warm_opening, 0);
         atomic_store_explicit(&e->warm_started_gen, gen + 1, memory_order_release);
         gp_exit_guard_enter();
         if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
@@ -176,6 +202,41 @@ int gp_warm_start(gp_engine *e, int start)
     done = atomic_load(&e->warm_done);
     pthread_mutex_unlock(&e->open_lock);
     return done;
+}
+
+/*
+ * How long a large first request may wait for the warm-up: several times what opening a CUDA
+ * context and measuring take on the GPU hosts (docs/performance.md, "How to measure"; the stats'
+ * `gpuprov warm-up:` line). A warm-up that has not ended by then has met something slower (a
+ * busy driver), and the message runs on the CPU instead.
+ */
+#define GP_WARM_WAIT_MS 3000
+
+int gp_warm_wait(gp_engine *e)
+{
+    unsigned gen = gp_fork_generation();
+
+    /* One wait that ran out is enough: later messages do not wait for the same slow warm-up. */
+    if (atomic_load_explicit(&e->warm_wait_expired_gen, memory_order_relaxed) == gen + 1)
+        return atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen;
+    for (int i = 0; i < GP_WARM_WAIT_MS; i++) {
+        if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
+            return 1;
+        /* Every CPU was busy at its last look: the GPU cannot add throughput to this process
+         * (cpus_saturated), and the warm-up may wait for a free CPU indefinitely. */
+        if (gp_warm_stopping(e) || atomic_load(&e->warm_opening) < 0)
+            return 0;
+        gp_sleep_1ms();
+    }
+    atomic_store_explicit(&e->warm_wait_expired_gen, gen + 1, memory_order_relaxed);
+    return 0;
+}
+
+int gp_warm_lone_caller(gp_engine *e)
+{
+    if (ASYNC_get_current_job() != NULL)
+        return 0;
+    return atomic_load_explicit(&e->other_caller_gen, memory_order_relaxed) != gp_fork_generation() + 1;
 }
 
 int gp_warm_finish(gp_engine *e)

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -18,6 +20,7 @@
 #include "batching/exec_cpu.h"
 #include "batching/exec_host.h"
 #include "batching/kstate.h"
+#include "batching/policy/internal.h"
 #include "provider/cipher_ctx.h"
 
 typedef struct {
@@ -41,6 +44,7 @@ static void setup(fixture *f, int calibrate, size_t min_gpu, size_t lone_gpu, do
     k.min_gpu_bytes = calibrate ? GP_KNOB_CALIBRATE : min_gpu;
     k.lone_gpu_bytes = calibrate ? GP_KNOB_CALIBRATE : lone_gpu;
     k.gpu_share = calibrate ? -1.0 : share;
+    snprintf(k.calib_cache, sizeof(k.calib_cache), "off");   /* each test measures for itself */
     f->lib = OSSL_LIB_CTX_new();
     f->dflt = OSSL_PROVIDER_load(f->lib, "default");
     assert_non_null(f->dflt);
@@ -386,6 +390,7 @@ static void test_auto_warmup(void **state)
     k.backend = GP_BACKEND_AUTO;
     k.hybrid_gpu_host = 0;
     k.stats = 1;
+    snprintf(k.calib_cache, sizeof(k.calib_cache), "off");
     f.lib = OSSL_LIB_CTX_new();
     f.dflt = OSSL_PROVIDER_load(f.lib, "default");
     f.e = gp_engine_new(&k, f.lib);
@@ -433,6 +438,425 @@ static void test_auto_warmup(void **state)
     atomic_store(&gp_test_cpus_saturated, -1);
 }
 
+
+/* A first large request waits for the warm-up only while it opens: with every CPU busy the warm-up
+ * waits for a free one, and the request goes on at once on the CPU; once a CPU is free the
+ * warm-up ends and the same request would leave the lane. (backend auto, the host as the GPU,
+ * the policy's numbers from knobs.) */
+static void test_warm_wait(void **state)
+{
+    fixture f;
+    gp_knobs k;
+    uint64_t t0;
+
+    (void)state;
+    gp_knobs_load(&k, NULL, NULL);
+    k.backend = GP_BACKEND_AUTO;
+    k.hybrid_gpu_host = 1;
+    k.min_gpu_bytes = k.lone_gpu_bytes = 4096;
+    k.gpu_share = 1.0;
+    snprintf(k.calib_cache, sizeof(k.calib_cache), "off");
+    f.lib = OSSL_LIB_CTX_new();
+    f.dflt = OSSL_PROVIDER_load(f.lib, "default");
+    f.e = gp_engine_new(&k, f.lib);
+    f.key = gp_key_new(f.e, GP_ALG_AES_GCM, f.raw, 32);
+    atomic_store(&gp_test_cpus_saturated, 1);
+    t0 = gp_now_ns();
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 0);
+    assert_true(gp_now_ns() - t0 < 1000000000ull);          /* no 3-s wait */
+    assert_int_equal(warm_started(&f), 1);
+    assert_int_equal(atomic_load(&f.e->warm_opening), -1);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 0);   /* a stream: no wait */
+    atomic_store(&gp_test_cpus_saturated, 0);
+    assert_int_equal(warm_finished(&f), 1);
+    assert_string_equal(gp_engine_backend_name(f.e), "hybrid");
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 1);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 1);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, (1 << 18) - 1, 1), 0);   /* not large */
+    teardown(&f);
+    atomic_store(&gp_test_cpus_saturated, -1);
+}
+
+/* ---- the persisted measurements (batching/policy/calib_cache.c) ---- */
+
+/* A fresh directory for one test's cache files. */
+static void cache_tmpdir(char *dir, size_t n)
+{
+    snprintf(dir, n, "/tmp/gpuprov-calib-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void cache_rmdir(const char *dir)
+{
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* An engine as setup() makes it (hybrid, host as the GPU, measured), its cache in `dir`. */
+static void setup_cached(fixture *f, const char *dir)
+{
+    gp_knobs k;
+
+    gp_knobs_load(&k, NULL, NULL);
+    k.backend = GP_BACKEND_HYBRID;
+    k.hybrid_gpu_host = 1;
+    k.stats = 1;
+    snprintf(k.calib_cache, sizeof(k.calib_cache), "%s", dir);
+    f->lib = OSSL_LIB_CTX_new();
+    f->dflt = OSSL_PROVIDER_load(f->lib, "default");
+    f->e = gp_engine_new(&k, f->lib);
+    assert_non_null(f->e);
+    assert_string_equal(gp_engine_backend_name(f->e), "hybrid");
+    gptest_rand_bytes(f->raw, sizeof(f->raw));
+    f->key = gp_key_new(f->e, GP_ALG_AES_GCM, f->raw, 32);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+
+    assert_non_null(fp);
+    assert_int_equal(fputs(text, fp) >= 0, 1);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* The whole file, malloc'd. */
+static char *read_text(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    char *buf = calloc(1, 16384);
+    size_t n;
+
+    assert_non_null(fp);
+    n = fread(buf, 1, 16383, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+/* A measurement is written; the next engine routes by it without measuring, and says so. */
+static void test_cache_written_and_read(void **state)
+{
+    fixture f;
+    char dir[64], path[1024], key[2048], *text;
+    gp_calib_numbers got[5];
+    gp_hybrid_alg first;
+
+    (void)state;
+    cache_tmpdir(dir, sizeof(dir));
+    setup_cached(&f, dir);
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);   /* measures: the host never wins */
+    first = f.e->hy.alg[GP_ALG_AES_GCM];
+    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+    assert_true(strncmp(path, dir, strlen(dir)) == 0);
+    /* the key names this build (its ELF build id) and the executor standing in for the GPU */
+    assert_null(strstr(key, "build none"));
+    assert_non_null(strstr(key, "the host executor"));
+    text = read_text(path);
+    assert_non_null(strstr(text, key));
+    assert_non_null(strstr(text, "alg 2 keylen 32 "));
+    free(text);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    assert_true(got[GP_ALG_AES_GCM].have && got[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps
+                && got[GP_ALG_AES_GCM].gpu_gbps == first.gpu_gbps && got[GP_ALG_AES_GCM].gpu_rt_us == first.gpu_rt_us
+                && got[GP_ALG_AES_GCM].gpu_share == first.gpu_share
+                && got[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes
+                && got[GP_ALG_AES_GCM].lone_gpu_bytes == first.lone_gpu_bytes);
+    teardown(&f);
+
+    setup_cached(&f, dir);
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
+    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 1);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes);
+    gp_hybrid_print(f.e);
+    /* Numbers that send large messages to the GPU side, written as a measurement would be: a
+     * new engine's first large message goes there at once. */
+    {
+        gp_calib_numbers c[5] = { 0 };
+
+        c[GP_ALG_AES_GCM] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL),
+                                                .cpu_gbps = 4, .gpu_gbps = 20, .gpu_rt_us = 30,
+                                                .min_gpu_bytes = 4096, .lone_gpu_bytes = 65536, .gpu_share = 1 };
+        assert_true(gp_calib_cache_write(f.e, &gp_exec_host, c));
+    }
+    teardown(&f);
+    setup_cached(&f, dir);
+    assert_ptr_equal(one(&f, 13, 70000), &gp_exec_host);
+    assert_ptr_equal(one(&f, 13, 1000), &gp_exec_cpu);
+    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 1);
+    teardown(&f);
+    cache_rmdir(dir);
+}
+
+/* A valid file for the host executor's key, its GCM line made of `line` (NULL: a good one). */
+static void write_cache(fixture *f, const char *path, const char *key, const char *line, const char *tail)
+{
+    static char text[20000];
+    int n;
+
+    if (line == NULL)
+        n = snprintf(text, sizeof(text), "gpuprov-calibration 1\nkey %s\nalg 2 keylen 32 at %lld cpu_gbps 4 "
+                     "gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1\n%s", key,
+                     (long long)time(NULL), tail != NULL ? tail : "end\n");
+    else
+        n = snprintf(text, sizeof(text), "gpuprov-calibration 1\nkey %s\n%s\n%s", key, line,
+                     tail != NULL ? tail : "end\n");
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    (void)f;
+    write_text(path, text);
+}
+
+/* Whatever the file holds, the engine reads only numbers a measurement could have made, and
+ * ignores a file that is not whole, not this machine's, or stale: it measures instead. */
+static void test_cache_rejects(void **state)
+{
+    fixture f;
+    char dir[64], path[1024], key[2048], line[512];
+    gp_calib_numbers got[5];
+    const long long now = (long long)time(NULL);
+    const char *bad_lines[] = {
+        "alg 2 keylen 32 at %lld cpu_gbps nan gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps inf rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps -4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 0 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes -1 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 2000000000000 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1.5",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1 extra",
+        "alg 9 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 31 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4k lone_gpu_bytes 65536 gpu_share 1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536",
+        "garbage",
+    };
+
+    (void)state;
+    cache_tmpdir(dir, sizeof(dir));
+    setup_cached(&f, dir);
+    assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+    /* the good file, to be sure the bad ones fail for their own reason */
+    write_cache(&f, path, key, NULL, NULL);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    for (size_t i = 0; i < sizeof(bad_lines) / sizeof(bad_lines[0]); i++) {
+        snprintf(line, sizeof(line), bad_lines[i], now);
+        write_cache(&f, path, key, line, NULL);
+        if (gp_calib_cache_read(f.e, &gp_exec_host, got) != 0)
+            fail_msg("accepted: %s", line);
+    }
+    /* stale (8 days), from the future, twice the same algorithm */
+    snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
+             "lone_gpu_bytes 65536 gpu_share 1", now - 8 * 24 * 3600);
+    write_cache(&f, path, key, line, NULL);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
+             "lone_gpu_bytes 65536 gpu_share 1", now + 3600);
+    write_cache(&f, path, key, line, NULL);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
+             "lone_gpu_bytes 65536 gpu_share 1", now);
+    {
+        char tail[600];
+
+        snprintf(tail, sizeof(tail), "%s\nend\n", line);
+        write_cache(&f, path, key, line, tail);
+        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    }
+    /* cut off (no "end"; a last line without its newline), something after "end", another key */
+    write_cache(&f, path, key, NULL, "");
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    write_cache(&f, path, key, NULL, "end");
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    write_cache(&f, path, key, NULL, "end\nalg 1\n");
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    write_cache(&f, path, "gpuprov 0.0.0 build other", NULL, NULL);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    /* a NUL inside, a file too large, a directory, a symbolic link to a good file */
+    {
+        FILE *fp = fopen(path, "w");
+        static char big[9000];
+
+        assert_non_null(fp);
+        fprintf(fp, "gpuprov-calibration 1\nkey %s\n", key);
+        fputc('\0', fp);
+        fputs("end\n", fp);
+        fclose(fp);
+        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        memset(big, 'a', sizeof(big) - 1);
+        write_cache(&f, path, key, big, NULL);
+        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        unlink(path);
+        assert_int_equal(mkdir(path, 0700), 0);
+        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        rmdir(path);
+        {
+            char real[1100];
+
+            snprintf(real, sizeof(real), "%s.real", path);
+            write_cache(&f, real, key, NULL, NULL);
+            assert_int_equal(symlink(real, path), 0);
+            assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+            unlink(path);
+            unlink(real);
+        }
+    }
+    /* Bytes flipped at random in a good file: either the file is refused or each number it gave
+     * is within what a measurement can make. */
+    for (int round = 0; round < 3000; round++) {
+        char text[4096];
+        size_t len;
+        long long before, after;
+        int n;
+
+        n = snprintf(text, sizeof(text), "gpuprov-calibration 1\nkey %s\nalg 2 keylen 32 at %lld cpu_gbps 4.5 "
+                 "gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 0.75\nalg 4 keylen 32 at "
+                 "%lld cpu_gbps 3 gpu_gbps 16 rt_us 25 min_gpu_bytes never lone_gpu_bytes never gpu_share 0\nend\n",
+                 key, now, now);
+        assert_true(n > 0 && (size_t)n < sizeof(text));
+        len = strlen(text);
+        for (size_t flips = 1 + gptest_rand_range(0, 3); flips > 0; flips--)
+            text[gptest_rand_range(strlen(key) + 30, len - 1)] = (char)gptest_rand_range(1, 255);
+        write_text(path, text);
+        before = (long long)time(NULL);
+        n = gp_calib_cache_read(f.e, &gp_exec_host, got);
+        after = (long long)time(NULL);
+        assert_true(n >= 0 && n <= 2);
+        for (int a = 0; a < 5; a++) {
+            if (!got[a].have)
+                continue;
+            assert_true(a >= 1 && a <= 4);
+            assert_true(got[a].cpu_gbps > 0 && got[a].cpu_gbps <= 1e4 && got[a].gpu_gbps > 0 && got[a].gpu_gbps <= 1e4);
+            assert_true(got[a].gpu_rt_us > 0 && got[a].gpu_rt_us <= 1e7);
+            assert_true(got[a].gpu_share >= 0 && got[a].gpu_share <= 1);
+            assert_true(got[a].min_gpu_bytes == GP_KNOB_CALIBRATE || got[a].min_gpu_bytes <= (1ull << 40));
+            assert_true(got[a].lone_gpu_bytes == GP_KNOB_CALIBRATE || got[a].lone_gpu_bytes <= (1ull << 40));
+            assert_true(got[a].keylen == 16 || got[a].keylen == 24 || got[a].keylen == 32);
+            assert_true(got[a].at <= after && got[a].at >= before - 7 * 24 * 3600);
+        }
+    }
+    /* A refused file: the engine measures, routes, and replaces it with a good one. */
+    write_cache(&f, path, key, "garbage", NULL);
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
+    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    teardown(&f);
+    cache_rmdir(dir);
+}
+
+/* A cache that cannot be written (a directory under a regular file), or is off: measuring and
+ * routing go on as without it. */
+static void test_cache_unwritable(void **state)
+{
+    fixture f;
+    gp_calib_numbers got[5];
+    char dir[64], blocked[128];
+
+    (void)state;
+    cache_tmpdir(dir, sizeof(dir));
+    snprintf(blocked, sizeof(blocked), "%s/file", dir);
+    write_text(blocked, "not a directory\n");
+    snprintf(blocked, sizeof(blocked), "%s/file/gpuprov", dir);
+    setup_cached(&f, blocked);
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    teardown(&f);
+    setup_cached(&f, "off");
+    {
+        char path[1024], key[2048];
+
+        assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
+    }
+    teardown(&f);
+    /* Unset: $XDG_CACHE_HOME/gpuprov, else $HOME/.cache/gpuprov; neither set (or relative): none. */
+    {
+        char path[1024], key[2048], want[256];
+        const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
+        char *saved_home = home ? strdup(home) : NULL, *saved_xdg = xdg ? strdup(xdg) : NULL;
+
+        setup_cached(&f, "");
+        setenv("XDG_CACHE_HOME", dir, 1);
+        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        snprintf(want, sizeof(want), "%s/gpuprov/calib-", dir);
+        assert_true(strncmp(path, want, strlen(want)) == 0);
+        unsetenv("XDG_CACHE_HOME");
+        setenv("HOME", dir, 1);
+        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        snprintf(want, sizeof(want), "%s/.cache/gpuprov/calib-", dir);
+        assert_true(strncmp(path, want, strlen(want)) == 0);
+        setenv("HOME", "relative", 1);
+        assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
+        if (saved_home != NULL)
+            setenv("HOME", saved_home, 1);
+        else
+            unsetenv("HOME");
+        if (saved_xdg != NULL)
+            setenv("XDG_CACHE_HOME", saved_xdg, 1);
+        free(saved_home);
+        free(saved_xdg);
+    }
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
+    teardown(&f);
+    cache_rmdir(dir);
+}
+
+/* The cache is read on the first question, which may come inside an async job: the file's text
+ * and key do not fit its 32 KiB stack beside stdio's, so the read runs off it. */
+static int prior_job_main(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+
+    return gp_hybrid_prior(f->e, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0) == 1
+           && f->e->hy.cache[GP_ALG_AES_GCM].have;
+}
+
+/* Before the GPU is open: the prior sends large messages of callers that are not lone to the
+ * GPU side; the persisted numbers, where there are some, decide instead. */
+static void test_prior(void **state)
+{
+    fixture f;
+    char dir[64];
+
+    (void)state;
+    cache_tmpdir(dir, sizeof(dir));
+    setup_cached(&f, dir);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES, 0), 1);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES - 1, 0), 0);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 16u << 20, 1), 0);
+    teardown(&f);
+    {
+        gp_calib_numbers c[5] = { 0 };
+
+        setup_cached(&f, dir);
+        c[GP_ALG_AES_GCM] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL),
+                                                .cpu_gbps = 4, .gpu_gbps = 20, .gpu_rt_us = 30,
+                                                .min_gpu_bytes = 4096, .lone_gpu_bytes = 1 << 20, .gpu_share = 0.8 };
+        c[GP_ALG_CHACHA20_POLY1305] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL),
+                                                          .cpu_gbps = 4, .gpu_gbps = 2, .gpu_rt_us = 30,
+                                                          .min_gpu_bytes = GP_KNOB_CALIBRATE,
+                                                          .lone_gpu_bytes = GP_KNOB_CALIBRATE, .gpu_share = 0.3 };
+        assert_true(gp_calib_cache_write(f.e, &gp_exec_host, c));
+        teardown(&f);
+    }
+    setup_cached(&f, dir);
+    assert_int_equal(run_in_job(&f, prior_job_main), 1);
+    teardown(&f);
+    setup_cached(&f, dir);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0), 1);       /* >= min */
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 1000, 0), 0);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 512 << 10, 1), 0); /* lone */
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 2 << 20, 1), 1);
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16 << 20, 0), 0);  /* never */
+    /* no numbers for AES-CTR: the prior */
+    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_CTR, 1 << 20, 0), 1);
+    teardown(&f);
+    cache_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +867,11 @@ int main(void)
         cmocka_unit_test(test_calibration),
         cmocka_unit_test(test_calibration_in_job),
         cmocka_unit_test(test_auto_warmup),
+        cmocka_unit_test(test_warm_wait),
+        cmocka_unit_test(test_cache_written_and_read),
+        cmocka_unit_test(test_cache_rejects),
+        cmocka_unit_test(test_cache_unwritable),
+        cmocka_unit_test(test_prior),
     };
 
     gptest_rand_seed();

@@ -25,6 +25,9 @@ typedef struct {
 } knob_case;
 
 #define MIB (1ll << 20)
+/* 300 characters: longer than any dir knob's field */
+#define DIR_TOO_LONG_50 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define DIR_TOO_LONG DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50
 
 /* Every knob's documented syntaxes, and values each must reject. */
 static const knob_case cases[] = {
@@ -73,6 +76,10 @@ static const knob_case cases[] = {
     { "GPUPROV_GPU_SHARE", "half", BAD, 0 },
     { "GPUPROV_HYBRID_GPU", "cuda", 0, 0 }, { "GPUPROV_HYBRID_GPU", "host", 1, 0 },
     { "GPUPROV_HYBRID_GPU", "fpga", BAD, 0 },
+    /* dir knobs: an accepted value is stored as written (want 0) */
+    { "GPUPROV_CALIB_CACHE", "/tmp/gpuprov-cache", 0, 0 }, { "GPUPROV_CALIB_CACHE", "off", 0, 0 },
+    { "GPUPROV_CALIB_CACHE", "relative/dir", BAD, 0 }, { "GPUPROV_CALIB_CACHE", "~/cache", BAD, 0 },
+    { "GPUPROV_CALIB_CACHE", "/" DIR_TOO_LONG, BAD, 0 },
 #if GP_EXPERIMENT_SWITCHES
     { "GPUPROV_LONE_LAUNCH", "0", 0, 0 }, { "GPUPROV_LONE_LAUNCH", "1", 1, 0 },
     { "GPUPROV_LONE_LAUNCH", "2", BAD, 0 },
@@ -97,6 +104,7 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_SLICE_BYTES", "4k", 4096, 0 }, { "GPUPROV_TEST_SLICE_BYTES", "0", 0, 0 },
     { "GPUPROV_TEST_SLICE_BYTES", "slice", BAD, 0 },
     { "GPUPROV_TEST_HOST_DEVMEM", "1", 1, 0 }, { "GPUPROV_TEST_HOST_DEVMEM", "device", BAD, 0 },
+    { "GPUPROV_TEST_CPUS_FREE", "1", 1, 0 }, { "GPUPROV_TEST_CPUS_FREE", "free", BAD, 0 },
 #endif
 };
 
@@ -117,6 +125,8 @@ static double field_fraction(const gp_knobs *k, const gp_setting *s)
 /* Is k's field for s its default? */
 static int at_default(const gp_knobs *k, const gp_setting *s)
 {
+    if (s->syntax == GP_SYNTAX_DIR)
+        return *((const char *)k + s->offset) == '\0';
     if (s->syntax == GP_SYNTAX_FRACTION)
         return field_fraction(k, s) == s->dflt_fraction;
     if (s->size == sizeof(size_t) && s->size != sizeof(int))
@@ -196,6 +206,8 @@ static void test_table(void **state)
         assert_true(at_default(&k, s));
         if (s->syntax == GP_SYNTAX_WORD)
             assert_non_null(s->words);
+        if (s->syntax == GP_SYNTAX_DIR)
+            assert_true(s->size > 1);
         /* every knob has cases: its syntaxes accepted, and one bad value at least */
         {
             int good = 0, bad = 0;
@@ -221,6 +233,7 @@ static void test_table(void **state)
     assert_true(k.lone_gpu_bytes == GP_KNOB_CALIBRATE);
     assert_true(k.gpu_share < 0);
     assert_int_equal(k.hybrid_gpu_host, 0);
+    assert_string_equal(k.calib_cache, "");
 #if GP_EXPERIMENT_SWITCHES
     assert_int_equal(k.exp.lone_launch, 1);
     assert_int_equal(k.exp.small_refs, -1);
@@ -252,7 +265,7 @@ static void test_each_knob_syntax(void **state)
         err = captured_stderr(load_env_only, &k);
         unsetenv(kc->name);
         if (kc->want == BAD && *kc->text != '\0') {
-            char line[256];
+            char line[512];
 
             snprintf(line, sizeof(line), "gpuprov: ignoring %s = '%s' (expected %s)\n",
                      s->key != NULL ? s->key : s->env, kc->text, s->expected);
@@ -267,6 +280,8 @@ static void test_each_knob_syntax(void **state)
                 fail_msg("%s=%s: rejected (%s)", kc->name, kc->text, err);
             if (s->syntax == GP_SYNTAX_FRACTION)
                 assert_true(field_fraction(&k, s) == kc->want_fraction);
+            else if (s->syntax == GP_SYNTAX_DIR)
+                assert_string_equal((const char *)&k + s->offset, kc->text);
             else if (field_int(&k, s) != kc->want)
                 fail_msg("%s=%s: got %lld, want %lld", kc->name, kc->text, field_int(&k, s), kc->want);
         }
@@ -357,7 +372,7 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
-        "GPUPROV_TEST_HOST_DEVMEM"
+        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
     gp_knobs plain, set;
@@ -407,6 +422,8 @@ static void print_table(void)
 
         if (s->syntax == GP_SYNTAX_FRACTION)
             snprintf(dflt, sizeof(dflt), s->dflt_fraction < 0 ? "measured" : "%g", s->dflt_fraction);
+        else if (s->syntax == GP_SYNTAX_DIR)
+            snprintf(dflt, sizeof(dflt), "unset");
         else if (s->syntax == GP_SYNTAX_BYTES && s->dflt == -1)
             snprintf(dflt, sizeof(dflt), "measured");
         else if (s->syntax == GP_SYNTAX_NUMBER && s->dflt < s->min && s->words == NULL)
