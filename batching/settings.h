@@ -36,6 +36,31 @@ typedef enum gp_backend {
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
+/* The CUDA calls of batching/exec_cuda.c that the fault interposition (batching/cuda_fault.h) can
+ * fail, by name; the value of the test hook cuda_fault_call. */
+typedef enum gp_cuda_fault_call {
+    GP_CF_NONE = 0,               /* no fault */
+    GP_CF_ANY,                    /* every call below */
+    GP_CF_GET_DEVICE_COUNT,
+    GP_CF_SET_DEVICE,
+    GP_CF_GET_DEVICE,
+    GP_CF_HOST_ALLOC,
+    GP_CF_HOST_GET_DEVICE_POINTER,
+    GP_CF_MALLOC,
+    GP_CF_STREAM_CREATE,
+    GP_CF_EVENT_CREATE,
+    GP_CF_MEMCPY_ASYNC,
+    GP_CF_MEMSET_ASYNC,
+    GP_CF_LAUNCH_KERNEL,
+    GP_CF_LAUNCH_KERNEL_EX,
+    GP_CF_EVENT_RECORD,
+    GP_CF_EVENT_QUERY,
+    GP_CF_EVENT_SYNCHRONIZE,
+    GP_CF_STREAM_SYNCHRONIZE,
+    GP_CF_EVENT_ELAPSED,
+    GP_CF_COUNT
+} gp_cuda_fault_call;
+
 /* Class test (GP_TEST_HOOKS builds only): ways for the suites to reach paths that machines without
  * a GPU, or runs without a fault, would not take. */
 typedef struct gp_test_hooks {
@@ -49,6 +74,14 @@ typedef struct gp_test_hooks {
                                * to watch */
     int host_inflight;        /* host batches the queue runs at once (below 2: one) */
     int host_stage;           /* the host executor gives async jobs a small staging pool */
+    /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
+     * cuda executor: of the calls that match (call, line, device), the first `skip` pass, the next
+     * `times` fail (0: every one from then on, as when the GPU is taken away). */
+    int cuda_fault_call;      /* gp_cuda_fault_call; GP_CF_NONE: no fault */
+    int cuda_fault_line;      /* only the call site on this line of batching/exec_cuda.c; 0: every site */
+    int cuda_fault_skip;
+    int cuda_fault_times;
+    int cuda_fault_device;    /* only calls made while this device is current; -1: any */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
