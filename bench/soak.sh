@@ -15,6 +15,7 @@ out=${SOAK_OUT:-$build/soak}
 minutes=${SOAK_MINUTES:-15}
 mkdir -p "$out"
 ninja -C "$build" tests/soak/soak provider/test-module/gpuprov.so >/dev/null || { echo "soak: build failed"; exit 2; }
+build=$(cd "$build" && pwd)
 
 gpu=none
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -26,7 +27,7 @@ echo "soak: ${minutes} min on $gpu ($(openssl version)), device ${SOAK_DEVICE:-0
 
 # The test module (its CUDA fault hooks); the hybrid policy sends three quarters of every size to
 # the GPU and the rest to the cpu executor, so both serve and both are checked.
-env OPENSSL_MODULES="$root/$build/provider/test-module" GPUPROV_BACKEND=hybrid GPUPROV_MIN_GPU_BYTES=0 \
+env OPENSSL_MODULES="$build/provider/test-module" GPUPROV_BACKEND=hybrid GPUPROV_MIN_GPU_BYTES=0 \
     GPUPROV_LONE_GPU_BYTES=0 GPUPROV_GPU_SHARE=0.75 GPUPROV_DEVICE="${SOAK_DEVICE:-0}" \
     GPUPROV_TEST_GHASH_MMA_ANY_BATCH=1 \
   "$build/tests/soak/soak" --seconds "$seconds" --epoch-seconds "${SOAK_EPOCH_SECONDS:-3}" \
@@ -44,7 +45,7 @@ if [ "${SOAK_RESULTS:-1}" = 1 ] && [ "$gpu" != none ] && [ -f "$out/soak.md" ]; 
   mkdir -p bench/data
   cp "$out/soak.csv" "bench/data/soak-$tag.csv"
   SOAK_MD="$out/soak.md" SOAK_OUT_FILE="$out/soak.out" SOAK_TAG="$tag" SOAK_MINUTES="$minutes" \
-    SOAK_CMD="SOAK_MINUTES=$minutes SOAK_DEVICE=${SOAK_DEVICE:-0} bash bench/soak.sh $build" python3 - <<'EOF'
+    SOAK_CMD="SOAK_MINUTES=$minutes SOAK_DEVICE=${SOAK_DEVICE:-0} bash bench/soak.sh ${1:-build-gpu}" python3 - <<'EOF'
 import os, sys, time
 sys.path.insert(0, "bench")
 import benchlib
