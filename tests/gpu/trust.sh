@@ -85,7 +85,7 @@ pinned-unavailable)
   # No pinned host memory can be had (every cudaHostAlloc fails).
   run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=cudaHostAlloc GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust"
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cudaHostAlloc"
+  one_line "cudaErrorMemoryAllocation"
   ;;
 taken-away)
   # The GPU served; then every CUDA call fails from its 400th on, as when the device is lost.
