@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define GP_CUDA_FAULT_TABLE_ONLY 1   /* the schedule needs no CUDA header */
 #include "batching/cuda_fault.h"
@@ -30,11 +31,25 @@ static uint64_t matched;              /* calls that matched the schedule since i
 static gp_cuda_fault_site sites[MAX_SITES];
 static size_t nsites;
 
+/* Read here again from their variables (test hooks have no config key); a value that cannot be
+ * parsed keeps its default silently: the provider's own load of the settings said so once. */
+static const char *const fault_vars[] = {
+    "GPUPROV_TEST_CUDA_FAULT_CALL", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
+    "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE",
+};
+
 void gp_cuda_fault_arm(void)
 {
     gp_knobs k;
 
-    gp_settings_load(&k, NULL, NULL);   /* test hooks come from their variables only */
+    gp_settings_defaults(&k);
+    for (size_t i = 0; i < sizeof(fault_vars) / sizeof(fault_vars[0]); i++) {
+        const gp_setting *s = gp_settings_find(fault_vars[i]);
+        const char *v = getenv(fault_vars[i]);
+
+        if (s != NULL && v != NULL && *v != '\0')
+            (void)gp_settings_parse(&k, s, v);
+    }
     pthread_mutex_lock(&lock);
     schedule = k.test;
     matched = 0;

@@ -246,8 +246,7 @@ static int parse_fraction(const char *v, double *out)
     return 1;
 }
 
-/* Store s's value from text v; 0 (the field untouched) when v cannot be parsed. */
-static int parse(gp_knobs *k, const gp_setting *s, const char *v)
+int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
 {
     long long n = 0;
     double d = 0.0;
@@ -290,7 +289,7 @@ void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg)
             v = NULL;   /* an empty variable is unset */
         if (v == NULL && s->key != NULL && config != NULL)
             v = config(arg, s->key);
-        if (v != NULL && !parse(k, s, v))
+        if (v != NULL && !gp_settings_parse(k, s, v))
             fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n",
                     s->key != NULL ? s->key : s->env, v, s->expected);
     }

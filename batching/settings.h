@@ -168,6 +168,9 @@ const gp_setting *gp_settings_find(const char *name);
 /* Where the config section's values come from: the value of `key`, or NULL when it is unset. */
 typedef const char *gp_settings_config_fn(void *arg, const char *key);
 
+/* Store s's value from text v into k; 0 (the field untouched) when v cannot be parsed. Silent. */
+int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v);
+
 /* Every knob of this build to its default. */
 void gp_settings_defaults(gp_knobs *k);
 /*
