@@ -43,9 +43,11 @@ static const gp_setting_word cuda_call_words[] = {
     { "cudaLaunchKernelExC", GP_CF_LAUNCH_KERNEL_EX }, { "cudaEventRecord", GP_CF_EVENT_RECORD },
     { "cudaEventQuery", GP_CF_EVENT_QUERY }, { "cudaEventSynchronize", GP_CF_EVENT_SYNCHRONIZE },
     { "cudaStreamSynchronize", GP_CF_STREAM_SYNCHRONIZE }, { "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED },
+    { "cudaStreamWaitEvent", GP_CF_STREAM_WAIT_EVENT }, { "cudaHostRegister", GP_CF_HOST_REGISTER },
+    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES },
     { NULL, 0 }
 };
-_Static_assert(GP_CF_COUNT == 19, "every gp_cuda_fault_call has its word in cuda_call_words");
+_Static_assert(GP_CF_COUNT == 22, "every gp_cuda_fault_call has its word in cuda_call_words");
 static const gp_setting_word any_device_words[] = { { "any", -1 }, { NULL, 0 } };
 #endif
 
