@@ -17,14 +17,16 @@
 #include <openssl/provider.h>
 
 /*
- * usage: trust [--want-gpu-first] [--ready FILE --go FILE] [--threads N] [--messages N] [--large BYTES]
+ * usage: trust [--want-gpu-first] [--settle-ms N] [--ready FILE --go FILE] [--threads N] [--messages N]
+ *              [--large BYTES]
  *
  * Phase 1: small messages (16 KiB) from every thread; with --want-gpu-first, repeated until
  * gpuprov's counters show requests on the GPU (at most 60 s), so that what follows happens to a
  * GPU that was serving. Then, with --ready/--go: create READY and wait for GO (another process
  * takes the GPU's memory meanwhile: tests/gpu/trust.sh). Phase 2: large messages (--large, 8 MiB),
  * which make the cuda executor grow its pools. Phase 3: small messages again: gpuprov must still
- * serve. Every message of every cipher is encrypted and decrypted (its tag verified) by gpuprov and
+ * serve. --settle-ms: a pause after phase 1, so that gpuprov's background opening of the GPU
+ * (backend=auto) has happened, or failed, before the later phases. Every message of every cipher is encrypted and decrypted (its tag verified) by gpuprov and
  * by the default provider; any difference, or a call that fails on gpuprov alone, fails the run.
  * Prints gpuprov's counters; the script checks the log lines.
  */
@@ -157,7 +159,7 @@ static void say(const char *when, OSSL_PROVIDER *p)
 int main(int argc, char **argv)
 {
     const char *ready = NULL, *go = NULL;
-    int want_gpu = 0, threads = 4;
+    int want_gpu = 0, threads = 4, settle_ms = 0;
     size_t large = 8u << 20;
     OSSL_LIB_CTX *ctx = OSSL_LIB_CTX_new(), *ref = OSSL_LIB_CTX_new();
     OSSL_PROVIDER *gp;
@@ -168,6 +170,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--want-gpu-first") == 0)
             want_gpu = 1;
+        else if (strcmp(argv[i], "--settle-ms") == 0 && i + 1 < argc)
+            settle_ms = atoi(argv[++i]);
         else if (strcmp(argv[i], "--ready") == 0 && i + 1 < argc)
             ready = argv[++i];
         else if (strcmp(argv[i], "--go") == 0 && i + 1 < argc)
@@ -179,8 +183,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--large") == 0 && i + 1 < argc)
             large = (size_t)strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: trust [--want-gpu-first] [--ready FILE --go FILE] [--threads N] "
-                    "[--messages N] [--large BYTES]\n");
+            fprintf(stderr, "usage: trust [--want-gpu-first] [--settle-ms N] [--ready FILE --go FILE] "
+                    "[--threads N] [--messages N] [--large BYTES]\n");
             return 2;
         }
     }
@@ -209,6 +213,8 @@ int main(int argc, char **argv)
         }
     }
     say("phase 1 (16 KiB)", gp);
+    if (settle_ms > 0)
+        usleep((useconds_t)settle_ms * 1000u);
     if (ready != NULL && go != NULL) {
         struct stat st;
 

@@ -59,7 +59,7 @@ case $case in
 hold-at-open)
   # The GPU is full before gpuprov opens it: it serves on the CPU from the start.
   hog_start 16 0 -
-  run "${auto[@]}" -- "$trust"
+  run "${auto[@]}" -- "$trust" --settle-ms 5000
   [ $rc = 0 ] || fail "trust exited $rc"
   one_line "cuda executor"
   ;;
@@ -83,7 +83,7 @@ malloc-on-growth)
   ;;
 pinned-unavailable)
   # No pinned host memory can be had (every cudaHostAlloc fails).
-  run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=cudaHostAlloc GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust"
+  run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=cudaHostAlloc GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --settle-ms 5000
   [ $rc = 0 ] || fail "trust exited $rc"
   one_line "cudaErrorMemoryAllocation"
   ;;
