@@ -255,11 +255,16 @@ static void judge(const message *m, const side *g, const side *r, const uint8_t 
     if (same)
         return;
     {
-        /* Lost: the default wrote bytes where gpuprov's output still holds every canary byte. */
+        /* Lost: the default wrote bytes where gpuprov's output still holds every canary byte, or
+         * gpuprov's tag call succeeded and its tag is still the zeros it started as. */
+        static const uint8_t zero_tag[16];
         int canary = r->outl > 0;
 
         for (int i = 0; canary && i < r->outl; i++)
             canary = out_gp[i] == CANARY;
+        if (m->ci->aead && m->enc && g->rc_tag == 1 && memcmp(g->tag, zero_tag, 16) == 0
+            && memcmp(r->tag, zero_tag, 16) != 0)
+            canary = 1;
         atomic_fetch_add(canary ? &total.lost : &total.wrong, 1);
         fprintf(stderr, "soak: %s %s %s len=%zu aad=%zu pieces=%d enc=%d tamper=%d: gpuprov rc %d/%d/%d/%d/%d outl %d, "
                 "default rc %d/%d/%d/%d/%d outl %d\n", canary ? "LOST" : "WRONG", kind, m->ci->name, m->len,
