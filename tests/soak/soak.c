@@ -72,6 +72,9 @@ typedef struct options {
     size_t max_bytes;
     const char *module_dir, *csv, *markdown;
     int faults;             /* walk the fault sites (needs the test module's table) */
+    /* The checker's own test: every Nth message's gpuprov output is spoilt (a flipped byte) or
+     * dropped (the canary put back) before it is judged; the run must then fail. */
+    unsigned spoil_every, drop_every;
 } options;
 
 static options opt = {
@@ -356,6 +359,10 @@ static void traffic_once(uint64_t *s, buffers *b, busy *mark)
         run_side(cg, gp_ciph[m.ci_index], &m, b->in, b->out_gp, &g, rec > 0);
         atomic_store(&mark->since_ns, 0);
         run_side(cr, ref_ciph[m.ci_index], &m, b->in, b->out_ref, &r, rec > 0);
+        if (opt.spoil_every > 0 && rnd(s) % opt.spoil_every == 0 && g.outl > 0)
+            b->out_gp[rnd(s) % (uint64_t)g.outl] ^= 0x01;
+        if (opt.drop_every > 0 && rnd(s) % opt.drop_every == 0 && g.outl > 0)
+            memset(b->out_gp, CANARY, (size_t)g.outl);
         judge(&m, &g, &r, b->out_gp, b->out_ref, records > 0 ? "record" : "stream");
         if (records > 0)
             atomic_fetch_add(&total.records, 1);
@@ -643,7 +650,7 @@ int main(int argc, char **argv)
         if (v == NULL && strcmp(a, "--no-faults") != 0) {
             fprintf(stderr, "usage: soak [--seconds S] [--epoch-seconds S] [--threads N] [--async-threads N] "
                     "[--jobs N] [--max-bytes N] [--hang-seconds S] [--taken-every N] [--seed N] [--module-dir DIR] "
-                    "[--csv FILE] [--markdown FILE] [--no-faults]\n");
+                    "[--csv FILE] [--markdown FILE] [--no-faults] [--spoil-every N] [--drop-every N]\n");
             return 2;
         }
         if (strcmp(a, "--no-faults") == 0) {
@@ -661,6 +668,8 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--taken-every") == 0) opt.taken_every = atoi(v);
         else if (strcmp(a, "--seed") == 0) seed = strtoull(v, NULL, 0);
         else if (strcmp(a, "--module-dir") == 0) opt.module_dir = v;
+        else if (strcmp(a, "--spoil-every") == 0) opt.spoil_every = (unsigned)atoi(v);
+        else if (strcmp(a, "--drop-every") == 0) opt.drop_every = (unsigned)atoi(v);
         else if (strcmp(a, "--csv") == 0) opt.csv = v;
         else if (strcmp(a, "--markdown") == 0) opt.markdown = v;
         else {
@@ -845,7 +854,15 @@ int main(int argc, char **argv)
                rss_warm / 1024.0, rss_end / 1024.0, rss_max_late / 1024.0,
                !rss_judged ? "not judged under AddressSanitizer" : rss_flat ? "flat" : "GROWS",
                gpu_from_proc ? "process" : "all GPUs", gpu_warm, gpu_end, gpu_max_late, gpu_warm < 0 ? "not measured" : gpu_flat ? "flat" : "GROWS");
-        printf("soak: %s\n", pass ? "PASS" : "FAIL");
+        if (opt.spoil_every > 0 || opt.drop_every > 0) {
+            /* The checker's own test: it passes when the checks found what was spoilt or dropped. */
+            pass = atomic_load(&total.ops) > 0 && !atomic_load(&hung) && (opt.spoil_every == 0 || wrong > 0)
+                   && (opt.drop_every == 0 || lost > 0);
+            printf("soak: checker self-test (spoilt outputs found as wrong, dropped ones as lost): %s\n",
+                   pass ? "PASS" : "FAIL");
+        } else {
+            printf("soak: %s\n", pass ? "PASS" : "FAIL");
+        }
         if (md != NULL) {
             fprintf(md, "| measure | value |\n|---|---|\n");
             fprintf(md, "| duration | %.0f s, %zu epochs of %.0f s (gpuprov loaded anew each) |\n", secs, epoch,
