@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Another process that holds nearly all of a GPU's memory, for the gpu suite's exhaustion cases (tests/gpu/trust.sh). */
+/* Another process holding nearly all of a GPU's memory (the gpu suite's exhaustion cases, tests/gpu/trust.sh). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

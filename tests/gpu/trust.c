@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The gpu suite's exhaustion and GPU-loss driver: three phases of threaded traffic through gpuprov, each message checked against the default provider. */
+/* The trust cases' driver: threaded traffic through gpuprov in three phases, checked against the default provider. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,9 +26,10 @@
  * takes the GPU's memory meanwhile: tests/gpu/trust.sh). Phase 2: large messages (--large, 8 MiB),
  * which make the cuda executor grow its pools. Phase 3: small messages again: gpuprov must still
  * serve. --settle-ms: a pause after phase 1, so that gpuprov's background opening of the GPU
- * (backend=auto) has happened, or failed, before the later phases. Every message of every cipher is encrypted and decrypted (its tag verified) by gpuprov and
- * by the default provider; any difference, or a call that fails on gpuprov alone, fails the run.
- * Prints gpuprov's counters; the script checks the log lines.
+ * (backend=auto) has happened, or failed, before the later phases. Every message of every cipher
+ * is encrypted by gpuprov and by the default provider, and gpuprov decrypts the default's
+ * ciphertext and verifies its tag; any difference, or a call that fails on gpuprov alone, fails
+ * the run. Prints gpuprov's counters; the script checks the log lines.
  */
 
 typedef struct cipher_info {

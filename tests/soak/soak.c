@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The soak: mixed traffic through gpuprov for minutes, every output checked against the default provider, CUDA faults walked over every call site. */
+/* The soak: minutes of mixed traffic through gpuprov, checked against the default provider, under CUDA faults. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -850,10 +850,12 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < nsites; k++)
             printf("soak: site exec_cuda.c:%d %s calls=%" PRIu64 " armed=%" PRIu64 " failed_in=%" PRIu64 "\n",
                    sites[k].now.line, sites[k].now.name, sites[k].now.calls, sites[k].armed, sites[k].fired);
-        printf("soak: rss_mib warm=%.1f end=%.1f most_after_warm=%.1f (%s); gpu_mib(%s) warm=%ld end=%ld most_after_warm=%ld (%s)\n",
+        printf("soak: rss_mib warm=%.1f end=%.1f most_after_warm=%.1f (%s); "
+               "gpu_mib(%s) warm=%ld end=%ld most_after_warm=%ld (%s)\n",
                rss_warm / 1024.0, rss_end / 1024.0, rss_max_late / 1024.0,
                !rss_judged ? "not judged under AddressSanitizer" : rss_flat ? "flat" : "GROWS",
-               gpu_from_proc ? "process" : "all GPUs", gpu_warm, gpu_end, gpu_max_late, gpu_warm < 0 ? "not measured" : gpu_flat ? "flat" : "GROWS");
+               gpu_from_proc ? "process" : "all GPUs", gpu_warm, gpu_end, gpu_max_late,
+               gpu_warm < 0 ? "not measured" : gpu_flat ? "flat" : "GROWS");
         if (opt.spoil_every > 0 || opt.drop_every > 0) {
             /* The checker's own test: it passes when the checks found what was spoilt or dropped. */
             pass = atomic_load(&total.ops) > 0 && !atomic_load(&hung) && (opt.spoil_every == 0 || wrong > 0)
