@@ -17,6 +17,7 @@
 #include "batching/key_table.h"
 #include "batching/kstate.h"
 #include "kernels/launch.h"
+#include "batching/cuda_fault.h"   /* test builds: any CUDA call can be made to fail */
 
 #define ARENA_MIN (1u << 20)
 #define ALIGN16(x) (((x) + 15) & ~(size_t)15)

@@ -34,6 +34,24 @@ static const gp_setting_word bool_words[] = {
     { "1", 1 }, { "yes", 1 }, { "true", 1 }, { "on", 1 }, { NULL, 0 }
 };
 #endif
+#if GP_TEST_HOOKS
+static const gp_setting_word cuda_call_words[] = {
+    { "none", GP_CF_NONE }, { "any", GP_CF_ANY }, { "cudaGetDeviceCount", GP_CF_GET_DEVICE_COUNT },
+    { "cudaSetDevice", GP_CF_SET_DEVICE }, { "cudaGetDevice", GP_CF_GET_DEVICE },
+    { "cudaHostAlloc", GP_CF_HOST_ALLOC }, { "cudaHostGetDevicePointer", GP_CF_HOST_GET_DEVICE_POINTER },
+    { "cudaMalloc", GP_CF_MALLOC }, { "cudaStreamCreateWithFlags", GP_CF_STREAM_CREATE },
+    { "cudaEventCreate", GP_CF_EVENT_CREATE }, { "cudaMemcpyAsync", GP_CF_MEMCPY_ASYNC },
+    { "cudaMemsetAsync", GP_CF_MEMSET_ASYNC }, { "cudaLaunchKernel", GP_CF_LAUNCH_KERNEL },
+    { "cudaLaunchKernelExC", GP_CF_LAUNCH_KERNEL_EX }, { "cudaEventRecord", GP_CF_EVENT_RECORD },
+    { "cudaEventQuery", GP_CF_EVENT_QUERY }, { "cudaEventSynchronize", GP_CF_EVENT_SYNCHRONIZE },
+    { "cudaStreamSynchronize", GP_CF_STREAM_SYNCHRONIZE }, { "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED },
+    { "cudaStreamWaitEvent", GP_CF_STREAM_WAIT_EVENT }, { "cudaHostRegister", GP_CF_HOST_REGISTER },
+    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES },
+    { NULL, 0 }
+};
+_Static_assert(GP_CF_COUNT == 22, "every gp_cuda_fault_call has its word in cuda_call_words");
+static const gp_setting_word any_device_words[] = { { "any", -1 }, { NULL, 0 } };
+#endif
 
 #define CALIBRATE (-1)   /* the default of the hybrid policy's knobs: measured at first use */
 
@@ -154,6 +172,24 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_CPUS_FREE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.cpus_free), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the auto backend's warm-up finds a free CPU at every look (the machine's load does not decide)" },
+    /* The CUDA fault interposition (batching/cuda_fault.h): read at each opening of the cuda executor. */
+    { .env = "GPUPROV_TEST_CUDA_FAULT_CALL", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.cuda_fault_call), .dflt = GP_CF_NONE, .words = cuda_call_words,
+      .expected = "none, any or a CUDA call's name (cudaMalloc, cudaHostAlloc, cudaLaunchKernel, ...)",
+      .meaning = "the CUDA call of the cuda executor that fails (any: every one it makes)" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_LINE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_line), .dflt = 0, .min = 0, .max = 1 << 20, .expected = "a line number from 0 up",
+      .meaning = "only the call site on this line of batching/exec_cuda.c fails (0: every site of the call)" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_SKIP", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_skip), .dflt = 0, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
+      .meaning = "this many matching calls succeed before the first fault" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_TIMES", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_times), .dflt = 1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
+      .meaning = "then this many fail (0: every one from then on: the GPU taken away)" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_DEVICE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_device), .dflt = -1, .min = 0, .max = 1023, .words = any_device_words,
+      .expected = "a device index from 0, or any",
+      .meaning = "only calls made while this device is current fail (one GPU of several)" },
 #endif
 };
 
@@ -247,8 +283,7 @@ static int parse_dir(gp_knobs *k, const gp_setting *s, const char *v)
     return 1;
 }
 
-/* Store s's value from text v; 0 (the field untouched) when v cannot be parsed. */
-static int parse(gp_knobs *k, const gp_setting *s, const char *v)
+int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
 {
     long long n = 0;
     double d = 0.0;
@@ -293,7 +328,7 @@ void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg)
             v = NULL;   /* an empty variable is unset */
         if (v == NULL && s->key != NULL && config != NULL)
             v = config(arg, s->key);
-        if (v != NULL && !parse(k, s, v))
+        if (v != NULL && !gp_settings_parse(k, s, v))
             fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n",
                     s->key != NULL ? s->key : s->env, v, s->expected);
     }

@@ -36,6 +36,34 @@ typedef enum gp_backend {
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
+/* The CUDA calls of batching/exec_cuda.c that the fault interposition (batching/cuda_fault.h) can
+ * fail, by name; the value of the test hook cuda_fault_call. */
+typedef enum gp_cuda_fault_call {
+    GP_CF_NONE = 0,               /* no fault */
+    GP_CF_ANY,                    /* every call below */
+    GP_CF_GET_DEVICE_COUNT,
+    GP_CF_SET_DEVICE,
+    GP_CF_GET_DEVICE,
+    GP_CF_HOST_ALLOC,
+    GP_CF_HOST_GET_DEVICE_POINTER,
+    GP_CF_MALLOC,
+    GP_CF_STREAM_CREATE,
+    GP_CF_EVENT_CREATE,
+    GP_CF_MEMCPY_ASYNC,
+    GP_CF_MEMSET_ASYNC,
+    GP_CF_LAUNCH_KERNEL,
+    GP_CF_LAUNCH_KERNEL_EX,
+    GP_CF_EVENT_RECORD,
+    GP_CF_EVENT_QUERY,
+    GP_CF_EVENT_SYNCHRONIZE,
+    GP_CF_STREAM_SYNCHRONIZE,
+    GP_CF_EVENT_ELAPSED,
+    GP_CF_STREAM_WAIT_EVENT,
+    GP_CF_HOST_REGISTER,
+    GP_CF_POINTER_GET_ATTRIBUTES,
+    GP_CF_COUNT
+} gp_cuda_fault_call;
+
 /* Class test (GP_TEST_HOOKS builds only): ways for the suites to reach paths that machines without
  * a GPU, or runs without a fault, would not take. */
 typedef struct gp_test_hooks {
@@ -54,6 +82,14 @@ typedef struct gp_test_hooks {
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
+    /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
+     * cuda executor: of the calls that match (call, line, device), the first `skip` pass, the next
+     * `times` fail (0: every one from then on, as when the GPU is taken away). */
+    int cuda_fault_call;      /* gp_cuda_fault_call; GP_CF_NONE: no fault */
+    int cuda_fault_line;      /* only the call site on this line of batching/exec_cuda.c; 0: every site */
+    int cuda_fault_skip;
+    int cuda_fault_times;
+    int cuda_fault_device;    /* only calls made while this device is current; -1: any */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of
@@ -147,6 +183,9 @@ const gp_setting *gp_settings_find(const char *name);
 
 /* Where the config section's values come from: the value of `key`, or NULL when it is unset. */
 typedef const char *gp_settings_config_fn(void *arg, const char *key);
+
+/* Store s's value from text v into k; 0 (the field untouched) when v cannot be parsed. Silent. */
+int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v);
 
 /* Every knob of this build to its default. */
 void gp_settings_defaults(gp_knobs *k);

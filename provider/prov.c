@@ -151,6 +151,9 @@ static const OSSL_PARAM *gp_gettable_params(void *provctx)
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_STAGED, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ROUTED_GPU, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_HOST_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_FALLBACKS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_ERRORS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
+        OSSL_PARAM_DEFN(GP_PROV_PARAM_STATS_CUDA_OPS, OSSL_PARAM_UNSIGNED_INTEGER, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -198,6 +201,14 @@ static int gp_get_params(void *provctx, OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_HOST_OPS)) != NULL
         && !OSSL_PARAM_set_uint64(p, st.host_ops))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_FALLBACKS)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.fallbacks))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_ERRORS)) != NULL && !OSSL_PARAM_set_uint64(p, st.errors))
+        return 0;
+    if ((p = OSSL_PARAM_locate(params, GP_PROV_PARAM_STATS_CUDA_OPS)) != NULL
+        && !OSSL_PARAM_set_uint64(p, st.cuda_ops))
         return 0;
     return 1;
 }

@@ -18,6 +18,9 @@
 #define GP_PROV_PARAM_STATS_ASYNC_OPS "gpuprov-stats-async-ops"
 #define GP_PROV_PARAM_STATS_SPEC_TAGS "gpuprov-stats-spec-tags"
 #define GP_PROV_PARAM_STATS_STAGED "gpuprov-stats-staged"
+#define GP_PROV_PARAM_STATS_FALLBACKS "gpuprov-stats-fallbacks"
+#define GP_PROV_PARAM_STATS_ERRORS "gpuprov-stats-errors"
+#define GP_PROV_PARAM_STATS_CUDA_OPS "gpuprov-stats-cuda-ops"
 #define GP_PROV_PARAM_STATS_ROUTED_GPU "gpuprov-stats-routed-gpu"
 #define GP_PROV_PARAM_STATS_HOST_OPS "gpuprov-stats-host-ops"
 

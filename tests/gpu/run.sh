@@ -4,6 +4,9 @@
 # again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
 # The suites load the test module ($build/provider/test-module/gpuprov.so: the GPUPROV_TEST_* hooks
 # tests/meson.build sets), the speed and evp-bench steps the production one ($build/provider).
+# Steps not in the default list: trust (the gpu suite's exhaustion, GPU-loss and device=all cases
+# alone; tests/gpu/trust.sh) and soak (bench/soak.sh for SOAK_MINUTES, default 2 here; its RESULTS
+# section only with SOAK_RESULTS=1).
 # usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT, GPU_MESON_ARGS optional;
 #        e.g. GPU_MESON_ARGS=-Dghash_mma=true for the tensor-core GHASH, -Dexperiments=true for the
 #        settled experiments' A/B switches GPUPROV_LONE_LAUNCH, GPUPROV_SMALL_REFS, GPUPROV_SPREAD)
@@ -44,6 +47,10 @@ step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-proces
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
 step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
+step trust meson test -C "$build" --suite trust --print-errorlogs --num-processes 1
+cat "$out/trust.log" 2>/dev/null | grep -E '^ *[0-9]+/[0-9]+ ' || true
+step soak env SOAK_MINUTES="${SOAK_MINUTES:-2}" SOAK_RESULTS="${SOAK_RESULTS:-0}" SOAK_OUT="$out/soak" bash bench/soak.sh "$build"
+cat "$out/soak.log" 2>/dev/null | tail -30
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
 sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Test builds only: the CUDA fault schedule and the call-site table behind batching/cuda_fault.h. */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define GP_CUDA_FAULT_TABLE_ONLY 1   /* the schedule needs no CUDA header */
+#include "batching/cuda_fault.h"
+
+/* More sites than exec_cuda.c has calls (about 50); a site beyond this is counted nowhere but
+ * still matches the schedule. */
+#define MAX_SITES 256
+
+static const char *const call_names[GP_CF_COUNT] = {
+    [GP_CF_NONE] = "none", [GP_CF_ANY] = "any", [GP_CF_GET_DEVICE_COUNT] = "cudaGetDeviceCount",
+    [GP_CF_SET_DEVICE] = "cudaSetDevice", [GP_CF_GET_DEVICE] = "cudaGetDevice",
+    [GP_CF_HOST_ALLOC] = "cudaHostAlloc", [GP_CF_HOST_GET_DEVICE_POINTER] = "cudaHostGetDevicePointer",
+    [GP_CF_MALLOC] = "cudaMalloc", [GP_CF_STREAM_CREATE] = "cudaStreamCreateWithFlags",
+    [GP_CF_EVENT_CREATE] = "cudaEventCreate", [GP_CF_MEMCPY_ASYNC] = "cudaMemcpyAsync",
+    [GP_CF_MEMSET_ASYNC] = "cudaMemsetAsync", [GP_CF_LAUNCH_KERNEL] = "cudaLaunchKernel",
+    [GP_CF_LAUNCH_KERNEL_EX] = "cudaLaunchKernelExC", [GP_CF_EVENT_RECORD] = "cudaEventRecord",
+    [GP_CF_EVENT_QUERY] = "cudaEventQuery", [GP_CF_EVENT_SYNCHRONIZE] = "cudaEventSynchronize",
+    [GP_CF_STREAM_SYNCHRONIZE] = "cudaStreamSynchronize", [GP_CF_EVENT_ELAPSED] = "cudaEventElapsedTime",
+    [GP_CF_STREAM_WAIT_EVENT] = "cudaStreamWaitEvent", [GP_CF_HOST_REGISTER] = "cudaHostRegister",
+    [GP_CF_POINTER_GET_ATTRIBUTES] = "cudaPointerGetAttributes",
+};
+
+/* Everything under one lock: the test module's CUDA calls are not what its tests time. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static gp_test_hooks schedule = { .cuda_fault_call = GP_CF_NONE, .cuda_fault_device = -1 };
+static uint64_t matched;              /* calls that matched the schedule since it was armed */
+static gp_cuda_fault_site sites[MAX_SITES];
+static size_t nsites;
+
+/* Read here again from their variables (test hooks have no config key); a value that cannot be
+ * parsed keeps its default silently: the provider's own load of the settings said so once. */
+static const char *const fault_vars[] = {
+    "GPUPROV_TEST_CUDA_FAULT_CALL", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
+    "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE",
+};
+
+void gp_cuda_fault_arm(void)
+{
+    gp_knobs k;
+
+    gp_settings_defaults(&k);
+    for (size_t i = 0; i < sizeof(fault_vars) / sizeof(fault_vars[0]); i++) {
+        const gp_setting *s = gp_settings_find(fault_vars[i]);
+        const char *v = getenv(fault_vars[i]);
+
+        if (s != NULL && v != NULL && *v != '\0')
+            (void)gp_settings_parse(&k, s, v);
+    }
+    pthread_mutex_lock(&lock);
+    schedule = k.test;
+    matched = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+int gp_cuda_fault_by_device(void)
+{
+    int by;
+
+    pthread_mutex_lock(&lock);
+    by = schedule.cuda_fault_call != GP_CF_NONE && schedule.cuda_fault_device >= 0;
+    pthread_mutex_unlock(&lock);
+    return by;
+}
+
+static gp_cuda_fault_site *site_of(int line, int call)
+{
+    for (size_t i = 0; i < nsites; i++)
+        if (sites[i].line == line && sites[i].call == call)
+            return &sites[i];
+    if (nsites == MAX_SITES)
+        return NULL;
+    sites[nsites] = (gp_cuda_fault_site){ .line = line, .call = call, .name = call_names[call] };
+    return &sites[nsites++];
+}
+
+int gp_cuda_fault_hit(int line, int call, int device)
+{
+    const gp_test_hooks *s = &schedule;
+    gp_cuda_fault_site *site;
+    int fail = 0;
+
+    pthread_mutex_lock(&lock);
+    site = site_of(line, call);
+    if (site != NULL)
+        site->calls++;
+    if (s->cuda_fault_call != GP_CF_NONE
+        && (s->cuda_fault_call == GP_CF_ANY || s->cuda_fault_call == call)
+        && (s->cuda_fault_line == 0 || s->cuda_fault_line == line)
+        && (s->cuda_fault_device < 0 || s->cuda_fault_device == device)) {
+        uint64_t n = matched++;
+
+        fail = n >= (uint64_t)s->cuda_fault_skip
+               && (s->cuda_fault_times == 0 || n < (uint64_t)s->cuda_fault_skip + (uint64_t)s->cuda_fault_times);
+    }
+    if (fail && site != NULL)
+        site->faults++;
+    pthread_mutex_unlock(&lock);
+    return fail;
+}
+
+size_t gp_test_cuda_fault_sites(gp_cuda_fault_site *out, size_t max)
+{
+    size_t n;
+
+    pthread_mutex_lock(&lock);
+    n = nsites;
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = sites[i];
+    pthread_mutex_unlock(&lock);
+    return n;
+}
