@@ -160,8 +160,8 @@ void gp_engine_free(gp_engine *e)
     gp_engine_check_fork(e);
     pthread_mutex_unlock(&e->open_lock);
     for (int i = 0; i < GP_EXEC_COUNT; i++)
-        if (executors[i] != NULL && e->opened[i] == 1)
-            executors[i]->close(e);
+        if (executors[i] != NULL && (e->opened[i] == 1 || e->opened[i] == GP_EXEC_FAILED))
+            executors[i]->close(e);   /* a failed one too: what it opened is still held */
     gp_queue_cleanup(&e->queue);
     gp_hybrid_cleanup(&e->hy);
     pthread_mutex_destroy(&e->open_lock);

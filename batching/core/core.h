@@ -79,7 +79,7 @@ struct gp_engine {
     OSSL_LIB_CTX *libctx;        /* child of the application's context; cpu executor fetches here */
     pthread_mutex_t open_lock;
     _Atomic unsigned fork_gen;   /* gp_fork_generation() when the executors were opened */
-    int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable */
+    int opened[GP_EXEC_COUNT];   /* 0 not tried, 1 usable, -1 unusable, GP_EXEC_FAILED (open.c) */
     /* gp_fork_generation() + 1 while opened[] says usable in this process: read without the lock
      * by every message start (gp_engine_executor_usable). */
     _Atomic unsigned usable_gen[GP_EXEC_COUNT];
@@ -160,6 +160,8 @@ void gp_msg_fold_cpu_calls(gp_msg *m);
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
 /* An executor failed as a whole: no new message goes to it in this process. */
 void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
+/* opened[]: an executor that opened and then failed as a whole (unusable; closed with the engine). */
+#define GP_EXEC_FAILED (-2)
 /* A forked child decides again for itself; the caller holds e->open_lock. */
 void gp_engine_check_fork(gp_engine *e);
 

@@ -78,7 +78,10 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
 void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
 {
     pthread_mutex_lock(&e->open_lock);
-    e->opened[x->id] = -1;
+    /* Unusable, but still holding what it opened (arenas, streams, threads): other threads may be
+     * inside its run right now, so it is closed only with the engine (gp_engine_free). */
+    if (e->opened[x->id] == 1)
+        e->opened[x->id] = GP_EXEC_FAILED;
     atomic_store_explicit(&e->usable_gen[x->id], 0, memory_order_release);
     atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
     if (atomic_load(&e->preferred) == x)
