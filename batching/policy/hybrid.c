@@ -21,7 +21,9 @@
  *   2. a lone synchronous caller and len < lone_gpu_bytes   -> cpu (it would wait a round trip)
  *   3. the GPU is saturated (a batch in flight and a full one waiting) -> cpu (spare CPU capacity)
  *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
- *      its part when both are busy.
+ *      its part when both are busy. Not inside an async job: a message there that runs on the CPU
+ *      never pauses its job, so the thread that drives every other job (openssl speed's, a
+ *      server's) computes it while none of the others can submit; they all go to the GPU.
  * A message is routed once (at its first data request: held AAD waits for it) and stays where it
  * started, because the cpu executor keeps its own default-provider state; a stream cipher's message
  * on the cpu lane (CTR, ChaCha20: no MAC state) may leave it for the engine at an update boundary
@@ -395,11 +397,12 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
     if (inflight > 0                                                              /* rule 3 */
         && atomic_load_explicit(&q->pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes)
         return &gp_exec_cpu;
-    if (h->gpu_share < 1.0) {                                                     /* rule 4 */
-        /* Message n goes to the GPU when floor((n+1)*share) steps past floor(n*share). */
+    if (h->gpu_share < 1.0 && ASYNC_get_current_job() == NULL) {                  /* rule 4 */
+        /* Message n goes to the GPU when round((n+1)*share) steps past round(n*share): the split
+         * starts on the side that takes more than half, which matters where few messages come. */
         uint64_t n = atomic_fetch_add_explicit(&h->share_n, 1, memory_order_relaxed);
 
-        if ((uint64_t)((double)(n + 1) * h->gpu_share) == (uint64_t)((double)n * h->gpu_share))
+        if ((uint64_t)((double)(n + 1) * h->gpu_share + 0.5) == (uint64_t)((double)n * h->gpu_share + 0.5))
             return &gp_exec_cpu;
     }
     return gpu;

@@ -177,6 +177,18 @@ static int job_main(void *arg)
     return on_gpu;
 }
 
+/* Rule 4 inside a job: every eligible message to the GPU, 20 in a row, whatever the share. */
+static int job_share(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+    int on_gpu = 0;
+
+    for (int i = 0; i < 20; i++)
+        on_gpu += job_main(arg);
+    (void)f;
+    return on_gpu == 20;
+}
+
 static void test_async_is_not_lone(void **state)
 {
     fixture f;
@@ -211,6 +223,20 @@ static void test_share(void **state)
     gp_engine_stats(f.e, &st);
     assert_int_equal(st.routed_gpu, 10);
     assert_int_equal(st.routed_cpu, 30);
+    teardown(&f);
+    /* More than half to the GPU: the first eligible message goes there (a process whose first
+     * message is its only long one, as openssl speed's first async job, gets the GPU). */
+    setup(&f, 0, 256, 0, 0.53);
+    assert_ptr_equal(one(&f, 13, 2048), &gp_exec_host);
+    gpu = 1;
+    for (int i = 1; i < 100; i++)
+        gpu += one(&f, 13, 2048) == &gp_exec_host;
+    assert_int_equal(gpu, 53);   /* round(100 * 0.53) of the first 100 */
+    teardown(&f);
+    /* Inside async jobs the share does not split: a CPU message would hold up the thread's other
+     * jobs (hybrid.c, rule 4). */
+    setup(&f, 0, 256, 0, 0.25);
+    assert_int_equal(run_in_job(&f, job_share), 1);
     teardown(&f);
 }
 
