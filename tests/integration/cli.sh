@@ -215,9 +215,11 @@ fi
 
 # 5. openssl speed -async_jobs 8: each job pauses inside gpuprov (host and cuda executors) and the
 # dispatcher runs their requests together, so a batch holds more than one request; the cpu
-# executor runs them inline (nothing pauses). The config, hence gpuprov, serves speed's cipher.
+# executor runs them inline (nothing pauses). The hybrid policy sends async jobs' eligible
+# messages (1 KiB here, over min_gpu_bytes) to its GPU side (batching/policy/hybrid.c, rule 4).
+# The config, hence gpuprov, serves speed's cipher.
 case "$EXECUTOR" in
-    host|cuda) async_cond="ops > 0 && async_ops > 0 && mean_batch > 1" ;;
+    host|cuda|hybrid) async_cond="ops > 0 && async_ops > 0 && mean_batch > 1" ;;
     *) async_cond="ops > 0 && async_ops == 0" ;;
 esac
 if run speed-async env GPUPROV_STATS=1 "$OPENSSL" speed -seconds 1 -bytes 1024 -async_jobs 8 \
