@@ -11,7 +11,7 @@
 
 /*
  * One core copies pageable memory at a fraction of what the memory system and the PCIe link carry
- * (docs/performance.md, "Large messages"), so a large request's copies into and out of the pinned
+ * (docs/performance.md, "The costs that decide"), so a large request's copies into and out of the pinned
  * arena are cut into pieces that the crew's threads and the calling thread copy at once. Pieces are
  * claimed in order, so a caller that hands piece k to the GPU as soon as it is done
  * (gp_copy_wait_piece) overlaps the copies with the transfer. A caller always copies too, so a run
