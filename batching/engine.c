@@ -691,10 +691,16 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
     if (i == n) {
         run_on(e, reqs[0].msg->exec, reqs, n);
     } else {
-        /* Mixed: run each executor's share in submission order, as its own sub-batch. */
+        /*
+         * Mixed: run each executor's share in submission order, as its own sub-batch. A request
+         * runs once. Where its executor fails under it, run_on re-runs it on the host and moves its
+         * message there; the loop's later turn for the host must then leave it alone, or it would
+         * run again from the state it left (wrong output, a wrong tag, and every later request of
+         * its message wrong too). A request still FAILED changed nothing and may run again.
+         */
         for (int x = 0; x < GP_EXEC_COUNT; x++)
             for (i = 0; i < n; i++)
-                if (reqs[i].msg->exec == executors[x])
+                if (reqs[i].msg->exec == executors[x] && reqs[i].status == GP_REQ_FAILED)
                     run_on(e, executors[x], &reqs[i], 1);
     }
     for (i = 0; i < n; i++)
