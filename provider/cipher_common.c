@@ -261,7 +261,8 @@ int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
     return 1;
 }
 
-int gp_cipher_crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl)
+/* A data update in device mode: `in` and `out` are CUDA memory. */
+static int crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl)
 {
     int st = gp_msg_crypt_device(ctx->msg, in, out, inl);
 
@@ -288,4 +289,15 @@ int gp_cipher_crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned
         break;
     }
     return 0;
+}
+
+int gp_cipher_crypt(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl)
+{
+    if (ctx->devmem)
+        return crypt_device(ctx, in, out, inl);
+    if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
+        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+        return 0;
+    }
+    return 1;
 }

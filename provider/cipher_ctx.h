@@ -202,8 +202,9 @@ static inline int gp_param_is_ivlen(const char *key)
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
-/* A data update in device mode: `in` and `out` are CUDA memory; 0 with an error raised. */
-int gp_cipher_crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl);
+/* A data update on the engine's message, in host memory or (device mode) CUDA memory; 0 with an
+ * error raised. */
+int gp_cipher_crypt(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl);
 /* KEYLEN is settable to each algorithm's own value only. */
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
 

@@ -203,13 +203,8 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
         ctx->text_bytes += inl;
         return gp_lane_update(ctx, out, outl, outsize, in, inl);
     }
-    if (ctx->devmem) {
-        if (!gp_cipher_crypt_device(ctx, in, out, inl))
-            return 0;
-    } else if (!gp_msg_crypt(ctx->msg, in, out, inl)) {
-        GP_RAISE(GP_R_EXECUTOR_FAILURE);
+    if (!gp_cipher_crypt(ctx, in, out, inl))
         return 0;
-    }
     ctx->text_bytes += inl;
     *outl = inl;
     return 1;
