@@ -53,11 +53,14 @@ TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
   meson test -C build-tsan --no-rebuild engine-host key-table copy-crew async-host async-host-unwatch-race route-auto \
   --print-errorlogs --timeout-multiplier 4
 # The differential fuzz target (tests/fuzz: clang, libFuzzer + ASan + UBSan, its own build dir)
-# for FUZZ_SECONDS on each of the host and cpu executors; any difference or sanitizer report fails.
-# A fixed seed (FUZZ_SEED) makes a CI run walk the inputs a developer's run of the same tree walked
-# first; longer campaigns with other seeds run apart (tests/fuzz/README.md).
+# on each of the host and cpu executors; any difference or sanitizer report fails. A fixed seed
+# (FUZZ_SEED), a fresh corpus and a fixed number of executions make a CI run walk exactly the
+# inputs a developer's run of the same tree walked, however fast the machine (FUZZ_SECONDS bounds
+# the time); longer campaigns with other seeds run apart (tests/fuzz/README.md).
 for ex in host cpu; do
-  FUZZ_ARGS="-seed=${FUZZ_SEED:-2} ${FUZZ_ARGS:-}" bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-60}"
+  runs=${FUZZ_RUNS:-$([ $ex = host ] && echo 50000 || echo 150000)}
+  FUZZ_FRESH=1 FUZZ_RUNS=$runs FUZZ_ARGS="-seed=${FUZZ_SEED:-2} ${FUZZ_ARGS:-}" \
+    bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-150}"
 done
 # The gpu suite (every test through the cuda executor, then compute-sanitizer) where there is a GPU;
 # without one, tests/gpu/run.sh says so and skips.

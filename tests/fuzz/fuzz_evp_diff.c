@@ -127,6 +127,7 @@ typedef struct {
     int iv_tls_pending;      /* GCM: an IV re-init with a TLS1_AAD pending (F15) */
     int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
     int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
+    int ref_tls_aad_clobbered; /* GCM: a refused SET_TAG overwrote the default's pending TLS1_AAD (R6) */
     uint64_t aad_bytes;      /* AAD since the IV was set */
     int stale_iv;            /* GCM: AEAD_IVLEN changed after the IV was set (open finding F4) */
     int tls_aad_refused;     /* a TLS1_AAD (GCM) or record (ChaCha20-Poly1305) failed since the cipher init (F5) */
@@ -373,7 +374,8 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
-       R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS, F_COUNT };
+       R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS,
+       R_GCM_SET_TAG_CLOBBERS_TLS_AAD, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
     "F2: AEAD_TAGLEN reads differently (default: ChaCha20-Poly1305 0 until a tag is set, GCM 16 after an encrypt Final; gpuprov: the length last set, else 16)",
@@ -394,6 +396,7 @@ static const char *const finding_name[F_COUNT] = {
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
     "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
+    "R6 (default provider): GCM encrypt: a refused SET_TAG overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -413,6 +416,8 @@ static int state_finding(const fz *f)
         return F_GCM_FINAL_TLS_PENDING;
     if (f->ref_aad_padded)
         return R_GCM_EMPTY_CIPHER_PADS_AAD;
+    if (f->ref_tls_aad_clobbered)
+        return R_GCM_SET_TAG_CLOBBERS_TLS_AAD;
     if (f->rekeyed_midmsg)
         return F_AEAD_REKEY_MIDMSG;
     if (f->fixed_midmsg)
@@ -535,7 +540,7 @@ static void model_fresh(fz *f, int enc, int key)
     f->tls_aad_refused = f->ref_tag_clobbered = f->rekeyed_midmsg = f->fixed_midmsg = 0;
     f->chacha_reinit_midblock = f->dir_flipped = f->tls_version_set = f->tls_mac_set = f->touched = 0;
     f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = f->final_tls_pending = 0;
-    f->ref_aad_padded = 0;
+    f->ref_aad_padded = f->ref_tls_aad_clobbered = 0;
     f->aad_bytes = 0;
     f->text = 0;
     f->partial_seen = 0;
@@ -723,6 +728,7 @@ static void tls_consumed(fz *f, int ok)
     if (!f->tls_pending)
         return;
     f->tls_pending = 0;
+    f->ref_tls_aad_clobbered = 0;
     f->msg = MSG_FINISHED;
     f->tag_ready = 0;
     if (!ok && f->ai->kind == K_CCP)
@@ -1016,6 +1022,11 @@ static void op_set_tag(fz *f, reader *r)
      * refuses a tag on an encrypting context: its next GET_TAG returns them. */
     if (f->ai->kind == K_GCM && f->enc && !len_only && len > 0 && !ok_rc(d.rc[0]))
         f->ref_tag_clobbered = R_GCM_SET_TAG_CLOBBERS + 1;
+    /* That buffer also holds a pending TLS1_AAD: the next record's tag covers the tag's bytes
+     * (OSSL_PARAM_get_octet_string copies up to the buffer's 16 bytes before the refusal). */
+    if (f->ai->kind == K_GCM && f->enc && !len_only && len > 0 && len <= TAG_MAX && !ok_rc(d.rc[0])
+        && f->tls_pending)
+        f->ref_tls_aad_clobbered = 1;
     if (!check_rc(f, OP_SET_TAG, &d, "set AEAD_TAG") || !ok_rc(d.rc[0]))
         return;
     if (is_aead(f) && !len_only)
@@ -1078,7 +1089,7 @@ static void op_tls_fixed(fz *f, reader *r)
     uint8_t how = rd(r);
     uint8_t fixed[128] = { 0 };
     size_t len;
-    int whole = 0, midmsg, keep_random, pending, rekeyed_pending;
+    int whole = 0, midmsg, keep_random, drew, pending, rekeyed_pending;
     duo_rc d = { { 0, 0 }, 0, 0, 0 };
 
     if (!is_aead(f)) {
@@ -1130,6 +1141,8 @@ static void op_tls_fixed(fz *f, reader *r)
     /* only an IV init resets the default's counter: the state lasts over further IV_FIXEDs */
     midmsg = f->msg == MSG_STARTED || f->fixed_midmsg;
     keep_random = f->nondet && f->ai->kind == K_GCM && !whole && !f->enc;
+    /* likewise the IV the default alone drew at a 0-byte EVP_Cipher (F1) */
+    drew = f->empty_drew_iv && f->ai->kind == K_GCM && !whole && !f->enc;
     pending = f->tls_pending;   /* a pending TLS1_AAD stays on both sides */
     rekeyed_pending = f->rekeyed_tls_pending;
     new_message(f);
@@ -1137,6 +1150,7 @@ static void op_tls_fixed(fz *f, reader *r)
     f->rekeyed_tls_pending = rekeyed_pending;
     /* decrypt keeps the IV's invocation field: still each side's own random one */
     f->nondet = keep_random;
+    f->empty_drew_iv = drew;
     f->fixed_midmsg = f->ai->kind == K_CCP && midmsg;
     if (f->ai->kind == K_GCM && f->enc && !whole) {
         /* Each side drew its own invocation field (RFC 5288 §3): give both the default's whole IV. */
@@ -1204,8 +1218,10 @@ static void op_tls_record(fz *f, reader *r)
         free(src);
         return;
     }
-    if (ok_rc(d.rc[0]))
+    if (ok_rc(d.rc[0])) {
         f->tls_pending = 1;
+        f->ref_tls_aad_clobbered = 0;
+    }
     else
         f->tls_aad_refused = 1;   /* the default keeps a TLS AAD (GCM: this one, ChaCha20-Poly1305: the last good one) */
     d.len = reclen;

@@ -4,7 +4,9 @@
 # usage: tests/fuzz/run.sh EXECUTOR SECONDS [BUILD_DIR]
 #   EXECUTOR: host, cpu, hybrid (host as the GPU side), cuda, hybrid-cuda (the last two need a GPU)
 #   BUILD_DIR: default build-fuzz (build-fuzz-cuda for cuda and hybrid-cuda)
-#   FUZZ_JOBS=N runs N fuzzing processes at once (libFuzzer -fork); FUZZ_ARGS adds libFuzzer flags.
+#   FUZZ_JOBS=N runs N fuzzing processes at once (libFuzzer -fork); FUZZ_ARGS adds libFuzzer flags;
+#   FUZZ_RUNS=N stops after N executions (SECONDS still bounds the time); FUZZ_FRESH=1 starts from
+#   tests/fuzz/corpus alone, as a fresh clone does (what earlier runs found is set aside).
 # First replays tests/fuzz/regress/ (inputs that found bugs), then fuzzes from tests/fuzz/corpus/
 # plus what earlier runs in BUILD_DIR found. Exit status 0 only if no difference and no sanitizer
 # report; a failing input is left in BUILD_DIR/fuzz-artifacts-EXECUTOR/ and its decoded call
@@ -69,10 +71,12 @@ echo "fuzz: $(ls tests/fuzz/regress | wc -l) regression inputs pass on $ex"
 
 corpus="$build/fuzz-corpus-$ex"
 artifacts="$build/fuzz-artifacts-$ex"
+[ "${FUZZ_FRESH:-0}" = 1 ] && rm -rf "$corpus"
 mkdir -p "$corpus" "$artifacts"
 jobs=()
-[ -n "${FUZZ_JOBS:-}" ] && jobs=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
-echo "fuzz: $ex executor, ${secs}s, corpus $corpus (+ tests/fuzz/corpus), artifacts $artifacts"
+[ -n "${FUZZ_RUNS:-}" ] && jobs+=(-runs="$FUZZ_RUNS")
+[ -n "${FUZZ_JOBS:-}" ] && jobs+=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
+echo "fuzz: $ex executor, ${secs}s${FUZZ_RUNS:+ or $FUZZ_RUNS runs}, corpus $corpus (+ tests/fuzz/corpus), artifacts $artifacts"
 set +e
 run "$bin" -max_total_time="$secs" -print_final_stats=1 -max_len=4096 -timeout=60 -rss_limit_mb=4096 \
   -artifact_prefix="$artifacts/" "${jobs[@]}" ${FUZZ_ARGS:-} "$corpus" tests/fuzz/corpus >"$build/fuzz-$ex.log" 2>&1
@@ -87,4 +91,4 @@ if [ $rc -ne 0 ]; then
 fi
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/fuzz-$ex.log" | tail -1)
 rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$build/fuzz-$ex.log" | tail -1)
-echo "fuzz: $ex: no difference in ${secs}s: stat::number_of_executed_units: ${execs:-?} (${rate:-?}/s)"
+echo "fuzz: $ex: no difference in ${secs}s${FUZZ_RUNS:+ or $FUZZ_RUNS runs}: stat::number_of_executed_units: ${execs:-?} (${rate:-?}/s)"
