@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The hybrid policy: each message to the GPU or the cpu executor, by thresholds measured per process. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,10 @@
  * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
  * Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch sizes
  * measured), the CPU's as len / cpu_rate; a lone caller pays the measured round trip plus
- * b_lone*len, b_lone measured on one large message alone (1 MiB on a GPU).
+ * b_lone*len, b_lone measured on one large message alone (1 MiB on a GPU). Large messages take
+ * another path (the copy crew, pieces, batches overlapped in several slots), so above the 16 KiB
+ * point the cost is a second line, through that point and large messages measured the way they
+ * run: batches of them in flight at once from two threads.
  */
 
 void gp_hybrid_init(gp_hybrid *h)
@@ -122,9 +126,75 @@ static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t le
     return best;
 }
 
+/* Large messages as they run when several callers have them in flight: `threads` threads (this
+ * one among them) each run `reps` batches of the set they are given at once. The best of two
+ * trials (the first grows the GPU's staging memory) of the wall time, per message, in ns. */
+typedef struct calib_lane {
+    gp_engine *e;
+    const gp_executor *x;
+    calib *c;
+    size_t len;
+    int reps, ok;
+} calib_lane;
+
+static void *calib_lane_main(void *v)
+{
+    calib_lane *l = v;
+
+    l->ok = calib_time(l->e, l->x, l->c, l->len, l->reps) > 0;
+    return NULL;
+}
+
+#define GP_CALIB_LANES 2
+
+static double calib_time_overlapped(gp_engine *e, const gp_executor *x, calib *sets, size_t len, int reps)
+{
+    double best = -1;
+
+    for (int trial = 0; trial < 2; trial++) {
+        calib_lane lanes[GP_CALIB_LANES];
+        pthread_t th[GP_CALIB_LANES];
+        int started[GP_CALIB_LANES] = { 0 }, ok = 1;
+        uint64_t t0 = gp_now_ns();
+        double t;
+
+        for (int i = 0; i < GP_CALIB_LANES; i++)
+            lanes[i] = (calib_lane){ e, x, &sets[i], len, reps, 0 };
+        for (int i = 1; i < GP_CALIB_LANES; i++)
+            started[i] = pthread_create(&th[i], NULL, calib_lane_main, &lanes[i]) == 0;
+        calib_lane_main(&lanes[0]);
+        for (int i = 1; i < GP_CALIB_LANES; i++)
+            if (started[i])
+                pthread_join(th[i], NULL);
+            else
+                calib_lane_main(&lanes[i]);   /* no thread: in turn (a slower figure, never a wrong one) */
+        t = (double)(gp_now_ns() - t0);
+        for (int i = 0; i < GP_CALIB_LANES; i++)
+            ok &= lanes[i].ok;
+        if (!ok)
+            return -1;
+        t /= (double)(GP_CALIB_LANES * reps) * (double)sets[0].nmsgs;
+        if (best < 0 || t < best)
+            best = t;
+    }
+    return best;
+}
+
 static size_t bytes_or_never(double v)
 {
     return v < 0 || v > (double)(1u << 30) ? GP_KNOB_CALIBRATE : (size_t)v + 1;
+}
+
+/* The smallest length from which a + b*len per message costs less than the CPU's cpu_nspb*len,
+ * and not below `from`; GP_KNOB_CALIBRATE ("never") if none. */
+static size_t crossing(double a, double b, double cpu_nspb, size_t from)
+{
+    size_t at;
+
+    if (b >= cpu_nspb)
+        return GP_KNOB_CALIBRATE;
+    at = bytes_or_never(a / (cpu_nspb - b));
+    return at != GP_KNOB_CALIBRATE && at < from ? from : at;
 }
 
 /* Measure one algorithm (with the key length of the message that asks). 0 if a run failed. */
@@ -134,11 +204,15 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     const int real_gpu = gpu != &gp_exec_host;
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
     const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
-    calib cpu = { 0 }, g = { 0 };
-    double t_cpu, t_rt, t_lone, t_small, t_big, a, b, b_lone, cpu_nspb;
-    int ok = 0;
+    const size_t nlarge = real_gpu ? 4 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
+    calib cpu = { 0 }, g = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
+    double t_cpu, t_rt, t_lone, t_small, t_big, t_large, a, b, a_large, b_large, b_lone, cpu_nspb;
+    size_t min_small, min_large;
+    int ok = 0, sets = calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big);
 
-    if (calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)) {
+    for (int i = 0; i < GP_CALIB_LANES; i++)
+        sets = sets && calib_new(&lg[i], e, gpu, like, nlarge, large);
+    if (sets) {
         t_cpu = calib_time(e, &gp_exec_cpu, &cpu, 65536, 3);
         /* One message of the GPU set alone: the lone caller's round trip (first run warms up). */
         g.nmsgs = 1;
@@ -147,7 +221,8 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         g.nmsgs = nmsgs;
         t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
         t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
-        if (t_cpu > 0 && t_rt > 0 && t_lone > 0 && t_small > 0 && t_big > 0) {
+        t_large = calib_time_overlapped(e, gpu, lg, large, 2);
+        if (t_cpu > 0 && t_rt > 0 && t_lone > 0 && t_small > 0 && t_big > 0 && t_large > 0) {
             cpu_nspb = t_cpu / 65536.0;
             b = (t_big - t_small) / (double)(big - small);
             if (b < 0)
@@ -155,18 +230,29 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
             a = t_small - b * (double)small;
             if (a < 0)
                 a = 0;
+            /* The second line: through the 16 KiB point and the large messages' point. */
+            b_large = (t_large - t_big) / (double)(large - big);
+            if (b_large < 0)
+                b_large = 0;
+            a_large = t_big - b_large * (double)big;
+            if (a_large < 0)
+                a_large = 0;
             /* A lone message's bytes cost what one stream of copies and kernels costs, not the
-             * batched per-byte cost of 64 messages in flight. */
+             * per-byte cost of several batches in flight. */
             b_lone = (t_lone - t_rt) / (double)(lone_big - 16);
-            if (b_lone < b)
-                b_lone = b;
+            if (b_lone < b_large)
+                b_lone = b_large;
             h->cpu_gbps = 1.0 / cpu_nspb;                /* bytes per ns = GB/s */
-            h->gpu_gbps = (double)big / t_big;
             h->gpu_rt_us = t_rt / 1000.0;
-            /* Batched: a + b*len < cpu_nspb*len. Lone: rt + b_lone*len < cpu_nspb*len. */
-            h->min_gpu_bytes = b < cpu_nspb ? bytes_or_never(a / (cpu_nspb - b)) : GP_KNOB_CALIBRATE;
-            h->lone_gpu_bytes = b_lone < cpu_nspb ? bytes_or_never(t_rt / (cpu_nspb - b_lone)) : GP_KNOB_CALIBRATE;
-            /* Both busy: split in proportion to their rates. */
+            /* Batched: a + b*len < cpu_nspb*len below the 16 KiB point, the second line above it.
+             * Lone: rt + b_lone*len < cpu_nspb*len. */
+            min_small = crossing(a, b, cpu_nspb, 0);
+            min_large = crossing(a_large, b_large, cpu_nspb, big);
+            h->min_gpu_bytes = min_small != GP_KNOB_CALIBRATE && min_small <= big ? min_small : min_large;
+            h->lone_gpu_bytes = crossing(t_rt, b_lone, cpu_nspb, 0);
+            /* The GPU's rate at the sizes it takes; both busy: split in proportion to the rates. */
+            h->gpu_gbps = h->min_gpu_bytes != GP_KNOB_CALIBRATE && h->min_gpu_bytes <= big
+                              ? (double)big / t_big : (double)large / t_large;
             h->gpu_share = h->gpu_gbps / (h->gpu_gbps + h->cpu_gbps);
             ok = 1;
         }
@@ -175,6 +261,8 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         g.nmsgs = nmsgs;
     calib_free(&cpu);
     calib_free(&g);
+    for (int i = 0; i < GP_CALIB_LANES; i++)
+        calib_free(&lg[i]);
     return ok;
 }
 

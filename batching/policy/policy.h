@@ -18,7 +18,7 @@
  */
 typedef struct gp_hybrid_alg {
     _Atomic int ready;           /* calibrated (or set by knobs) in this process */
-    double cpu_gbps, gpu_gbps;   /* one CPU thread; the GPU path with a batch of 64 in flight */
+    double cpu_gbps, gpu_gbps;   /* one CPU thread; the GPU path, batched, at the sizes it takes */
     double gpu_rt_us;            /* a lone small request's round trip */
     size_t min_gpu_bytes;        /* smaller messages stay on the CPU */
     size_t lone_gpu_bytes;       /* smaller messages of a lone synchronous caller stay on the CPU */
