@@ -1060,6 +1060,8 @@ static void op_copy(fz *f, reader *r)
         /* the model follows the copy: the original's update does not move it */
         enum msg_state msg = f->msg;
         int data_seen = f->data_seen, tag_ready = f->tag_ready, touched = f->touched, nondet = f->nondet;
+        int tls_pending = f->tls_pending, tls_aad_refused = f->tls_aad_refused, partial_seen = f->partial_seen;
+        int clobbered = f->ref_tls_aad_clobbered, drew = f->empty_drew_iv, padded = f->ref_aad_padded;
         uint64_t text = f->text;
         size_t cur_len = f->cur_len;
 
@@ -1076,6 +1078,12 @@ static void op_copy(fz *f, reader *r)
         f->nondet = nondet;
         f->text = text;
         f->cur_len = cur_len;
+        f->tls_pending = tls_pending;   /* a record the original ran (or failed) is still pending on the copy */
+        f->tls_aad_refused = tls_aad_refused;
+        f->partial_seen = partial_seen;
+        f->ref_tls_aad_clobbered = clobbered;
+        f->empty_drew_iv = drew;
+        f->ref_aad_padded = padded;
     }
     trace(f, "  free the original; the copy goes on\n");
     for (int s = 0; s < 2; s++) {
