@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The engine, the top of batching/: the public API of engine.h (keys and messages aside, which are
  * batching/core/'s), executor choice, routing through the policy, submission and the stats line. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -328,6 +330,33 @@ const char *gp_engine_backend_name(gp_engine *e)
 }
 
 
+/* Does the NVIDIA driver show a GPU to this process? Its control node, or a GPU under /proc. */
+static int nvidia_gpu_present(void)
+{
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    DIR *d;
+    struct dirent *ent;
+    int found = 0;
+
+    /* The CUDA runtime's rule: an empty list, or one starting with an invalid index, hides all. */
+    if (vis != NULL && (vis[0] == '\0' || vis[0] == '-'))
+        return 0;
+    if (access("/dev/nvidiactl", F_OK) == 0)
+        return 1;
+    if ((d = opendir("/proc/driver/nvidia/gpus")) == NULL)
+        return 0;
+    while (!found && (ent = readdir(d)) != NULL)
+        found = ent->d_name[0] != '.';
+    closedir(d);
+    return found;
+}
+
+int gp_engine_gpu_possible(const gp_engine *e)
+{
+    if (e->knobs.backend != GP_BACKEND_AUTO || e->knobs.hybrid_gpu_host)
+        return 1;
+    return executors[GP_EXEC_CUDA] != NULL && nvidia_gpu_present();
+}
 
 /*
  * The executor that takes device memory here, or NULL: the cuda executor with a usable GPU, whatever

@@ -69,6 +69,13 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx);
 void gp_engine_free(gp_engine *e);            /* prints the stats line when knobs.stats */
 /* The executor new messages go to (resolves the backend knob: opens executors on first use). */
 const char *gp_engine_backend_name(gp_engine *e);
+/*
+ * Can a GPU ever serve this process's messages? 0 only where gpuprov chooses (backend auto, the
+ * host executor not standing in for a GPU) and there is no GPU to choose: the cuda executor is not
+ * built, CUDA_VISIBLE_DEVICES hides every device, or the NVIDIA driver shows none. A cheap look
+ * (an environment variable, two paths), at no cost to a GPU: it never opens CUDA. Where in doubt, 1.
+ */
+int gp_engine_gpu_possible(const gp_engine *e);
 
 /* Keys: scheduled once, immutable afterwards; raw bytes kept for the cpu executor. */
 gp_key *gp_key_new(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen);

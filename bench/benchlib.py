@@ -63,6 +63,10 @@ def parse_stats(text):
             if k == "mean_batch":
                 continue
             total[k] = total.get(k, 0) + (float(v) if "." in v else int(v))
+    # Passthrough (provider/passthrough.c): gpuprov's names, the default provider's functions; the
+    # counts stay 0 because gpuprov's own code never runs.
+    if seen and re.search(r"^gpuprov passthrough: ", text, re.M):
+        total["passthrough"] = 1
     return total if seen else None
 
 

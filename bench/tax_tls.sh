@@ -94,5 +94,5 @@ else
   echo "body_bytes=$(stat -c %s "$NGX_TMP/got" 2>/dev/null || echo 0)"
   cmp -s "$NGX_TMP/got" "$NGX_TMP/www/body-$size" && echo "body_matches=1" || echo "body_matches=0"
   ngx_stop
-  grep '^gpuprov stats: ' "$NGX_TMP/ng/error.log" || true
+  grep -E '^gpuprov (stats|passthrough): ' "$NGX_TMP/ng/error.log" || true
 fi

@@ -10,6 +10,7 @@
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
+#include "batching/base/base.h"
 #include "prov.h"
 
 #ifndef GPUPROV_VERSION
@@ -131,9 +132,13 @@ static const OSSL_ALGORITHM gp_ciphers[] = {
 
 static const OSSL_ALGORITHM *gp_query(void *provctx, int operation_id, int *no_cache)
 {
-    (void)provctx;
+    const OSSL_ALGORITHM *pt;
+
     *no_cache = 0;
-    return operation_id == OSSL_OP_CIPHER ? gp_ciphers : NULL;
+    if (operation_id != OSSL_OP_CIPHER)
+        return NULL;
+    pt = gp_passthrough_ciphers(provctx, gp_ciphers);
+    return pt != NULL ? pt : gp_ciphers;
 }
 
 static const OSSL_PARAM *gp_gettable_params(void *provctx)
@@ -225,7 +230,11 @@ static void gp_teardown(void *vprovctx)
 
     if (pc == NULL)
         return;
+    if (pc->knobs.stats && gp_passthrough_served(pc))
+        gp_log_line("gpuprov passthrough: no GPU can serve this process (backend auto): its ciphers"
+                    " were the default provider's own functions, and the counts below stay 0\n");
     gp_engine_free(pc->engine);   /* prints the stats line when asked */
+    gp_passthrough_free(pc);
     OSSL_LIB_CTX_free(pc->libctx);
     instance_remove(pc->handle);
     free(pc);
@@ -271,6 +280,7 @@ int OSSL_provider_init(const OSSL_CORE_HANDLE *handle, const OSSL_DISPATCH *in,
     if ((pc = calloc(1, sizeof(*pc))) == NULL)
         return 0;
     pc->handle = handle;
+    gp_passthrough_init(pc);
     instance_add(handle);
     gp_knobs_load(&pc->knobs, handle, core_get_params);
     /* A child context sees the application's providers: the cpu executor fetches from default

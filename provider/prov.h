@@ -3,6 +3,8 @@
 #ifndef GP_PROV_H
 #define GP_PROV_H
 
+#include <pthread.h>
+
 #include <openssl/core.h>
 #include <openssl/core_dispatch.h>
 #include <openssl/crypto.h>
@@ -28,12 +30,38 @@
  * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Per-context parameter"). */
 #define GP_CIPHER_PARAM_MEMORY "gpuprov-memory"
 
+/* Passthrough (provider/passthrough.c): the default provider's cipher functions under gpuprov's
+ * names, for a process no GPU can ever serve. */
+#define GP_PT_ALGS 8                 /* gpuprov's ciphers (prov.c, gp_ciphers) */
+#define GP_PT_MAX_FUNCS 32           /* a default-provider cipher has about 15 */
+typedef struct gp_passthrough {
+    pthread_mutex_t lock;
+    int state;                       /* 0: not built, 1: served, -1: could not be built */
+    OSSL_PROVIDER *deflt;            /* the default provider, loaded in the child context */
+    void *dprovctx;                  /* its provider context */
+    OSSL_FUNC_cipher_newctx_fn *newctx[GP_PT_ALGS];
+    OSSL_FUNC_cipher_gettable_params_fn *gettable_params[GP_PT_ALGS];
+    OSSL_FUNC_cipher_gettable_ctx_params_fn *gettable_ctx_params[GP_PT_ALGS];
+    OSSL_FUNC_cipher_settable_ctx_params_fn *settable_ctx_params[GP_PT_ALGS];
+    OSSL_DISPATCH dispatch[GP_PT_ALGS][GP_PT_MAX_FUNCS];
+    OSSL_ALGORITHM algs[GP_PT_ALGS + 1];
+} gp_passthrough;
+
 typedef struct gp_provctx {
     const OSSL_CORE_HANDLE *handle;
     OSSL_LIB_CTX *libctx;        /* child of the loading application's context */
     gp_engine *engine;
     gp_knobs knobs;
+    gp_passthrough pt;
 } gp_provctx;
+
+/* The passthrough table for `own` (gpuprov's cipher table), or NULL where gpuprov's own serves: a
+ * GPU may serve this process, or the default provider's functions cannot be had. */
+const OSSL_ALGORITHM *gp_passthrough_ciphers(gp_provctx *pc, const OSSL_ALGORITHM *own);
+/* Was the passthrough table given out? */
+int gp_passthrough_served(gp_provctx *pc);
+void gp_passthrough_init(gp_provctx *pc);
+void gp_passthrough_free(gp_provctx *pc);
 
 /* Reason codes; their strings are served through OSSL_FUNC_PROVIDER_GET_REASON_STRINGS. */
 enum gp_reason {
