@@ -752,18 +752,26 @@ static int asks_memory(const OSSL_PARAM params[])
  */
 static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
 
+/* An encryption on the lane past its Final: the default provider's context answers what it knows
+ * (GET_TAG after each TLS 1.3 record). */
+static inline int lane_has_answers(const gp_cipher_ctx *ctx)
+{
+    return ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0;
+}
+
 int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
 
-    /* EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for the TLS
-     * padding after each TLS1_AAD: answered here, a comparison each. */
-    if (params != NULL && params[0].key != NULL && params[1].key == NULL && gp_param_is_ivlen(params[0].key))
-        return gp_param_set_size(params, ctx->ivlen);
-    /* An encryption on the lane past its Final: the default provider's context answers the rest
-     * (GET_TAG after each TLS 1.3 record). */
-    if (ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0 && !asks_memory(params))
-        return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
+    /* One param: EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for
+     * the tag after each message. Answered here, a comparison or two each and no frame: a first
+     * letter 'g' is the only one that may be gpuprov's own name (asks_memory). */
+    if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
+        if (gp_param_is_ivlen(params[0].key))
+            return gp_param_set_size(params, ctx->ivlen);
+        if (lane_has_answers(ctx) && params[0].key[0] != 'g')
+            return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
+    }
     return aead_get_ctx_params(ctx, params);
 }
 
@@ -772,7 +780,11 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
 /* GET_IV_GEN may start a message: the shortcut is re-judged after it. */
 static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[])
 {
-    int ok = aead_get_ctx_params_body(ctx, params);
+    int ok;
+
+    if (lane_has_answers(ctx) && !asks_memory(params))
+        return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
+    ok = aead_get_ctx_params_body(ctx, params);
 
     gp_lane_rearm(ctx);
     return ok;
