@@ -37,6 +37,10 @@ static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
 static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                           const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
+    /* An init with a TLS record pending: the default's context and this one part (a new IV drops
+     * the record here, not there): the engine's message goes on from the context's own fields. */
+    if (ctx->tls_aad_len != 0 && ctx->lane.tls)
+        gp_lane_leave_tls(ctx);
     ctx->enc = enc;
     if (iv != NULL) {
         /* GCM takes IVs of 1..128 bytes (J0 through GHASH when not 12, SP 800-38D §7.1);
@@ -152,7 +156,7 @@ static int ensure_started(gp_cipher_ctx *ctx)
 /* Out of line (as chachapoly_tls_record): inlined, their frames made every update save six
  * registers. */
 static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                          const unsigned char *in, size_t len)
+                                                    size_t outsize, const unsigned char *in, size_t len)
 {
     size_t payload;
     int ok = 0;
@@ -175,6 +179,18 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
     if (ctx->enc && ++ctx->tls_enc_records == 0) {
         GP_RAISE(GP_R_TOO_MANY_RECORDS);
+        goto done;
+    }
+    if (gp_lane_tls_ready(ctx)) {
+        /* One call into the lane's context, which does what follows on its own copy of the IV;
+         * this copy keeps in step (cpu_lane.c, "TLS 1.2"). */
+        if (ctx->enc)
+            for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
+                ;
+        else
+            memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
+        gp_cipher_message_reset(ctx);
+        ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
         goto done;
     }
     if (ctx->enc) {
@@ -212,13 +228,15 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     }
     ok = 1;
 done:
+    if (!ok && ctx->lane.tls)
+        gp_lane_leave_tls(ctx);   /* refused here: the default's context still holds the record's AAD */
     ctx->iv_state = GP_IV_FINISHED;
     ctx->tls_aad_len = 0;
     return ok;
 }
 
 static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                                 const unsigned char *in, size_t len)
+                                                           size_t outsize, const unsigned char *in, size_t len)
 {
     uint8_t nonce[CHACHAPOLY_IV_LEN];
     size_t payload = ctx->tls_payload;
@@ -231,6 +249,11 @@ static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, u
     }
     if (ctx->key == NULL) {
         GP_RAISE(GP_R_NO_KEY_SET);
+        goto done;
+    }
+    if (gp_lane_tls_ready(ctx)) {   /* one call: the lane's context made this nonce at TLS1_AAD */
+        gp_cipher_message_reset(ctx);
+        ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
         goto done;
     }
     /* RFC 7905 §2: the 64-bit sequence number, left-padded, is XORed into the fixed 96-bit IV. */
@@ -259,6 +282,8 @@ static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, u
     }
     ok = 1;
 done:
+    if (!ok && ctx->lane.tls)
+        gp_lane_leave_tls(ctx);
     OPENSSL_cleanse(nonce, sizeof(nonce));
     ctx->iv_state = GP_IV_FINISHED;
     ctx->tls_aad_len = 0;
@@ -329,9 +354,9 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         return 1;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
-    if (ctx->tls_aad_len != 0)   /* never on the lane (gp_lane_leave_for_tls) */
-        return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, in, inl)
-                           : chachapoly_tls_record(ctx, out, outl, in, inl);
+    if (ctx->tls_aad_len != 0)   /* a TLS 1.2 record: the lane's shortcut never takes one */
+        return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, outsize, in, inl)
+                           : chachapoly_tls_record(ctx, out, outl, outsize, in, inl);
     if (in == NULL) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -568,10 +593,8 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     size_t len;
     uint8_t *aad = ctx->tls_aad;
 
-    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data_size != TLS_AAD_LEN || p->data == NULL) {
-        GP_RAISE(GP_R_INVALID_TLS_AAD);
-        return 0;
-    }
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data_size != TLS_AAD_LEN || p->data == NULL)
+        goto bad;
     /* A record's explicit nonce and tag sit in its buffer, which the host reads and writes. */
     if (ctx->devmem) {
         GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
@@ -591,13 +614,15 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     aad[TLS_AAD_LEN - 2] = (uint8_t)(len >> 8);
     aad[TLS_AAD_LEN - 1] = (uint8_t)len;
-    gp_lane_leave_for_tls(ctx);
     ctx->tls_payload = len;
     ctx->tls_aad_len = TLS_AAD_LEN;
     ctx->tls_aad_pad = AEAD_TAG_LEN;   /* the tag the record carries beyond the payload */
+    gp_lane_tls_aad(ctx, p);
     return 1;
 bad:
     ctx->tls_aad_len = 0;
+    if (ctx->lane.tls)
+        gp_lane_leave_tls(ctx);   /* the default's context may keep an earlier record's AAD */
     GP_RAISE(GP_R_INVALID_TLS_AAD);
     return 0;
 }
@@ -612,22 +637,22 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
         return 0;
     }
-    /* Records restart the message from the fixed IV: the context leaves the lane (cpu_lane.c). */
+    /* Records restart the message from the fixed IV, on the lane's context too where one is open
+     * (cpu_lane.c, "TLS 1.2"). */
     if (!is_gcm(ctx)) {
         /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
         if (len != CHACHAPOLY_IV_LEN)
             goto bad;
-        gp_lane_leave_for_tls(ctx);
         ctx->tls_fixed = 1;
         memcpy(ctx->iv, p->data, len);
         ctx->ivlen = len;
         ctx->iv_state = GP_IV_BUFFERED;
+        gp_lane_tls_fixed(ctx);
         return 1;
     }
     /* RFC 5288 §3: a fixed field of at least 4 bytes and an invocation field of at least 8. */
     if (len != (size_t)-1 && (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN))
         goto bad;
-    gp_lane_leave_for_tls(ctx);
     ctx->tls_fixed = 1;
     if (len == (size_t)-1) {
         /* EVP_CTRL_GCM_SET_IV_FIXED with length -1: the whole IV is given. */
@@ -635,12 +660,15 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     } else {
         memcpy(ctx->iv, p->data, len);
         if (ctx->enc && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
+            if (ctx->lane.tls)
+                gp_lane_leave_tls(ctx);   /* the IV changed here and not there */
             GP_RAISE(GP_R_RANDOM_FAILURE);
             return 0;
         }
     }
     ctx->iv_gen = 1;
     ctx->iv_state = GP_IV_BUFFERED;
+    gp_lane_tls_fixed(ctx);
     return 1;
 bad:
     GP_RAISE(GP_R_INVALID_IV_LENGTH);
@@ -767,10 +795,16 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
      * the tag after each message. Answered here, a comparison or two each and no frame: a first
      * letter 'g' is the only one that may be gpuprov's own name (asks_memory). */
     if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
-        if (gp_param_is_ivlen(params[0].key))
+        const char *k = params[0].key;
+
+        if (gp_param_is_ivlen(k))
             return gp_param_set_size(params, ctx->ivlen);
-        if (lane_has_answers(ctx) && params[0].key[0] != 'g')
+        if (lane_has_answers(ctx) && k[0] != 'g')
             return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
+        /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
+        if (ctx->tls_aad_len != 0 && k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a'
+            && k[5] == 'd' && k[6] == 'p' && k[7] == 'a' && k[8] == 'd' && k[9] == '\0')
+            return gp_param_set_size(params, ctx->tls_aad_pad);
     }
     return aead_get_ctx_params(ctx, params);
 }
@@ -841,22 +875,24 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 
 static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
 {
+    size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+
     if (params == NULL)
         return 1;
-    for (const OSSL_PARAM *p = params; p->key != NULL; p++) {
+    for (const OSSL_PARAM *p = params; p->key != NULL; p++, all++) {
         const char *k = p->key;
         int ok = 1;
 
         if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
             ok = set_tag(ctx, p);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
-            ok = set_tls_aad(ctx, p);
+            ok = set_tls_aad(ctx, p), tls++;
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_IVLEN) == 0)
             ok = set_ivlen(ctx, p);
         else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
             ok = gp_cipher_set_keylen(ctx, params);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0)
-            ok = set_tls_iv_fixed(ctx, p);
+            ok = set_tls_iv_fixed(ctx, p), tls++;
         else if (is_gcm(ctx) && strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV) == 0)
             ok = set_iv_inv(ctx, p);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
@@ -865,9 +901,9 @@ static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
         if (!ok)
             return 0;
     }
-    if (ctx->lane.d == NULL)
+    if (ctx->lane.d == NULL || tls == all)
         return 1;
-    if (!gp_lane_set_params(ctx, params))
+    if (!gp_lane_set_params(ctx, params, tls))
         return 0;
     if (OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
         ctx->lane.tag_synced = ctx->tag_expected;

@@ -34,6 +34,8 @@ typedef struct gp_cpu_lane {
     int count;                  /* knob stats: count its updates and their bytes */
     int has_tag;                /* algctx holds the tag of the context's last encrypt Final */
     int tag_synced;             /* algctx holds the expected tag (SET_TAG) the context holds */
+    int tls;                    /* TLS 1.2 record mode on the lane: algctx took TLS1_IV_FIXED as
+                                 * the context's whole IV, and each record is one call into it */
     int tail;                   /* AES: the default's code returns with the vector state clean, so
                                  * its functions may be the last act (a tail call); ChaCha20's
                                  * leaves the upper YMM halves in use (gp_cpu_clean_upper_state) */
@@ -124,13 +126,26 @@ int gp_lane_init(gp_cipher_ctx *ctx);
 /* One init on the lane's context: its key where it does not hold it yet, and `iv` if not NULL
  * (a message starts from it). */
 int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
-/* TLS 1.2 record mode (TLS1_IV_FIXED or TLS1_AAD): the context leaves the lane for the engine. */
-void gp_lane_leave_for_tls(gp_cipher_ctx *ctx);
+/* TLS 1.2 record mode on the lane (cpu_lane.c, "TLS 1.2"). Leave it: the lane closes, and a
+ * message begun on it begins again on the engine's message from the context's IV. */
+void gp_lane_leave_tls(gp_cipher_ctx *ctx);
+/* After the context took TLS1_IV_FIXED:
+ * the lane's context takes the context's IV whole (or the lane closes). */
+void gp_lane_tls_fixed(gp_cipher_ctx *ctx);
+/* After the context took TLS1_AAD `p` (its bytes as the caller gave them): the lane's context takes
+ * them too where it is in record mode; otherwise, or if it refuses, the lane closes. */
+void gp_lane_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
+/* Can the pending record run on the lane (record mode, routing unchanged)? */
+static inline int gp_lane_tls_ready(const gp_cipher_ctx *ctx);
+/* The record, checked by the caller, as one call into the lane's context; its result. */
+int gp_lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                       const unsigned char *in, size_t len);
 /* Give the lane's context the expected tag the context holds (set before the lane opened, or
  * before a re-init the lane's context forgot it at); 0 with an error raised. */
 int gp_lane_sync_tag(gp_cipher_ctx *ctx);
-/* Hand the caller's params to the lane's context; 0 with an error raised. */
-int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
+/* Hand the caller's params to the lane's context, but for its `ntls` TLS1_AAD and TLS1_IV_FIXED
+ * (given their own way); 0 with an error raised. */
+int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[], size_t ntls);
 int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src);
 /* Free the lane's context and count its calls; the lane is closed afterwards. */
 void gp_lane_close(gp_cipher_ctx *ctx);
@@ -147,6 +162,11 @@ static inline void gp_lane_rearm(gp_cipher_ctx *ctx)
 static inline int gp_lane_current(const gp_cipher_ctx *ctx)
 {
     return atomic_load_explicit(ctx->lane.epoch_word, memory_order_relaxed) == ctx->lane.epoch;
+}
+
+static inline int gp_lane_tls_ready(const gp_cipher_ctx *ctx)
+{
+    return ctx->lane.d != NULL && ctx->lane.tls && gp_lane_current(ctx);
 }
 
 /* A message starts: the per-message fields reset (the last one's length kept for the lane's

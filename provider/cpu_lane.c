@@ -17,9 +17,18 @@
  * The lane is chosen when a message starts (gp_engine_cpu_lane): a new context, a new IV, or a
  * new key. A context on the lane asks again only when the engine's routing changed since it chose
  * (the GPU warm-up finished, an executor failed), so an IV-only re-init of a TLS 1.3 connection
- * costs nothing of the engine's. TLS 1.2 record mode (TLS1_IV_FIXED, TLS1_AAD) leaves the lane:
- * each record restarts the message, which the engine's message does from the context's own key
- * and IV.
+ * costs nothing of the engine's.
+ *
+ * TLS 1.2 record mode (RFC 5288 for GCM, RFC 7905 for ChaCha20-Poly1305) stays on a lane that is
+ * open when TLS1_IV_FIXED comes: the lane's context takes the context's IV whole (for an encrypting
+ * GCM context, the fixed field with the invocation field gpuprov drew), then each TLS1_AAD as the
+ * caller gave it, and each record is one call into the default's update, after gpuprov's own checks
+ * of the record. The context keeps its own copy of the IV in step (the invocation field counts up
+ * per sent record, a received record's explicit nonce replaces it), so that the engine's message can
+ * take over from the context's own fields whenever the lane closes. It closes at anything off the
+ * path a TLS connection takes, where the two could part: a record or TLS1_AAD gpuprov refuses, an
+ * init with a record pending, a record the default refuses, a new IV length, a routing change. A
+ * lane not open at TLS1_IV_FIXED is not opened for record mode: the engine's message runs it.
  */
 
 static int is_gcm(const gp_cipher_ctx *ctx)
@@ -156,23 +165,102 @@ int gp_lane_init(gp_cipher_ctx *ctx)
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
-void gp_lane_leave_for_tls(gp_cipher_ctx *ctx)
+void gp_lane_leave_tls(gp_cipher_ctx *ctx)
 {
-    /* TLS 1.2 record mode restarts the message at each record (a TLS1_AAD) from the fixed IV: the
-     * engine's message takes the context from here, from its own key and IV. */
     gp_lane_close(ctx);
+    /* A message the lane's context had begun (an init since TLS1_IV_FIXED starts one there) begins
+     * again from the context's IV on the engine's message, as each record does. */
+    if (ctx->iv_state == GP_IV_STARTED)
+        ctx->iv_state = GP_IV_BUFFERED;
 }
 
-int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+void gp_lane_tls_fixed(gp_cipher_ctx *ctx)
 {
     gp_cpu_lane *l = &ctx->lane;
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    int ok;
 
-    if (!l->d->set_ctx_params(l->algctx, params)) {
+    if (l->d == NULL)
+        return;
+    /* The whole IV: EVP_CTRL_GCM_SET_IV_FIXED's length -1, which the default takes as "all of it". */
+    p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, ctx->iv,
+                                             is_gcm(ctx) ? (size_t)-1 : ctx->ivlen);
+    ok = gp_lane_current(ctx) && l->key_loaded && (!is_gcm(ctx) || l->ivlen == ctx->ivlen)
+         && l->d->set_ctx_params(l->algctx, p);
+    if (!ok) {
+        gp_lane_leave_tls(ctx);
+        return;
+    }
+    l->tls = 1;
+}
+
+void gp_lane_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    gp_cpu_lane *l = &ctx->lane;
+    OSSL_PARAM one[2] = { *p, OSSL_PARAM_END };
+
+    if (l->d != NULL && !(gp_lane_tls_ready(ctx) && l->d->set_ctx_params(l->algctx, one)))
+        gp_lane_leave_tls(ctx);
+}
+
+int gp_lane_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
+                       const unsigned char *in, size_t len)
+{
+    int ok;
+
+    if (ctx->lane.count) {
+        ctx->lane.calls++;
+        ctx->lane.bytes += len;
+    }
+    ok = ctx->lane.d->update(ctx->lane.algctx, out, outl, outsize, in, len);
+    gp_cpu_clean_upper_state();
+    /* A refused record (a wrong tag among them) may leave the default's context in record mode
+     * where the context's is not (ChaCha20-Poly1305 keeps its payload length): the engine goes on.
+     * The default wiped the payload; the error is gpuprov's (docs/limitations.md). */
+    if (!ok) {
+        gp_lane_leave_tls(ctx);
+        GP_RAISE(ctx->enc ? GP_R_EXECUTOR_FAILURE : GP_R_TAG_MISMATCH);
+    }
+    return ok;
+}
+
+/* Keys the lane takes apart (gp_lane_tls_fixed, gp_lane_tls_aad), never as the caller gave them. */
+static int tls_key(const char *k)
+{
+    return strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0 || strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0;
+}
+
+int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[], size_t ntls)
+{
+    gp_cpu_lane *l = &ctx->lane;
+    OSSL_PARAM rest[16];
+    const OSSL_PARAM *give = params;
+    size_t n = 0;
+
+    if (ntls > 0) {   /* the list without the TLS keys */
+        for (const OSSL_PARAM *p = params; p->key != NULL; p++) {
+            if (tls_key(p->key))
+                continue;
+            if (n + 1 >= sizeof(rest) / sizeof(rest[0])) {
+                GP_RAISE(GP_R_INVALID_PARAMETER);
+                return 0;
+            }
+            rest[n++] = *p;
+        }
+        rest[n] = (OSSL_PARAM)OSSL_PARAM_END;
+        if (n == 0)
+            return 1;
+        give = rest;
+    }
+    if (!l->d->set_ctx_params(l->algctx, give)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
-    if (is_gcm(ctx))
+    if (is_gcm(ctx) && l->ivlen != ctx->ivlen) {
         l->ivlen = ctx->ivlen;   /* the provider's own IVLEN check ran first and agreed */
+        if (l->tls)
+            gp_lane_leave_tls(ctx);   /* record mode's whole IV no longer fits */
+    }
     return 1;
 }
 
@@ -192,6 +280,7 @@ int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src)
     dst->lane.count = src->lane.count;
     dst->lane.has_tag = src->lane.has_tag;
     dst->lane.tag_synced = src->lane.tag_synced;
+    dst->lane.tls = src->lane.tls;
     dst->lane.tail = src->lane.tail;
     dst->lane.go_when_started = src->lane.go_when_started;
     return 1;
