@@ -230,29 +230,28 @@ static int tls_key(const char *k)
     return strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0 || strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0;
 }
 
+/* The lane's set_ctx_params with params' TLS keys left out (a list longer than 15 is refused). */
+static GP_NOINLINE int set_params_but_tls(const gp_cpu_lane *l, const OSSL_PARAM params[])
+{
+    OSSL_PARAM rest[16];
+    size_t n = 0;
+
+    for (const OSSL_PARAM *p = params; p->key != NULL; p++) {
+        if (tls_key(p->key))
+            continue;
+        if (n + 1 >= sizeof(rest) / sizeof(rest[0]))
+            return 0;
+        rest[n++] = *p;
+    }
+    rest[n] = (OSSL_PARAM)OSSL_PARAM_END;
+    return n == 0 || l->d->set_ctx_params(l->algctx, rest);
+}
+
 int gp_lane_set_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[], size_t ntls)
 {
     gp_cpu_lane *l = &ctx->lane;
-    OSSL_PARAM rest[16];
-    const OSSL_PARAM *give = params;
-    size_t n = 0;
 
-    if (ntls > 0) {   /* the list without the TLS keys */
-        for (const OSSL_PARAM *p = params; p->key != NULL; p++) {
-            if (tls_key(p->key))
-                continue;
-            if (n + 1 >= sizeof(rest) / sizeof(rest[0])) {
-                GP_RAISE(GP_R_INVALID_PARAMETER);
-                return 0;
-            }
-            rest[n++] = *p;
-        }
-        rest[n] = (OSSL_PARAM)OSSL_PARAM_END;
-        if (n == 0)
-            return 1;
-        give = rest;
-    }
-    if (!l->d->set_ctx_params(l->algctx, give)) {
+    if (!(ntls > 0 ? set_params_but_tls(l, params) : l->d->set_ctx_params(l->algctx, params))) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
