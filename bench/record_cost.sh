@@ -6,7 +6,10 @@
 # usage: bench/record_cost.sh [BUILD_DIR] [CIPHER] [BYTES] [MODE] [DIR]
 #   defaults: build AES-128-GCM 16 tls13 enc. Each configuration runs twice (N1 and N2 records) and
 #   the difference divided by N2 - N1 is the cost of one record, set-up and teardown cancelled.
-#   gpuprov runs with its default configuration (config/gpuprov.cnf, no GPUPROV_* knobs).
+#   gpuprov runs with its default configuration (config/gpuprov.cnf, no GPUPROV_* knobs). On a
+#   host without a GPU that is passthrough (0 instructions in gpuprov.so); GPUPROV_HYBRID_GPU=host
+#   in the environment makes the host executor stand in for a GPU, which measures the cpu lane as
+#   a GPU host runs small records.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}; cipher=${2:-AES-128-GCM}; bytes=${3:-16}; mode=${4:-tls13}; dir=${5:-enc}
