@@ -362,6 +362,78 @@ static void test_tls12_gcm_iv_fixed(void **state)
 
 /* ---- TLS 1.2 ChaCha20-Poly1305 (RFC 7905) ------------------------------------------------------ */
 
+/*
+ * One TLS 1.2 connection's sending side on both providers, the whole IV fixed (so both send the same
+ * records): records interleaved with what makes gpuprov's cpu lane hand the connection to the
+ * engine's message (cpu_lane.c, "TLS 1.2"): a refused TLS1_AAD, a key re-init between records, a
+ * copy of the context that goes on in its place. Every record must stay byte-identical.
+ */
+static void tls12_handoff(const char *name)
+{
+    int idx = evp_cipher_index(name), gcm = strstr(name, "GCM") != NULL;
+    unsigned char key[32], fixed[12], bad_aad[12] = { 0 };
+    EVP_CIPHER_CTX *e[2];
+    const size_t explicit_len = gcm ? GCM_EXPLICIT : 0;
+
+    gptest_rand_bytes(key, sizeof(key));
+    gptest_rand_bytes(fixed, sizeof(fixed));
+    for (int gp = 0; gp < 2; gp++) {
+        e[gp] = EVP_CIPHER_CTX_new();
+        assert_non_null(e[gp]);
+        assert_int_equal(EVP_CipherInit_ex2(e[gp], evp_cipher(g_env, idx, gp), key, NULL, 1, NULL), 1);
+        assert_int_equal(EVP_CIPHER_CTX_ctrl(e[gp], EVP_CTRL_AEAD_SET_IV_FIXED, gcm ? -1 : 12, fixed), 1);
+    }
+    for (uint64_t seq = 0; seq < 24; seq++) {
+        size_t plen = record_len(seq), rlen = explicit_len + plen + TAGLEN;
+        unsigned char *rec[2];
+
+        for (int gp = 0; gp < 2; gp++) {
+            int outl = -7;
+
+            switch (seq % 6) {
+            case 2:   /* a TLS1_AAD of the wrong length: refused by both, the connection goes on */
+                assert_true(EVP_CIPHER_CTX_ctrl(e[gp], EVP_CTRL_AEAD_TLS1_AAD, 12, bad_aad) <= 0);
+                (void)gptest_errors_pending();
+                break;
+            case 3:   /* the same key again, between records */
+                assert_int_equal(EVP_CipherInit_ex2(e[gp], NULL, key, NULL, 1, NULL), 1);
+                break;
+            case 4: { /* a copy goes on in the original's place */
+                EVP_CIPHER_CTX *cp = EVP_CIPHER_CTX_new();
+
+                assert_non_null(cp);
+                assert_int_equal(EVP_CIPHER_CTX_copy(cp, e[gp]), 1);
+                EVP_CIPHER_CTX_free(e[gp]);
+                e[gp] = cp;
+                break;
+            }
+            default:
+                break;
+            }
+            rec[gp] = malloc(rlen);
+            assert_non_null(rec[gp]);
+            memset(rec[gp], (int)seq, rlen);
+            tls12_set_aad(e[gp], seq, explicit_len + plen);
+            assert_int_equal(EVP_CipherUpdate(e[gp], rec[gp], &outl, rec[gp], (int)rlen), 1);
+            assert_int_equal(outl, (int)rlen);
+        }
+        if (memcmp(rec[0], rec[1], rlen) != 0)
+            fail_msg("%s: TLS 1.2 record %llu (%zu bytes) differs from the default provider's", name,
+                     (unsigned long long)seq, rlen);
+        free(rec[0]);
+        free(rec[1]);
+    }
+    EVP_CIPHER_CTX_free(e[0]);
+    EVP_CIPHER_CTX_free(e[1]);
+}
+
+static void test_tls12_handoff(void **state)
+{
+    (void)state;
+    tls12_handoff("AES-256-GCM");
+    tls12_handoff("ChaCha20-Poly1305");
+}
+
 static void test_tls12_chacha(void **state)
 {
     int idx = evp_cipher_index("ChaCha20-Poly1305");
@@ -577,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_tls12_gcm_short),
         cmocka_unit_test(test_tls12_gcm_iv_fixed),
         cmocka_unit_test(test_tls12_chacha),
+        cmocka_unit_test(test_tls12_handoff),
         cmocka_unit_test(test_tls13),
     };
 
