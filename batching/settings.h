@@ -22,7 +22,8 @@
 #define GP_EXPERIMENT_SWITCHES (GP_EXPERIMENTS || GP_TEST_HOOKS)
 
 typedef enum gp_backend {
-    GP_BACKEND_AUTO = 0,   /* hybrid where a usable GPU is found, else cpu */
+    GP_BACKEND_AUTO = 0,   /* hybrid where a usable GPU is found, else cpu; no GPU at all:
+                            * passthrough (gp_engine_gpu_possible, provider/passthrough.c) */
     GP_BACKEND_CUDA,       /* every message on the GPU (measurement, tests) */
     GP_BACKEND_HOST,
     GP_BACKEND_CPU,
