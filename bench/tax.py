@@ -6,7 +6,7 @@ Two configurations, interleaved cell by cell:
   default   OPENSSL_CONF=/dev/null: the default provider, as a host without gpuprov has it
   gpuprov   OPENSSL_CONF=config/gpuprov.cnf, OPENSSL_MODULES=<build>/provider, no GPUPROV_*
             variable (every one in the caller's environment is dropped): gpuprov as a user turns
-            it on, with its default configuration (backend auto; without a GPU, its cpu executor)
+            it on, with its default configuration (backend auto; without a GPU, passthrough)
 
 Part speed: one `openssl speed -mr -elapsed -seconds S -bytes N [-aead] [-decrypt]
 [-async_jobs A] -evp CIPHER` process per measurement. Modes: stream (speed's update loop on one
