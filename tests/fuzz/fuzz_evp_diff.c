@@ -128,6 +128,9 @@ typedef struct {
     int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
     int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
     int ref_tls_aad_clobbered; /* GCM: a refused SET_TAG overwrote the default's pending TLS1_AAD (R6) */
+    size_t iv_diff_from, iv_diff_to; /* GCM: IV bytes [from, to) differ between the sides (each drew
+                                      * its own random IV, or the default alone did: F1) until
+                                      * something writes over them */
     uint64_t aad_bytes;      /* AAD since the IV was set */
     int stale_iv;            /* GCM: AEAD_IVLEN changed after the IV was set (open finding F4) */
     int tls_aad_refused;     /* a TLS1_AAD (GCM) or record (ChaCha20-Poly1305) failed since the cipher init (F5) */
@@ -279,6 +282,22 @@ static void record_output(fz *f, const uint8_t *p, size_t n)
         abort();
     memcpy(f->cur_out + f->cur_len, p, n);
     f->cur_len += n;
+}
+
+/* Each side's IV now differs in its first n bytes (random draws). */
+static void iv_drawn(fz *f, size_t n)
+{
+    f->iv_diff_from = 0;
+    f->iv_diff_to = n;
+}
+
+/* The first n bytes of the IV were written alike on both sides. */
+static void iv_written(fz *f, size_t n)
+{
+    if (f->iv_diff_from < n)
+        f->iv_diff_from = n;
+    if (f->iv_diff_from >= f->iv_diff_to)
+        f->iv_diff_from = f->iv_diff_to = 0;
 }
 
 /* A new message starts (an IV was set): its predecessor's output becomes the replay source. */
@@ -541,6 +560,7 @@ static void model_fresh(fz *f, int enc, int key)
     f->chacha_reinit_midblock = f->dir_flipped = f->tls_version_set = f->tls_mac_set = f->touched = 0;
     f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = f->final_tls_pending = 0;
     f->ref_aad_padded = f->ref_tls_aad_clobbered = 0;
+    f->iv_diff_from = f->iv_diff_to = 0;
     f->aad_bytes = 0;
     f->text = 0;
     f->partial_seen = 0;
@@ -671,6 +691,7 @@ static void op_reinit(fz *f, reader *r)
         f->chacha_reinit_midblock = 1;
     if (with_iv) {
         memcpy(f->iv, iv, (size_t)ivl[0]);
+        iv_written(f, (size_t)ivl[0]);
         new_message(f);
         f->iv_tls_pending |= iv_tls;
     } else if (with_key && is_aead(f) && (f->msg == MSG_STARTED || (f->msg == MSG_BUFFERED && f->touched))) {
@@ -718,8 +739,10 @@ static void op_set_ivlen(fz *f, reader *r)
 /* Does this call start a GCM encryption without an IV (each side draws a random one)? */
 static void note_random_iv(fz *f)
 {
-    if (f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set && f->ivlen >= 12)
+    if (f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set && f->ivlen >= 12) {
         f->nondet = 1;
+        iv_drawn(f, f->ivlen);
+    }
 }
 
 /* An update with a TLS1_AAD pending was that record, on both sides, whatever it held. */
@@ -846,8 +869,10 @@ static int data_update(fz *f, reader *r, enum op op)
             d.rc[0] = 0;
             goto out;
         }
-        if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set)
+        if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->enc && f->msg == MSG_NONE && f->key_set) {
             f->empty_drew_iv = 1;   /* the default went through its IV setup, gpuprov returned first */
+            iv_drawn(f, f->ivlen);
+        }
         if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->msg == MSG_STARTED && !f->data_seen
             && f->aad_bytes % 16 != 0)
             f->ref_aad_padded = 1;   /* the default ends its AAD block there, SP 800-38D does not */
@@ -1151,6 +1176,10 @@ static void op_tls_fixed(fz *f, reader *r)
     keep_random = f->nondet && f->ai->kind == K_GCM && !whole && !f->enc;
     /* likewise the IV the default alone drew at a 0-byte EVP_Cipher (F1) */
     drew = f->empty_drew_iv && f->ai->kind == K_GCM && !whole && !f->enc;
+    /* and random bytes either drew earlier that this IV, longer since, still holds past len */
+    iv_written(f, whole ? f->ivlen : len);
+    keep_random |= f->ai->kind == K_GCM && !f->enc && f->iv_diff_from < f->iv_diff_to
+                   && f->iv_diff_from < f->ivlen;
     pending = f->tls_pending;   /* a pending TLS1_AAD stays on both sides */
     rekeyed_pending = f->rekeyed_tls_pending;
     new_message(f);
@@ -1176,6 +1205,7 @@ static void op_tls_fixed(fz *f, reader *r)
         trace(f, " (ctrl -1) -> %d | %d\n", d.rc[0], d.rc[1]);
         if (!check_rc(f, OP_TLS_FIXED, &d, "TLS1_IV_FIXED -1"))
             return;
+        iv_written(f, f->ivlen);
     }
 }
 
