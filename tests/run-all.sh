@@ -58,7 +58,7 @@ TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
 # inputs a developer's run of the same tree walked, however fast the machine (FUZZ_SECONDS bounds
 # the time); longer campaigns with other seeds run apart (tests/fuzz/README.md).
 for ex in host cpu; do
-  runs=${FUZZ_RUNS:-$([ $ex = host ] && echo 50000 || echo 150000)}
+  runs=${FUZZ_RUNS:-$([ $ex = host ] && echo 70000 || echo 200000)}
   FUZZ_FRESH=1 FUZZ_RUNS=$runs FUZZ_ARGS="-seed=${FUZZ_SEED:-2} ${FUZZ_ARGS:-}" \
     bash tests/fuzz/run.sh "$ex" "${FUZZ_SECONDS:-150}"
 done
