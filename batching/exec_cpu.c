@@ -50,33 +50,6 @@ static int fetch_all(gp_engine *e)
     return 1;
 }
 
-/* Is `name` one of the ':'-separated names in `names`? ASCII case-insensitive, as OpenSSL matches
- * algorithm names (and independent of the locale). */
-static int names_include(const char *names, const char *name)
-{
-    size_t n = strlen(name);
-
-    for (const char *p = names; p != NULL && *p != '\0';) {
-        const char *end = strchr(p, ':');
-        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-
-        if (len == n) {
-            size_t i = 0;
-
-            for (; i < n; i++) {
-                unsigned char a = (unsigned char)p[i], b = (unsigned char)name[i];
-
-                if ((a >= 'A' && a <= 'Z' ? a + 32 : a) != (b >= 'A' && b <= 'Z' ? b + 32 : b))
-                    break;
-            }
-            if (i == n)
-                return 1;
-        }
-        p = end != NULL ? end + 1 : NULL;
-    }
-    return 0;
-}
-
 /* Read the functions of the provider's implementation named `name` into d; 0 (d left empty) if the
  * provider has no such entry, more than one (then which one EVP fetched is not known), or one that
  * lacks a function the executor calls. */
@@ -86,7 +59,7 @@ static int read_dispatch(gp_cpu_direct *d, const OSSL_ALGORITHM *algs, const cha
     gp_cpu_direct t = { 0 };
 
     for (const OSSL_ALGORITHM *a = algs; a != NULL && a->algorithm_names != NULL; a++) {
-        if (!names_include(a->algorithm_names, name))
+        if (!gp_names_include(a->algorithm_names, name, strlen(name)))
             continue;
         if (found != NULL)
             return 0;

@@ -5,6 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/provider.h>
 
+#include "batching/base/base.h"
 #include "prov.h"
 
 /*
@@ -50,21 +51,6 @@ static void (*const wrappers[GP_PT_ALGS][4])(void) = {
     PT_ROW(0), PT_ROW(1), PT_ROW(2), PT_ROW(3), PT_ROW(4), PT_ROW(5), PT_ROW(6), PT_ROW(7),
 };
 
-/* Is `name` (up to its end or a ':') one of the ':'-separated `names`? Case-insensitive, as the
- * core compares algorithm names. */
-static int names_include(const char *names, const char *name, size_t n)
-{
-    for (const char *p = names; p != NULL && *p != '\0';) {
-        const char *end = strchr(p, ':');
-        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-
-        if (len == n && OPENSSL_strncasecmp(p, name, n) == 0)
-            return 1;
-        p = end != NULL ? end + 1 : NULL;
-    }
-    return 0;
-}
-
 /* The default's implementation of own's first name, or NULL if it has none or several. */
 static const OSSL_DISPATCH *default_impl(const OSSL_ALGORITHM *dalgs, const char *own_names)
 {
@@ -73,7 +59,7 @@ static const OSSL_DISPATCH *default_impl(const OSSL_ALGORITHM *dalgs, const char
     const OSSL_DISPATCH *found = NULL;
 
     for (const OSSL_ALGORITHM *a = dalgs; a->algorithm_names != NULL; a++) {
-        if (!names_include(a->algorithm_names, own_names, n))
+        if (!gp_names_include(a->algorithm_names, own_names, n))
             continue;
         if (found != NULL)
             return NULL;

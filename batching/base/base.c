@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,4 +193,27 @@ static void __attribute__((constructor)) detect_avx(void)
     __builtin_cpu_init();
     gp_cpu_has_avx = __builtin_cpu_supports("avx");   /* libgcc checks XCR0 (OS support) too */
 #endif
+}
+
+int gp_names_include(const char *names, const char *name, size_t n)
+{
+    for (const char *p = names; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ':');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+
+        if (len == n) {
+            size_t i = 0;
+
+            for (; i < n; i++) {
+                unsigned char a = (unsigned char)p[i], b = (unsigned char)name[i];
+
+                if ((a >= 'A' && a <= 'Z' ? a + 32 : a) != (b >= 'A' && b <= 'Z' ? b + 32 : b))
+                    break;
+            }
+            if (i == n)
+                return 1;
+        }
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return 0;
 }

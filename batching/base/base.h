@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The bottom of batching/: the clock, the log line, the fork generation, the stats shard index,
- * calls off an async job's stack, the dispatcher-thread mark and the exit-time wait. Calls nothing
- * else in batching/. */
+/* The bottom of batching/: the clock, the log line, algorithm-name matching, the fork generation,
+ * the stats shard index, calls off an async job's stack, the dispatcher-thread mark and the
+ * exit-time wait. Calls nothing else in batching/. */
 #ifndef GP_BASE_H
 #define GP_BASE_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Executors counted by the stats (batching/executor.h: GP_EXEC_COUNT, checked there). */
@@ -18,6 +19,10 @@ void gp_sleep_1ms(void);
 
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Are the n bytes at `name` one of the ':'-separated names in `names`? ASCII case-insensitive, as
+ * OpenSSL matches algorithm names (and independent of the locale). */
+int gp_names_include(const char *names, const char *name, size_t n);
 
 /* Bumped in every child right after fork (pthread_atfork): a cheap "are we still the process that
  * opened things?" test, where getpid() would be a system call on every message. The handler is
