@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The bottom of batching/: clock, log line, fork generation, stats shard index, off-stack calls,
- * the dispatcher-thread mark, the exit-time wait and the CPU's AVX flag. */
+/* The bottom of batching/: clock, log line, name matching, fork generation, stats shard index,
+ * off-stack calls, the dispatcher-thread mark, the exit-time wait and the CPU's AVX flag. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
