@@ -185,6 +185,17 @@ static size_t bytes_or_never(double v)
     return v < 0 || v > (double)(1u << 30) ? GP_KNOB_CALIBRATE : (size_t)v + 1;
 }
 
+/* The cost line a + b*len through (x0, t0) and (x1, t1), neither term below 0 (noise). */
+static void cost_line(size_t x0, double t0, size_t x1, double t1, double *a, double *b)
+{
+    *b = (t1 - t0) / (double)(x1 - x0);
+    if (*b < 0)
+        *b = 0;
+    *a = t0 - *b * (double)x0;
+    if (*a < 0)
+        *a = 0;
+}
+
 /* The smallest length from which a + b*len per message costs less than the CPU's cpu_nspb*len,
  * and not below `from`; GP_KNOB_CALIBRATE ("never") if none. */
 static size_t crossing(double a, double b, double cpu_nspb, size_t from)
@@ -224,19 +235,9 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         t_large = calib_time_overlapped(e, gpu, lg, large, 2);
         if (t_cpu > 0 && t_rt > 0 && t_lone > 0 && t_small > 0 && t_big > 0 && t_large > 0) {
             cpu_nspb = t_cpu / 65536.0;
-            b = (t_big - t_small) / (double)(big - small);
-            if (b < 0)
-                b = 0;
-            a = t_small - b * (double)small;
-            if (a < 0)
-                a = 0;
+            cost_line(small, t_small, big, t_big, &a, &b);
             /* The second line: through the 16 KiB point and the large messages' point. */
-            b_large = (t_large - t_big) / (double)(large - big);
-            if (b_large < 0)
-                b_large = 0;
-            a_large = t_big - b_large * (double)big;
-            if (a_large < 0)
-                a_large = 0;
+            cost_line(big, t_big, large, t_large, &a_large, &b_large);
             /* A lone message's bytes cost what one stream of copies and kernels costs, not the
              * per-byte cost of several batches in flight. */
             b_lone = (t_lone - t_rt) / (double)(lone_big - 16);
