@@ -185,8 +185,10 @@ void gp_lane_tls_fixed(gp_cipher_ctx *ctx)
     /* The whole IV: EVP_CTRL_GCM_SET_IV_FIXED's length -1, which the default takes as "all of it". */
     p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, ctx->iv,
                                              is_gcm(ctx) ? (size_t)-1 : ctx->ivlen);
-    ok = gp_lane_current(ctx) && l->key_loaded && (!is_gcm(ctx) || l->ivlen == ctx->ivlen)
-         && l->d->set_ctx_params(l->algctx, p);
+    /* A TLS1_AAD taken before this went to the context alone (the lane was not in record mode):
+     * its record could not run on the lane's context. */
+    ok = ctx->tls_aad_len == 0 && gp_lane_current(ctx) && l->key_loaded
+         && (!is_gcm(ctx) || l->ivlen == ctx->ivlen) && l->d->set_ctx_params(l->algctx, p);
     if (!ok) {
         gp_lane_leave_tls(ctx);
         return;
