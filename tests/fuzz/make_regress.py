@@ -59,6 +59,8 @@ seqs = {
                                                   mc.final(), mc.set_tag(bytes(16)), mc.get_tag()),
  "fr6-gcm-refused-settag-clobbers-tls-aad": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.tls_fixed_whole(IV12),
                                               pending(), mc.set_tag(bytes([0x95]), 1), mc.data(bytes(40), inplace=True)),
+ "b4-lane-tls-aad-before-fixed": S("AES-128-GCM", mc.cipher_init(0), pending(129), mc.reinit(None, key=K16),
+                                  mc.tls_fixed_whole(IV12), raw_data(46, 7)),
  "b1-cpu-copy-after-rekey": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(50)),
                               mc.reinit(None, key=bytes(range(50, 66)), iv=IV12), mc.copy(), mc.data(bytes(50))),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
