@@ -129,8 +129,8 @@ int gp_lane_start(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
 /* TLS 1.2 record mode on the lane (cpu_lane.c, "TLS 1.2"). Leave it: the lane closes, and a
  * message begun on it begins again on the engine's message from the context's IV. */
 void gp_lane_leave_tls(gp_cipher_ctx *ctx);
-/* After the context took TLS1_IV_FIXED:
- * the lane's context takes the context's IV whole (or the lane closes). */
+/* After the context took TLS1_IV_FIXED: the lane's context takes the context's IV whole (or the
+ * lane closes). */
 void gp_lane_tls_fixed(gp_cipher_ctx *ctx);
 /* After the context took TLS1_AAD `p` (its bytes as the caller gave them): the lane's context takes
  * them too where it is in record mode; otherwise, or if it refuses, the lane closes. */
