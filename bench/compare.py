@@ -580,8 +580,8 @@ def results_section(rows, meta, plots, plot_note, results_path):
     if meta.get("note"):
         s += [meta["note"], ""]
     if not has_gpu:
-        s += ["**No GPU on this host**: `gpuprov` (backend=auto) runs its cpu executor (the "
-              "default provider's code behind gpuprov's queue), `gpuprov-cuda` is dropped, and the "
+        s += ["**No GPU on this host**: `gpuprov` (backend=auto) is passthrough (the default "
+              "provider's own functions under gpuprov's names), `gpuprov-cuda` is dropped, and the "
               "figures say nothing about the GPU. They say what loading gpuprov costs on a GPU-less "
               "machine; the GPU figures come from the same command on a GPU host.", ""]
     reps = max((int(r["rep"]) for r in rows if r.get("rep")), default=1)
@@ -831,7 +831,7 @@ def main():
     if host["gpu"] == "none" and "gpuprov-cuda" in configs:
         configs.remove("gpuprov-cuda")
         notes.append("no GPU on this host (nvidia-smi finds none): gpuprov-cuda dropped; "
-                     "gpuprov (backend=auto) runs its cpu executor")
+                     "gpuprov (backend=auto) is passthrough")
     if max(args.multi) > host["cores"]:
         notes.append("-multi %d on %d cores: the processes share the cores"
                      % (max(args.multi), host["cores"]))

@@ -5,7 +5,7 @@
 # matrix (3 ciphers x 16 B-16 MiB x -async_jobs 0,32, -multi 1; the default provider, gpuprov's
 # default configuration and forced GPU in every cell, 3 repeats: ~15 minutes), written to
 # bench/plots/ and bench/RESULTS.md. Without a GPU it says so and runs a reduced comparison of what
-# exists (default vs gpuprov on its cpu executor) into build/compare/, leaving the committed GPU
+# exists (default vs gpuprov as passthrough) into build/compare/, leaving the committed GPU
 # figures alone. Extra arguments go to bench/compare (e.g. --quick: ~2 minutes; --multi 1,16);
 # COMPARE_ARGS replaces the matrix.
 set -euo pipefail
@@ -35,7 +35,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   read -r -a matrix <<<"${COMPARE_ARGS:-}"
 else
   echo "main-job: no GPU on this host (nvidia-smi finds none): comparing the default provider with"
-  echo "main-job: gpuprov on its cpu executor; one repeat, output in build/compare/"
+  echo "main-job: gpuprov as passthrough (its names, the default's functions); one repeat, output in build/compare/"
   read -r -a matrix <<<"${COMPARE_ARGS:---repeat 1 --out build/compare --results build/compare/RESULTS.md}"
 fi
 exec bench/compare --build build "${matrix[@]}" "$@"
