@@ -415,7 +415,7 @@ static const char *const finding_name[F_COUNT] = {
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
     "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
-    "R6 (default provider): GCM encrypt: a refused SET_TAG overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
+    "R6 (default provider): GCM: a SET_TAG (refused when encrypting, taken when decrypting) overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -1048,9 +1048,9 @@ static void op_set_tag(fz *f, reader *r)
     if (f->ai->kind == K_GCM && f->enc && !len_only && len > 0 && !ok_rc(d.rc[0]))
         f->ref_tag_clobbered = R_GCM_SET_TAG_CLOBBERS + 1;
     /* That buffer also holds a pending TLS1_AAD: the next record's tag covers the tag's bytes
-     * (OSSL_PARAM_get_octet_string copies up to the buffer's 16 bytes before the refusal). */
-    if (f->ai->kind == K_GCM && f->enc && !len_only && len > 0 && len <= TAG_MAX && !ok_rc(d.rc[0])
-        && f->tls_pending)
+     * (OSSL_PARAM_get_octet_string copies up to the buffer's 16 bytes, before an encrypting
+     * context's refusal, and for a decrypting one's expected tag). */
+    if (f->ai->kind == K_GCM && !len_only && len > 0 && len <= TAG_MAX && f->tls_pending)
         f->ref_tls_aad_clobbered = 1;
     if (!check_rc(f, OP_SET_TAG, &d, "set AEAD_TAG") || !ok_rc(d.rc[0]))
         return;
