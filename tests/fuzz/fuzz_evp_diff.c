@@ -128,6 +128,8 @@ typedef struct {
     int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
     int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
     int ref_tls_aad_clobbered; /* GCM: a refused SET_TAG overwrote the default's pending TLS1_AAD (R6) */
+    int ref_expected_clobbered; /* GCM: an encrypt Final since the decrypt's SET_TAG put its own tag
+                                 * where the default keeps the expected one (R7) */
     size_t iv_diff_from, iv_diff_to; /* GCM: IV bytes [from, to) differ between the sides (each drew
                                       * its own random IV, or the default alone did: F1) until
                                       * something writes over them */
@@ -394,7 +396,7 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
        R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS,
-       R_GCM_SET_TAG_CLOBBERS_TLS_AAD, F_COUNT };
+       R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_GCM_FINAL_CLOBBERS_EXPECTED_TAG, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
     "F2: AEAD_TAGLEN reads differently (default: ChaCha20-Poly1305 0 until a tag is set, GCM 16 after an encrypt Final; gpuprov: the length last set, else 16)",
@@ -416,6 +418,7 @@ static const char *const finding_name[F_COUNT] = {
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
     "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
     "R6 (default provider): GCM: a SET_TAG (refused when encrypting, taken when decrypting) overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
+    "R7 (default provider): GCM: an encrypt Final writes its tag over the expected tag a SET_TAG left for a later decryption (one buffer): that decrypt Final verifies against the computed tag",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -461,6 +464,8 @@ static int open_finding(const fz *f, enum op op, const duo_rc *d)
 
     if ((data_op || op == OP_TLS_RECORD) && d->len == 0 && (!f->key_set || f->tls_pending || is_aead(f)) && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
         return F_STREAM_EMPTY_UPDATE_NO_KEY;
+    if (f->ai->kind == K_GCM && op == OP_FINAL && !f->enc && f->ref_expected_clobbered)
+        return R_GCM_FINAL_CLOBBERS_EXPECTED_TAG;
     if (f->ai->kind == K_GCM && op == OP_SET_TAG && d->no_data && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
         return F_GCM_TAGLEN_ONLY;
     if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
@@ -561,6 +566,7 @@ static void model_fresh(fz *f, int enc, int key)
     f->empty_drew_iv = f->rekeyed_tls_pending = f->iv_tls_pending = f->final_tls_pending = 0;
     f->ref_aad_padded = f->ref_tls_aad_clobbered = 0;
     f->iv_diff_from = f->iv_diff_to = 0;
+    f->ref_expected_clobbered = 0;
     f->aad_bytes = 0;
     f->text = 0;
     f->partial_seen = 0;
@@ -973,7 +979,9 @@ static void op_final(fz *f, reader *r)
         f->msg = MSG_FINISHED;
         f->tag_ready = f->enc && ok_rc(d.rc[0]);
         if (!f->enc)
-            f->tag_set = 0;   /* a decrypt Final uses the expected tag up (an encrypt one keeps it) */
+            f->tag_set = f->ref_expected_clobbered = 0;   /* a decrypt Final uses the expected tag up */
+        else if (f->tag_set && f->ai->kind == K_GCM && ok_rc(d.rc[0]))
+            f->ref_expected_clobbered = 1;   /* gpuprov keeps it; the default's holds this tag now */
     }
 }
 
@@ -1054,8 +1062,10 @@ static void op_set_tag(fz *f, reader *r)
         f->ref_tls_aad_clobbered = 1;
     if (!check_rc(f, OP_SET_TAG, &d, "set AEAD_TAG") || !ok_rc(d.rc[0]))
         return;
-    if (is_aead(f) && !len_only)
+    if (is_aead(f) && !len_only) {
         f->tag_set = 1;
+        f->ref_expected_clobbered = 0;
+    }
 }
 
 static void op_copy(fz *f, reader *r)

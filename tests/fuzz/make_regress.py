@@ -62,6 +62,8 @@ seqs = {
  "fr6-gcm-settag-dec-clobbers-tls-aad": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), pending(),
                                          mc.set_tag(bytes([0x27] * 6), 6), mc.reinit(1), mc.tls_fixed_whole(IV12),
                                          mc.data(bytes(40), inplace=True)),
+ "fr7-gcm-enc-final-clobbers-expected-tag": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), mc.set_tag(bytes(16)),
+                                             mc.reinit(1, iv=IV12), mc.final(), mc.reinit(0, iv=IV12), mc.final()),
  "b4-lane-tls-aad-before-fixed": S("AES-128-GCM", mc.cipher_init(0), pending(129), mc.reinit(None, key=K16),
                                   mc.tls_fixed_whole(IV12), raw_data(46, 7)),
  "b1-cpu-copy-after-rekey": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(50)),
