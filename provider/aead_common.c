@@ -193,6 +193,8 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
         ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
         goto done;
     }
+    if (ctx->lane.d != NULL)
+        gp_lane_leave_tls(ctx);   /* the record runs on the engine's message, begun just below */
     if (ctx->enc) {
         /* The invocation field goes out as the explicit nonce, then counts up (§8.2.1). */
         memcpy(out, ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, TLS_GCM_EXPLICIT_IV_LEN);
@@ -256,6 +258,8 @@ static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, u
         ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
         goto done;
     }
+    if (ctx->lane.d != NULL)
+        gp_lane_leave_tls(ctx);   /* the record runs on the engine's message, begun just below */
     /* RFC 7905 §2: the 64-bit sequence number, left-padded, is XORed into the fixed 96-bit IV. */
     memcpy(nonce, ctx->iv, sizeof(nonce));
     for (int i = 0; i < 8; i++)

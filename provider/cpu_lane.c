@@ -66,9 +66,10 @@ static int lane_choose(gp_cipher_ctx *ctx)
     const gp_cpu_direct *d;
     void *algctx;
 
-    /* A context in TLS 1.2 record mode keeps its records on the engine's message; one in device
-     * mode has its data where the default provider's code cannot read it. */
-    if (ctx->tls_fixed || ctx->devmem) {
+    /* A context in TLS 1.2 record mode (or with a record pending) keeps its records on the
+     * engine's message unless its lane was open when record mode began ("TLS 1.2" above); one in
+     * device mode has its data where the default provider's code cannot read it. */
+    if (ctx->tls_fixed || ctx->tls_aad_len != 0 || ctx->devmem) {
         gp_lane_close(ctx);
         return 0;
     }

@@ -66,6 +66,8 @@ seqs = {
                                              mc.reinit(1, iv=IV12), mc.final(), mc.reinit(0, iv=IV12), mc.final()),
  "b4-lane-tls-aad-before-fixed": S("AES-128-GCM", mc.cipher_init(0), pending(129), mc.reinit(None, key=K16),
                                   mc.tls_fixed_whole(IV12), raw_data(46, 7)),
+ "f14-ccp-rekey-tls-pending-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
+                                      mc.reinit(None, key=K32b), mc.data(bytes(26), inplace=True)),
  "b1-cpu-copy-after-rekey": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(50)),
                               mc.reinit(None, key=bytes(range(50, 66)), iv=IV12), mc.copy(), mc.data(bytes(50))),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
