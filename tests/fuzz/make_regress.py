@@ -64,6 +64,8 @@ seqs = {
                                          mc.data(bytes(40), inplace=True)),
  "fr7-gcm-enc-final-clobbers-expected-tag": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), mc.set_tag(bytes(16)),
                                              mc.reinit(1, iv=IV12), mc.final(), mc.reinit(0, iv=IV12), mc.final()),
+ "fr7-ccp-enc-final-clobbers-expected-tag": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.set_tag(bytes(16)),
+                                             mc.reinit(1, iv=IV12), mc.final(), mc.reinit(0, iv=IV12), mc.final()),
  "b4-lane-tls-aad-before-fixed": S("AES-128-GCM", mc.cipher_init(0), pending(129), mc.reinit(None, key=K16),
                                   mc.tls_fixed_whole(IV12), raw_data(46, 7)),
  "f14-ccp-rekey-tls-pending-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
