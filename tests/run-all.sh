@@ -42,16 +42,17 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   meson test -C build-asan $no_gpu --print-errorlogs --num-processes 2 --timeout-multiplier 4
 # ThreadSanitizer over the tests that run many threads through one engine (the queue, the host
 # pool, the async dispatcher and its fork handlers), the key table's threaded case and routing
-# from the first request (a caller waiting for the warm-up thread); only what they need is built (the test module, provider/test-module, whose hooks they set).
+# from the first request (a caller waiting for the warm-up thread), the hybrid policy's calibration
+# (two threads running batches at once); only what they need is built (the test module, provider/test-module, whose hooks they set).
 # die_after_fork=0: the async test forks a multi-threaded process on purpose (its child starts its
 # own dispatcher).
 meson setup build-tsan --reconfigure -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false >/dev/null 2>&1 \
   || meson setup build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false
 ninja -C build-tsan tests/unit/test_engine tests/unit/test_key_table tests/unit/test_copy_crew tests/evp/evp-async \
-  tests/evp/evp-route provider/test-module/gpuprov.so
+  tests/evp/evp-route tests/unit/test_hybrid provider/test-module/gpuprov.so
 TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
   meson test -C build-tsan --no-rebuild engine-host key-table copy-crew async-host async-host-unwatch-race route-auto \
-  --print-errorlogs --timeout-multiplier 4
+  hybrid --print-errorlogs --timeout-multiplier 4
 # The differential fuzz target (tests/fuzz: clang, libFuzzer + ASan + UBSan, its own build dir)
 # on each of the host and cpu executors; any difference or sanitizer report fails. A fixed seed
 # (FUZZ_SEED), a fresh corpus and a fixed number of executions make a CI run walk exactly the
