@@ -145,11 +145,10 @@ const OSSL_ALGORITHM *gp_passthrough_ciphers(gp_provctx *pc, const OSSL_ALGORITH
     gp_passthrough *pt = &pc->pt;
     const OSSL_ALGORITHM *algs;
 
-    if (gp_engine_gpu_possible(pc->engine))
-        return NULL;
+    /* Decided once: the core asks again for each algorithm it has not cached yet. */
     pthread_mutex_lock(&pt->lock);
     if (pt->state == 0)
-        pt->state = build(pc, own) ? 1 : -1;
+        pt->state = !gp_engine_gpu_possible(pc->engine) && build(pc, own) ? 1 : -1;
     algs = pt->state == 1 ? pt->algs : NULL;
     pthread_mutex_unlock(&pt->lock);
     return algs;

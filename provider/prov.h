@@ -36,7 +36,7 @@
 #define GP_PT_MAX_FUNCS 32           /* a default-provider cipher has about 15 */
 typedef struct gp_passthrough {
     pthread_mutex_t lock;
-    int state;                       /* 0: not built, 1: served, -1: could not be built */
+    int state;                       /* 0: not decided, 1: served, -1: gpuprov's own table serves */
     OSSL_PROVIDER *deflt;            /* the default provider, loaded in the child context */
     void *dprovctx;                  /* its provider context */
     OSSL_FUNC_cipher_newctx_fn *newctx[GP_PT_ALGS];
