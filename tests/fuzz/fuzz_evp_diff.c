@@ -128,8 +128,9 @@ typedef struct {
     int final_tls_pending;   /* GCM: a Final with a TLS1_AAD pending (F16) */
     int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
     int ref_tls_aad_clobbered; /* GCM: a refused SET_TAG overwrote the default's pending TLS1_AAD (R6) */
-    int ref_expected_clobbered; /* AEAD: an encrypt Final since the decrypt's SET_TAG put its own tag
-                                 * where the default keeps the expected one (R7) */
+    int ref_expected_clobbered; /* AEAD: since the decrypt's SET_TAG, the default wrote over the
+                                 * expected tag: an encrypt Final's tag (R7), a TLS1_AAD (R8);
+                                 * finding + 1 */
     size_t iv_diff_from, iv_diff_to; /* GCM: IV bytes [from, to) differ between the sides (each drew
                                       * its own random IV, or the default alone did: F1) until
                                       * something writes over them */
@@ -396,7 +397,8 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
        R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS,
-       R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG, F_COUNT };
+       R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG,
+       R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
     "F2: AEAD_TAGLEN reads differently (default: ChaCha20-Poly1305 0 until a tag is set, GCM 16 after an encrypt Final; gpuprov: the length last set, else 16)",
@@ -419,6 +421,7 @@ static const char *const finding_name[F_COUNT] = {
     "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
     "R6 (default provider): GCM: a SET_TAG (refused when encrypting, taken when decrypting) overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
     "R7 (default provider): GCM and ChaCha20-Poly1305: an encrypt Final writes its tag over the expected tag a SET_TAG left for a later decryption (one buffer): that decrypt Final verifies against the computed tag",
+    "R8 (default provider): GCM: TLS1_AAD writes over the expected tag a decrypt's SET_TAG left (one buffer, as in R3): a later decrypt Final verifies against the AAD's bytes",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -465,7 +468,7 @@ static int open_finding(const fz *f, enum op op, const duo_rc *d)
     if ((data_op || op == OP_TLS_RECORD) && d->len == 0 && (!f->key_set || f->tls_pending || is_aead(f)) && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
         return F_STREAM_EMPTY_UPDATE_NO_KEY;
     if (is_aead(f) && op == OP_FINAL && !f->enc && f->ref_expected_clobbered)
-        return R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG;
+        return f->ref_expected_clobbered - 1;
     if (f->ai->kind == K_GCM && op == OP_SET_TAG && d->no_data && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
         return F_GCM_TAGLEN_ONLY;
     if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
@@ -981,7 +984,7 @@ static void op_final(fz *f, reader *r)
         if (!f->enc)
             f->tag_set = f->ref_expected_clobbered = 0;   /* a decrypt Final uses the expected tag up */
         else if (f->tag_set && ok_rc(d.rc[0]))
-            f->ref_expected_clobbered = 1;   /* gpuprov keeps it; the default's holds this tag now */
+            f->ref_expected_clobbered = R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG + 1;   /* gpuprov keeps it; the default's holds this tag now */
     }
 }
 
@@ -1253,8 +1256,11 @@ static void op_tls_record(fz *f, reader *r)
     rd_value(f, r, src, reclen, NULL, 0);
     trace(f, "TLS1_AAD ");
     trace_hex(f, aad, TLS_AAD_LEN);
-    if (gcm)
+    if (gcm) {
         f->ref_tag_clobbered = R_GCM_TLS_AAD_CLOBBERS + 1;   /* before its checks: any outcome */
+        if (f->tag_set && !f->enc)
+            f->ref_expected_clobbered = R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG + 1;
+    }
     for (int s = 0; s < 2; s++) {
         d.rc[s] = EVP_CIPHER_CTX_ctrl(f->c[s], EVP_CTRL_AEAD_TLS1_AAD, TLS_AAD_LEN, aad);
         if (s == 1)
