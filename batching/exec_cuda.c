@@ -298,10 +298,11 @@ static void keys_chunk_free(void *ctx, uint64_t dev, size_t bytes)
     gp_cuda_keys *k = ctx;
     int saved;
 
-    if (device_enter(k->device, &saved)) {
-        (void)cudaMemset((void *)(uintptr_t)dev, 0, bytes);   /* synchronous: cleared before the free */
-        (void)cudaFree((void *)(uintptr_t)dev);
-    }
+    /* Cleared and freed even where the device cannot be made current (a failing GPU): a chunk
+     * skipped here would stay allocated until the process exits, one per closed executor. */
+    (void)device_enter(k->device, &saved);
+    (void)cudaMemset((void *)(uintptr_t)dev, 0, bytes);   /* synchronous: cleared before the free */
+    (void)cudaFree((void *)(uintptr_t)dev);
     (void)cudaGetLastError();
     device_leave(saved);
 }
