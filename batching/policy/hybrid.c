@@ -22,9 +22,11 @@
  *   2. a lone synchronous caller and len < lone_gpu_bytes   -> cpu (it would wait a round trip)
  *   3. the GPU is saturated (a batch in flight and a full one waiting) -> cpu (spare CPU capacity)
  *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
- *      its part when both are busy. Not inside an async job: a message there that runs on the CPU
- *      never pauses its job, so the thread that drives every other job (openssl speed's, a
- *      server's) computes it while none of the others can submit; they all go to the GPU.
+ *      its part when both are busy.
+ * Rules 3 and 4 do not apply inside an async job: a message there that runs on the CPU never
+ * pauses its job, so the thread that drives every other job (openssl speed's, a server's) computes
+ * it while none of the others can submit or collect, and a stream stays there for good (one
+ * speed job's message took the whole run while the GPU's messages waited); they all go to the GPU.
  * A message is routed once (at its first data request: held AAD waits for it) and stays where it
  * started, because the cpu executor keeps its own default-provider state; a stream cipher's message
  * on the cpu lane (CTR, ChaCha20: no MAC state) may leave it for the engine at an update boundary
@@ -475,18 +477,21 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
 {
     gp_hybrid_alg *h = numbers(e, gpu, m);
     gp_queue *q = &e->queue;
-    int inflight;
+    int inflight, in_job;
 
     if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
         return &gp_exec_cpu;
     inflight = atomic_load_explicit(&q->inflight, memory_order_relaxed);
-    if (len < h->lone_gpu_bytes && ASYNC_get_current_job() == NULL                /* rule 2 */
+    in_job = ASYNC_get_current_job() != NULL;
+    if (len < h->lone_gpu_bytes && !in_job                                        /* rule 2 */
         && atomic_load_explicit(&q->active, memory_order_relaxed) == 0 && inflight == 0)
         return &gp_exec_cpu;
+    if (in_job)                                                                   /* rules 3, 4: not in a job */
+        return gpu;
     if (inflight > 0                                                              /* rule 3 */
         && atomic_load_explicit(&q->pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes)
         return &gp_exec_cpu;
-    if (h->gpu_share < 1.0 && ASYNC_get_current_job() == NULL) {                  /* rule 4 */
+    if (h->gpu_share < 1.0) {                                                     /* rule 4 */
         /* Message n goes to the GPU when round((n+1)*share) steps past round(n*share): the split
          * starts on the side that takes more than half, which matters where few messages come. */
         uint64_t n = atomic_fetch_add_explicit(&h->share_n, 1, memory_order_relaxed);

@@ -189,6 +189,20 @@ static int job_share(void *arg)
     return on_gpu == 20;
 }
 
+/* Rule 3 inside a job: a saturated GPU still takes the message (the job pauses on it). */
+static int job_saturated(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+    int on_gpu;
+
+    atomic_store(&f->e->queue.inflight, 1);
+    atomic_store(&f->e->queue.pending_bytes, f->e->knobs.max_batch_bytes);
+    on_gpu = job_main(arg);
+    atomic_store(&f->e->queue.inflight, 0);
+    atomic_store(&f->e->queue.pending_bytes, 0);
+    return on_gpu;
+}
+
 static void test_async_is_not_lone(void **state)
 {
     fixture f;
@@ -196,6 +210,7 @@ static void test_async_is_not_lone(void **state)
     (void)state;
     setup(&f, 0, 1024, 65536, 1.0);
     assert_int_equal(run_in_job(&f, job_main), 1);
+    assert_int_equal(run_in_job(&f, job_saturated), 1);
     /* The same decision outside the job: lone, so cpu. */
     {
         gp_msg *m = gp_msg_new(f.e);
