@@ -40,7 +40,7 @@
  * b_lone*len, b_lone measured on one large message alone (1 MiB on a GPU). Large messages take
  * another path (the copy crew, pieces, batches overlapped in several slots), so above the 16 KiB
  * point the cost is a second line, through that point and large messages measured the way they
- * run: batches of them in flight at once from two threads.
+ * run: batches of them in flight at once from four threads, one for each of the executor's slots.
  */
 
 void gp_hybrid_init(gp_hybrid *h)
@@ -147,7 +147,7 @@ static void *calib_lane_main(void *v)
     return NULL;
 }
 
-#define GP_CALIB_LANES 2
+#define GP_CALIB_LANES 4   /* the cuda executor's slots on one GPU by default (settings.c: streams) */
 
 static double calib_time_overlapped(gp_engine *e, const gp_executor *x, calib *sets, size_t len, int reps)
 {
@@ -217,7 +217,7 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     const int real_gpu = gpu != &gp_exec_host;
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
     const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
-    const size_t nlarge = real_gpu ? 4 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
+    const size_t nlarge = real_gpu ? 8 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
     calib cpu = { 0 }, g = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
     double t_cpu, t_rt, t_lone, t_small, t_big, t_large, a, b, a_large, b_large, b_lone, cpu_nspb;
     size_t min_small, min_large;
