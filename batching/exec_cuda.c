@@ -68,6 +68,8 @@ typedef struct gp_cuda_slot {
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
+    cudaEvent_t callers;         /* device mode: the callers' work on the legacy default stream,
+                                  * which this slot's batch waits for (issue_after_callers) */
     uint64_t *done;              /* pinned, mapped, DONE_WORDS words: the last batch's ticket, from
                                   * each block of its last kernel once its results are back in
                                   * `host` (wait_for_gpu) */
@@ -642,6 +644,7 @@ static int cuda_open(gp_engine *e)
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
                    != cudaSuccess
+            || (err = cudaEventCreateWithFlags(&sl->callers, cudaEventDisableTiming)) != cudaSuccess
             || (err = done_words_alloc(sl)) != cudaSuccess
             || (err = step_events_create(e, sl)) != cudaSuccess) {
             cuda_failed(e, err == cudaErrorNotSupported
@@ -799,6 +802,8 @@ static void cuda_close(gp_engine *e)
         arena_free(sl);
         if (sl->copied != NULL)
             cudaEventDestroy(sl->copied);
+        if (sl->callers != NULL)
+            cudaEventDestroy(sl->callers);
         if (sl->done != NULL)
             cudaFreeHost(sl->done);
         for (int k = 0; k <= GP_GPU_STEPS; k++)
@@ -1342,6 +1347,29 @@ static cudaError_t issue_copy_in(gp_wave *wv)
     return err;
 }
 
+/*
+ * Device mode: the caller's buffers were written by its own CUDA work, which EVP does not tell us
+ * about. The slot's stream is non-blocking, so nothing orders it after that work; a cudaMemcpy from
+ * pageable memory returns before its DMA lands ("API synchronization behavior", CUDA Runtime API).
+ * The batch waits for the legacy default stream of its device, which itself follows every blocking
+ * stream's earlier work; work on the caller's non-blocking streams is the caller's to finish first
+ * (README, "Data already on the GPU").
+ */
+static cudaError_t issue_after_callers(gp_wave *wv)
+{
+    gp_cuda_slot *c = wv->c;
+    cudaError_t err;
+    size_t i;
+
+    for (i = 0; i < wv->m && !devmem_data(&wv->reqs[wv->idx[i]]); i++)
+        ;
+    if (i == wv->m)
+        return cudaSuccess;
+    if ((err = cudaEventRecord(c->callers, cudaStreamLegacy)) != cudaSuccess)
+        return err;
+    return cudaStreamWaitEvent(c->stream, c->callers, 0);
+}
+
 /* At least n piece events in the slot (made once, kept); 0: not that many. */
 static int piece_events(gp_cuda_slot *c, size_t n)
 {
@@ -1482,6 +1510,10 @@ static int wave_issue(gp_wave *wv)
     }
     if (wv->fold)   /* the copy kernel reads the pinned arena: every input must be there */
         runs_finish(wv);
+    if ((err = issue_after_callers(wv)) != cudaSuccess) {
+        cuda_failed(e, "ordering after the caller's device work", err);
+        return 0;
+    }
     if ((err = step_mark(c, 0)) != cudaSuccess
         || (!wv->fold && (err = issue_copy_in(wv)) != cudaSuccess)
         || (err = step_mark(c, 1)) != cudaSuccess) {

@@ -952,6 +952,41 @@ static void test_cuda_kinds(void **state)
     EVP_CIPHER_CTX_free(ctx);
 }
 
+/* Ordering: the input written by the caller's asynchronous copy on the default stream, queued
+ * behind a few milliseconds of other default-stream work, is what gets encrypted (gpuprov's streams
+ * are non-blocking: it must wait for the default stream itself; README, "Data already on the GPU"). */
+static void test_cuda_ordering(void **state)
+{
+    enum { N = 65536 };
+    const size_t busy_bytes = (size_t)256 << 20;
+    unsigned char key[16] = { 3 }, iv[16] = { 4 }, *pt = NULL, ref[N], got[N], tag[16];
+    unsigned char *busy = dm_alloc(busy_bytes, 0), *in = dm_alloc(N, 0), *out = dm_alloc(N, 0);
+    int idx = evp_cipher_index("AES-128-CTR"), outl = 0;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+
+    (void)state;
+    cuda_check(cudaMallocHost((void **)&pt, N), "cudaMallocHost");   /* pinned: the copy is truly async */
+    gptest_rand_bytes(pt, N);
+    reference(idx, 1, key, iv, NULL, 0, pt, N, ref, tag);
+    for (int round = 0; round < 4; round++) {
+        dm_fill(in, 0, N);
+        for (int k = 0; k < 16; k++)
+            cuda_check(cudaMemsetAsync(busy, k, busy_bytes, 0), "cudaMemsetAsync");
+        cuda_check(cudaMemcpyAsync(in, pt, N, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync");
+        assert_int_equal(EVP_EncryptInit_ex2(ctx, evp_cipher(g_env, idx, 1), key, iv, NULL), 1);
+        assert_int_equal(set_memory(ctx, "device"), 1);
+        assert_int_equal(EVP_EncryptUpdate(ctx, out, &outl, in, N), 1);
+        assert_int_equal(outl, N);
+        dm_get(got, out, N);
+        assert_memory_equal(got, ref, N);
+    }
+    cudaFreeHost(pt);
+    dm_free(busy);
+    dm_free(in);
+    dm_free(out);
+    EVP_CIPHER_CTX_free(ctx);
+}
+
 /* A driver function in the form it had in CUDA `version` (the test links no libcuda): the
  * pointer's type must be that version's (cuCtxCreate at 12.0 is cuCtxCreate_v3, with affinity
  * parameters; PFN_cuCtxCreate_v3020 is the 3.2 form). */
@@ -1025,6 +1060,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpu_failure),
 #ifdef DEVMEM_TEST_CUDA
         cmocka_unit_test(test_cuda_kinds),
+        cmocka_unit_test(test_cuda_ordering),
         cmocka_unit_test(test_cuda_foreign_context),
 #endif
     };
