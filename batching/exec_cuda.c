@@ -1614,13 +1614,17 @@ static int wave_wait(gp_wave *wv)
 typedef struct piece_source {
     gp_cuda_slot *c;
     size_t ev0;                  /* the request's first piece event */
+    _Atomic int err;             /* a cudaError_t from a wait that failed, for the log (any thread) */
 } piece_source;
 
 static int piece_landed(void *arg, size_t k)
 {
-    const piece_source *ps = arg;
+    piece_source *ps = arg;
+    cudaError_t err = cudaEventSynchronize(ps->c->piece_ev[ps->ev0 + k]);
 
-    return cudaEventSynchronize(ps->c->piece_ev[ps->ev0 + k]) == cudaSuccess;
+    if (err != cudaSuccess)
+        atomic_store_explicit(&ps->err, (int)err, memory_order_relaxed);
+    return err == cudaSuccess;
 }
 
 /* The states, statuses and outputs of the requests whose outputs come back in pieces, once every
@@ -1638,7 +1642,9 @@ static int deliver_pieces(gp_wave *wv)
         if (!back_in_pieces(r))
             continue;
         if (src != NULL) {
-            src[k] = (piece_source){ c, ev };
+            src[k].c = c;
+            src[k].ev0 = ev;
+            atomic_init(&src[k].err, cudaSuccess);
             if (gp_copy_start_when(&wv->g->crew, &c->runs[k], r->out, c->host + wv->work[i].out_off, r->len,
                                    spread_piece(r->len), piece_landed, &src[k]))
                 k++;
@@ -1659,6 +1665,15 @@ static int deliver_pieces(gp_wave *wv)
             r->status = GP_REQ_OK;
         } else {
             ok = 0;
+        }
+    }
+    /* A piece whose wait failed is the GPU's failure like any other: said once (cuda_failed). */
+    for (size_t j = 0; j < k; j++) {
+        const int err = atomic_load_explicit(&src[j].err, memory_order_relaxed);
+
+        if (err != cudaSuccess) {
+            cuda_failed(wv->e, "copy from the GPU", (cudaError_t)err);
+            break;
         }
     }
     OPENSSL_free(src);
