@@ -50,7 +50,7 @@ import os, sys, time
 sys.path.insert(0, "bench")
 import benchlib
 h = benchlib.host_info()
-sites = [l[len("soak: site "):] for l in open(os.environ["SOAK_OUT_FILE"]) if l.startswith("soak: site ")]
+sites = [l[len("soak: site "):].rstrip() for l in open(os.environ["SOAK_OUT_FILE"]) if l.startswith("soak: site ")]
 failed = [s for s in sites if not s.endswith("failed_in=0")]
 never = [s.split()[0] + " " + s.split()[1] for s in sites if s.endswith("failed_in=0")]
 text = ["<!-- soak:begin -->",
