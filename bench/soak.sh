@@ -5,6 +5,7 @@
 # usage: bench/soak.sh [build-dir]    (default build-gpu: a build with -Dcuda=enabled; built here if needed)
 #   SOAK_MINUTES (15), SOAK_EPOCH_SECONDS (3), SOAK_THREADS (8 sync), SOAK_ASYNC_THREADS (4),
 #   SOAK_JOBS (16 a thread), SOAK_MAX_BYTES (16 MiB), SOAK_DEVICE (0, or all), SOAK_SEED,
+#   SOAK_DEVMEM_THREADS (1: threads whose messages are GPU buffers, gpuprov-memory = device),
 #   SOAK_RESULTS=0: leave bench/RESULTS.md and bench/data/ alone (a smoke run; always so without a
 #   GPU), SOAK_OUT (build-dir/soak).
 set -uo pipefail
@@ -32,6 +33,7 @@ env OPENSSL_MODULES="$build/provider/test-module" GPUPROV_BACKEND=hybrid GPUPROV
     GPUPROV_TEST_GHASH_MMA_ANY_BATCH=1 \
   "$build/tests/soak/soak" --seconds "$seconds" --epoch-seconds "${SOAK_EPOCH_SECONDS:-3}" \
     --threads "${SOAK_THREADS:-8}" --async-threads "${SOAK_ASYNC_THREADS:-4}" --jobs "${SOAK_JOBS:-16}" \
+    --devmem-threads "${SOAK_DEVMEM_THREADS:-1}" \
     --max-bytes "${SOAK_MAX_BYTES:-16777216}" --seed "${SOAK_SEED:-0x5EED5EED}" \
     --csv "$out/soak.csv" --markdown "$out/soak.md" > "$out/soak.out" 2> "$out/soak.log"
 rc=$?

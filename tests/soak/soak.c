@@ -36,6 +36,12 @@
  * wrong. A call (or an async job) taking longer than --hang-seconds is hung: the run reports and
  * exits at once. RSS (/proc/self/status) and GPU memory (nvidia-smi, where there is one) are
  * sampled after each epoch.
+ *
+ * Device memory (gpuprov-memory = device): --devmem-threads threads stream messages whose input
+ * and output are GPU buffers (cudaMalloc through the CUDA runtime found at run time; in CI the
+ * test module's stand-in allocations, GPUPROV_TEST_HOST_DEVMEM). There no CPU can take a message
+ * over, so in an epoch with a fault armed a call may fail with an error: such a message is counted
+ * as refused, not wrong; any other difference is wrong, as for host memory.
  */
 
 #define MAX_SITES 256
@@ -68,7 +74,7 @@ static const cipher_info ciphers[] = {
 
 typedef struct options {
     double seconds, epoch_seconds, hang_seconds;
-    int threads, async_threads, jobs, taken_every;
+    int threads, async_threads, jobs, taken_every, devmem_threads;
     size_t max_bytes;
     const char *module_dir, *csv, *markdown;
     int faults;             /* walk the fault sites (needs the test module's table) */
@@ -79,12 +85,13 @@ typedef struct options {
 
 static options opt = {
     .seconds = 60, .epoch_seconds = 3, .hang_seconds = 30, .threads = 4, .async_threads = 2, .jobs = 8,
-    .taken_every = 6, .max_bytes = 16u << 20, .faults = 1,
+    .taken_every = 6, .devmem_threads = 1, .max_bytes = 16u << 20, .faults = 1,
 };
 
 /* Totals over the run. */
 typedef struct counts {
     _Atomic uint64_t ops, bytes, wrong, lost, records, decrypts, tampered, async_ops;
+    _Atomic uint64_t devmem_ops, devmem_refused;   /* device-memory messages; failed under a fault */
 } counts;
 static counts total;
 
@@ -96,6 +103,7 @@ typedef struct busy {
 } busy;
 static busy busy_marks[MAX_THREADS * (MAX_JOBS + 1)];
 static _Atomic int hung;
+static _Atomic int epoch_faulted;   /* this epoch arms a CUDA fault */
 
 /* This epoch's ciphers: [0] gpuprov, [1] the default provider (its own library context). */
 static EVP_CIPHER *gp_ciph[NCIPHERS], *ref_ciph[NCIPHERS];
@@ -169,14 +177,14 @@ typedef struct message {
 } message;
 
 static void run_side(EVP_CIPHER_CTX *ctx, EVP_CIPHER *c, const message *m, const uint8_t *in, uint8_t *out,
-                     side *r, int reinit_only)
+                     side *r, int reinit_only, const OSSL_PARAM *params)
 {
     size_t off = 0;
     int l = 0;
 
     memset(r, 0, sizeof(*r));
     r->rc_init = reinit_only ? EVP_CipherInit_ex2(ctx, NULL, NULL, m->iv, m->enc, NULL)
-                             : EVP_CipherInit_ex2(ctx, c, m->key, m->iv, m->enc, NULL);
+                             : EVP_CipherInit_ex2(ctx, c, m->key, m->iv, m->enc, params);
     if (r->rc_init != 1)
         return;
     if (m->ci->aead && !m->enc)
@@ -306,6 +314,29 @@ static void message_pick(uint64_t *s, message *m, size_t max_len, int record)
     m->enc = (int)(rnd(s) % 3) != 0;   /* a third decrypts */
 }
 
+/* The message's input in b->in: random bytes to encrypt, or the default provider's ciphertext of
+ * them (and its tag, a eighth of the time tampered with) to decrypt. */
+static void message_input(uint64_t *s, message *m, buffers *b)
+{
+    rnd_bytes(s, b->in, m->len);
+    if (!m->enc) {
+        message e = *m;
+        side t;
+        EVP_CIPHER_CTX *ce = EVP_CIPHER_CTX_new();
+
+        e.enc = 1;
+        run_side(ce, ref_ciph[m->ci_index], &e, b->in, b->ct, &t, 0, NULL);
+        EVP_CIPHER_CTX_free(ce);
+        memcpy(m->tag_in, t.tag, 16);
+        m->tamper = m->ci->aead && (int)(rnd(s) % 8) == 0;
+        if (m->tamper)
+            m->tag_in[rnd(s) % 16] ^= (uint8_t)(1u << (rnd(s) % 8));
+        memcpy(b->in, b->ct, m->len);
+        atomic_fetch_add(&total.decrypts, 1);
+        atomic_fetch_add(&total.tampered, (uint64_t)m->tamper);
+    }
+}
+
 /*
  * One unit of traffic: a streamed message (encrypt, or decrypt of the default's ciphertext with
  * its tag, sometimes tampered), or 1-8 TLS-like records on one pair of contexts (an IV-only
@@ -333,32 +364,15 @@ static void traffic_once(uint64_t *s, buffers *b, busy *mark)
             m.ci = first.ci;
             memcpy(m.key, first.key, sizeof(m.key));
         }
-        rnd_bytes(s, b->in, m.len);
-        if (!m.enc) {
-            /* The default provider's ciphertext (and tag) of b->in is what gpuprov decrypts. */
-            message e = m;
-            side t;
-            EVP_CIPHER_CTX *ce = EVP_CIPHER_CTX_new();
-
-            e.enc = 1;
-            run_side(ce, ref_ciph[m.ci_index], &e, b->in, b->ct, &t, 0);
-            EVP_CIPHER_CTX_free(ce);
-            memcpy(m.tag_in, t.tag, 16);
-            m.tamper = m.ci->aead && (int)(rnd(s) % 8) == 0;
-            if (m.tamper)
-                m.tag_in[rnd(s) % 16] ^= (uint8_t)(1u << (rnd(s) % 8));
-            memcpy(b->in, b->ct, m.len);
-            atomic_fetch_add(&total.decrypts, 1);
-            atomic_fetch_add(&total.tampered, (uint64_t)m.tamper);
-        }
+        message_input(s, &m, b);
         memset(b->out_gp, CANARY, m.len + 16);
         memset(b->out_ref, 0, m.len + 16);
         mark->what = m.ci->name;
         atomic_store(&mark->len, m.len);
         atomic_store(&mark->since_ns, now_ns());
-        run_side(cg, gp_ciph[m.ci_index], &m, b->in, b->out_gp, &g, rec > 0);
+        run_side(cg, gp_ciph[m.ci_index], &m, b->in, b->out_gp, &g, rec > 0, NULL);
         atomic_store(&mark->since_ns, 0);
-        run_side(cr, ref_ciph[m.ci_index], &m, b->in, b->out_ref, &r, rec > 0);
+        run_side(cr, ref_ciph[m.ci_index], &m, b->in, b->out_ref, &r, rec > 0, NULL);
         if (opt.spoil_every > 0 && rnd(s) % opt.spoil_every == 0 && g.outl > 0)
             b->out_gp[rnd(s) % (uint64_t)g.outl] ^= 0x01;
         if (opt.drop_every > 0 && rnd(s) % opt.drop_every == 0 && g.outl > 0)
@@ -487,6 +501,175 @@ static void *async_main(void *v)
         ASYNC_WAIT_CTX_free(slots[i].wctx);
     }
     ASYNC_cleanup_thread();
+    return NULL;
+}
+
+/* ---- device memory ---- */
+
+/* How the soak gets GPU buffers: the CUDA runtime (libcudart, opened at run time so the soak builds
+ * without CUDA), or the test module's stand-in (plain memory that the host executor reads). */
+typedef struct devmem_api {
+    const char *how;
+    void *(*alloc)(size_t n);
+    void (*release)(void *p);
+    int (*put)(void *dst, const void *src, size_t n);   /* host to device; 1: done */
+    int (*get)(void *dst, const void *src, size_t n);   /* device to host */
+} devmem_api;
+
+static devmem_api devmem;   /* .alloc NULL: no device-memory traffic */
+static int (*cuda_malloc)(void **p, size_t n);
+static int (*cuda_free)(void *p);
+static int (*cuda_memcpy)(void *dst, const void *src, size_t n, int kind);   /* cudaMemcpyKind: 1 HtoD, 2 DtoH */
+static void *(*standin_alloc)(size_t n, int gpu);
+static void (*standin_free)(void *p);
+
+static void *cuda_alloc_fn(size_t n)
+{
+    void *p = NULL;
+
+    return cuda_malloc(&p, n) == 0 ? p : NULL;
+}
+static void cuda_release_fn(void *p) { (void)cuda_free(p); }
+static int cuda_put_fn(void *d, const void *h, size_t n) { return cuda_memcpy(d, h, n, 1) == 0; }
+static int cuda_get_fn(void *h, const void *d, size_t n) { return cuda_memcpy(h, d, n, 2) == 0; }
+static void *standin_alloc_fn(size_t n) { return standin_alloc(n, 0); }
+static void standin_release_fn(void *p) { standin_free(p); }
+static int standin_copy_fn(void *dst, const void *src, size_t n) { memcpy(dst, src, n); return 1; }
+
+/* Once, with gpuprov loaded: the stand-in where GPUPROV_TEST_HOST_DEVMEM asks for it, else the CUDA
+ * runtime where it opens and sees a GPU; else none (said once). */
+static void devmem_choose(void)
+{
+    const char *standin = getenv("GPUPROV_TEST_HOST_DEVMEM");
+    static const char *const runtimes[] = { "libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                                            "/usr/local/cuda/lib64/libcudart.so" };
+    int (*count)(int *) = NULL;
+    int n = 0;
+
+    if (opt.devmem_threads == 0)
+        return;
+    if (standin != NULL && strcmp(standin, "1") == 0) {
+        devmem = (devmem_api){ "the test module's stand-in", standin_alloc_fn, standin_release_fn, standin_copy_fn,
+                               standin_copy_fn };
+        return;
+    }
+    for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]) && count == NULL; i++) {
+        void *h = dlopen(runtimes[i], RTLD_NOW);
+
+        if (h == NULL)
+            continue;
+        *(void **)&count = dlsym(h, "cudaGetDeviceCount");
+        *(void **)&cuda_malloc = dlsym(h, "cudaMalloc");
+        *(void **)&cuda_free = dlsym(h, "cudaFree");
+        *(void **)&cuda_memcpy = dlsym(h, "cudaMemcpy");
+        if (count == NULL || cuda_malloc == NULL || cuda_free == NULL || cuda_memcpy == NULL)
+            count = NULL;
+    }
+    if (count != NULL && count(&n) == 0 && n > 0) {
+        devmem = (devmem_api){ "CUDA (cudaMalloc)", cuda_alloc_fn, cuda_release_fn, cuda_put_fn, cuda_get_fn };
+        return;
+    }
+    opt.devmem_threads = 0;
+    printf("soak: no device-memory traffic (no CUDA runtime with a GPU; GPUPROV_TEST_HOST_DEVMEM=1 takes the "
+           "test module's stand-in)\n");
+}
+
+/* Each epoch, once gpuprov is loaded: the stand-in's functions in this load of the module. */
+static void devmem_bind(void)
+{
+    char path[4096];
+    void *h;
+
+    if (devmem.alloc != standin_alloc_fn)
+        return;
+    snprintf(path, sizeof(path), "%s/gpuprov.so", opt.module_dir);
+    if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL
+        || (*(void **)&standin_alloc = dlsym(h, "gpuprov_test_devmem_alloc")) == NULL
+        || (*(void **)&standin_free = dlsym(h, "gpuprov_test_devmem_free")) == NULL) {
+        fprintf(stderr, "soak: %s exports no gpuprov_test_devmem_alloc (not the test module)\n", path);
+        exit(2);
+    }
+    dlclose(h);   /* the provider keeps it loaded */
+}
+
+/* Which of gpuprov's calls failed where the default's succeeded (device mode: a refusal). */
+static int gp_failed_more(const side *g, const side *r)
+{
+    return (g->rc_init != 1 && r->rc_init == 1) || (g->rc_aad != 1 && r->rc_aad == 1)
+           || (g->rc_update != 1 && r->rc_update == 1) || (g->rc_final != 1 && r->rc_final == 1)
+           || (g->rc_tag != 1 && r->rc_tag == 1);
+}
+
+/* One streamed message through device buffers din and dout (dout == din: in place), judged
+ * against the default provider on the host copy of the same bytes. */
+static void devmem_traffic_once(uint64_t *s, buffers *b, uint8_t *din, uint8_t *dout, size_t cap, busy *mark)
+{
+    static char memory[] = "device";
+    const OSSL_PARAM params[] = { OSSL_PARAM_utf8_string("gpuprov-memory", memory, 6), OSSL_PARAM_END };
+    EVP_CIPHER_CTX *cg = EVP_CIPHER_CTX_new(), *cr = EVP_CIPHER_CTX_new();
+    uint8_t *out = (int)(rnd(s) % 3) == 0 ? din : dout;
+    message m;
+    side g, r;
+
+    if (cg == NULL || cr == NULL) {
+        fprintf(stderr, "soak: out of memory\n");
+        exit(2);
+    }
+    message_pick(s, &m, cap - 16, 0);
+    message_input(s, &m, b);
+    memset(b->out_gp, CANARY, m.len + 16);
+    if (!devmem.put(din, b->in, m.len + 16) || (out != din && !devmem.put(dout, b->out_gp, m.len + 16))) {
+        fprintf(stderr, "soak: copying to the GPU failed\n");
+        exit(2);
+    }
+    mark->what = m.ci->name;
+    atomic_store(&mark->len, m.len);
+    atomic_store(&mark->since_ns, now_ns());
+    run_side(cg, gp_ciph[m.ci_index], &m, din, out, &g, 0, params);
+    atomic_store(&mark->since_ns, 0);
+    if (g.rc_init == 1) {   /* the mode took: a message in host mode would prove nothing here */
+        char got[16] = "";
+        OSSL_PARAM q[] = { OSSL_PARAM_utf8_string("gpuprov-memory", got, sizeof(got)), OSSL_PARAM_END };
+
+        if (EVP_CIPHER_CTX_get_params(cg, q) != 1 || strcmp(got, "device") != 0) {
+            fprintf(stderr, "soak: gpuprov-memory reads \"%s\" after an init that set \"device\"\n", got);
+            exit(2);
+        }
+    }
+    if (!devmem.get(b->out_gp, out, m.len + 16)) {
+        fprintf(stderr, "soak: copying from the GPU failed\n");
+        exit(2);
+    }
+    run_side(cr, ref_ciph[m.ci_index], &m, b->in, b->out_ref, &r, 0, NULL);
+    atomic_fetch_add(&total.devmem_ops, 1);
+    if (atomic_load(&epoch_faulted) && gp_failed_more(&g, &r) && ERR_peek_error() != 0) {
+        atomic_fetch_add(&total.devmem_refused, 1);   /* a GPU fault: no CPU can take device memory */
+        atomic_fetch_add(&total.ops, 1);
+    } else {
+        judge(&m, &g, &r, b->out_gp, b->out_ref, out == din ? "device in-place" : "device");
+    }
+    ERR_clear_error();
+    EVP_CIPHER_CTX_free(cg);
+    EVP_CIPHER_CTX_free(cr);
+}
+
+static void *devmem_main(void *v)
+{
+    source *src = v;
+    size_t mark = (size_t)src->index * (MAX_JOBS + 1);
+    buffers *b = buffers_of(mark);
+    const size_t cap = b->cap < ((size_t)4 << 20) + 16 ? b->cap : ((size_t)4 << 20) + 16;
+    uint8_t *din = devmem.alloc(cap), *dout = devmem.alloc(cap);
+    uint64_t s = src->seed;
+
+    if (din == NULL || dout == NULL) {
+        fprintf(stderr, "soak: no GPU memory for the device-memory traffic\n");
+        exit(2);
+    }
+    while (!atomic_load(&stop) && !atomic_load(&hung))
+        devmem_traffic_once(&s, b, din, dout, cap, &busy_marks[mark]);
+    devmem.release(din);
+    devmem.release(dout);
     return NULL;
 }
 
@@ -649,7 +832,8 @@ int main(int argc, char **argv)
 
         if (v == NULL && strcmp(a, "--no-faults") != 0) {
             fprintf(stderr, "usage: soak [--seconds S] [--epoch-seconds S] [--threads N] [--async-threads N] "
-                    "[--jobs N] [--max-bytes N] [--hang-seconds S] [--taken-every N] [--seed N] [--module-dir DIR] "
+                    "[--jobs N] [--devmem-threads N] [--max-bytes N] [--hang-seconds S] [--taken-every N] [--seed N] "
+                    "[--module-dir DIR] "
                     "[--csv FILE] [--markdown FILE] [--no-faults] [--spoil-every N] [--drop-every N]\n");
             return 2;
         }
@@ -663,6 +847,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--threads") == 0) opt.threads = atoi(v);
         else if (strcmp(a, "--async-threads") == 0) opt.async_threads = atoi(v);
         else if (strcmp(a, "--jobs") == 0) opt.jobs = atoi(v);
+        else if (strcmp(a, "--devmem-threads") == 0) opt.devmem_threads = atoi(v);
         else if (strcmp(a, "--max-bytes") == 0) opt.max_bytes = (size_t)strtoull(v, NULL, 10);
         else if (strcmp(a, "--hang-seconds") == 0) opt.hang_seconds = atof(v);
         else if (strcmp(a, "--taken-every") == 0) opt.taken_every = atoi(v);
@@ -679,7 +864,8 @@ int main(int argc, char **argv)
     }
     if (opt.module_dir == NULL)
         opt.module_dir = getenv("OPENSSL_MODULES");
-    if (opt.module_dir == NULL || opt.threads + opt.async_threads < 1 || opt.threads + opt.async_threads > MAX_THREADS
+    if (opt.module_dir == NULL || opt.threads + opt.async_threads < 1 || opt.devmem_threads < 0
+        || opt.threads + opt.async_threads + opt.devmem_threads > MAX_THREADS
         || opt.jobs < 1 || opt.jobs > MAX_JOBS || opt.max_bytes > (size_t)1 << 30 || opt.epoch_seconds <= 0) {
         fprintf(stderr, "soak: needs --module-dir (or OPENSSL_MODULES), 1-%d threads, 1-%d jobs, at most 1 GiB "
                 "messages\n", MAX_THREADS, MAX_JOBS);
@@ -734,6 +920,7 @@ int main(int argc, char **argv)
             }
         }
         setenv("GPUPROV_TEST_CUDA_FAULT_CALL", fault, 1);
+        atomic_store(&epoch_faulted, strcmp(fault, "none") != 0);
         set_env_num("GPUPROV_TEST_CUDA_FAULT_LINE", line);
         set_env_num("GPUPROV_TEST_CUDA_FAULT_SKIP", skip);
         set_env_num("GPUPROV_TEST_CUDA_FAULT_TIMES", times);
@@ -745,6 +932,9 @@ int main(int argc, char **argv)
             ERR_print_errors_fp(stderr);
             return 2;
         }
+        if (epoch == 0)
+            devmem_choose();
+        devmem_bind();
         if (sites_fn == NULL) {
             void *h;
 
@@ -760,17 +950,19 @@ int main(int argc, char **argv)
                 return 2;
             }
         atomic_store(&stop, 0);
-        for (int i = 0; i < opt.threads + opt.async_threads; i++) {
+        for (int i = 0; i < opt.threads + opt.async_threads + opt.devmem_threads; i++) {
             src[i].index = i;
             src[i].seed = rnd(&seed) | 1;
-            pthread_create(&src[i].thread, NULL, i < opt.threads ? sync_main : async_main, &src[i]);
+            pthread_create(&src[i].thread, NULL, i < opt.threads ? sync_main
+                                                 : i < opt.threads + opt.async_threads ? async_main : devmem_main,
+                           &src[i]);
         }
         for (uint64_t t0 = now_ns(); !atomic_load(&hung) && (double)(now_ns() - t0) / 1e9 < opt.epoch_seconds;)
             usleep(20000);
         atomic_store(&stop, 1);
         if (atomic_load(&hung))
             break;   /* a hung call cannot be joined: report now */
-        for (int i = 0; i < opt.threads + opt.async_threads; i++)
+        for (int i = 0; i < opt.threads + opt.async_threads + opt.devmem_threads; i++)
             pthread_join(src[i].thread, NULL);
         provider_read(gp, &pc);
         for (size_t c = 0; c < NCIPHERS; c++)
@@ -832,7 +1024,7 @@ int main(int argc, char **argv)
         FILE *md = opt.markdown != NULL ? fopen(opt.markdown, "w") : NULL;
         uint64_t wrong = atomic_load(&total.wrong), lost = atomic_load(&total.lost);
         int pass = wrong == 0 && lost == 0 && !atomic_load(&hung) && rss_flat && gpu_flat
-                   && atomic_load(&total.ops) > 0;
+                   && atomic_load(&total.ops) > 0 && (opt.devmem_threads == 0 || atomic_load(&total.devmem_ops) > 0);
 
         for (size_t k = 0; k < nsites; k++) {
             sites_armed += sites[k].armed > 0;
@@ -843,6 +1035,9 @@ int main(int argc, char **argv)
                atomic_load(&total.bytes), atomic_load(&total.records), atomic_load(&total.decrypts),
                atomic_load(&total.tampered), atomic_load(&total.async_ops));
         printf("soak: wrong=%" PRIu64 " lost=%" PRIu64 " hung=%d\n", wrong, lost, atomic_load(&hung));
+        if (opt.devmem_threads > 0)
+            printf("soak: device memory (%s): %d threads, ops=%" PRIu64 " refused under a fault=%" PRIu64 "\n",
+                   devmem.how, opt.devmem_threads, atomic_load(&total.devmem_ops), atomic_load(&total.devmem_refused));
         printf("soak: gpuprov ops=%" PRIu64 " cuda_ops=%" PRIu64 " batches=%" PRIu64 " fallbacks=%" PRIu64 "\n",
                gp_ops, cuda_ops, batches, fallbacks);
         printf("soak: call sites reached=%zu armed=%zu failed=%zu; GPU taken away in %" PRIu64 " epochs (reached in %"
@@ -872,6 +1067,10 @@ int main(int argc, char **argv)
             fprintf(md, "| traffic | %d sync threads, %d threads x %d async jobs; 8 ciphers; 0 B-%zu MiB; %" PRIu64
                     " TLS-like records |\n", opt.threads, opt.async_threads, opt.jobs, opt.max_bytes >> 20,
                     atomic_load(&total.records));
+            if (opt.devmem_threads > 0)
+                fprintf(md, "| device memory (`gpuprov-memory = device`, %s) | %d threads; %" PRIu64 " messages of "
+                        "up to 4 MiB, %" PRIu64 " refused under a fault (no CPU can take them) |\n", devmem.how,
+                        opt.devmem_threads, atomic_load(&total.devmem_ops), atomic_load(&total.devmem_refused));
             fprintf(md, "| messages checked against the default provider | %" PRIu64 " (%.1f GB; %" PRIu64
                     " decryptions, %" PRIu64 " with a wrong tag) |\n", atomic_load(&total.ops),
                     (double)atomic_load(&total.bytes) / 1e9, atomic_load(&total.decrypts), atomic_load(&total.tampered));
