@@ -7,6 +7,8 @@
 #   FUZZ_JOBS=N runs N fuzzing processes at once (libFuzzer -fork); FUZZ_ARGS adds libFuzzer flags;
 #   FUZZ_RUNS=N stops after N executions (SECONDS still bounds the time); FUZZ_FRESH=1 starts from
 #   tests/fuzz/corpus alone, as a fresh clone does (what earlier runs found is set aside).
+#   FUZZ_BIN_DIR=DIR: run DIR/fuzz_evp_diff with the module DIR/gpuprov.so, built elsewhere (a GPU host
+#   without clang: build build-fuzz-cuda on a machine with it and copy the two files over).
 # First replays tests/fuzz/regress/ (inputs that found bugs), then fuzzes from tests/fuzz/corpus/
 # plus what earlier runs in BUILD_DIR found. Exit status 0 only if no difference and no sanitizer
 # report; a failing input is left in BUILD_DIR/fuzz-artifacts-EXECUTOR/ and its decoded call
@@ -21,21 +23,29 @@ case "$ex" in
   cuda|hybrid-cuda) build=${3:-build-fuzz-cuda}; cuda=enabled ;;
   *) echo "fuzz: unknown executor $ex (host, cpu, hybrid, cuda, hybrid-cuda)" >&2; exit 2 ;;
 esac
-command -v clang >/dev/null || { echo "fuzz: clang is needed (tests/install-deps.sh installs it)" >&2; exit 2; }
-
-# The module and the target carry ASan, UBSan and libFuzzer's coverage hooks (meson.build: fuzz).
-opts=(-Dfuzz=true -Dcuda=$cuda -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all)
-if [ -d "$build/meson-private" ]; then
-  meson setup "$build" --reconfigure "${opts[@]}" >/dev/null
+if [ -n "${FUZZ_BIN_DIR:-}" ]; then
+  prebuilt=$(cd "$FUZZ_BIN_DIR" && pwd)
+  [ -x "$prebuilt/fuzz_evp_diff" ] && [ -f "$prebuilt/gpuprov.so" ] \
+    || { echo "fuzz: FUZZ_BIN_DIR needs fuzz_evp_diff and gpuprov.so (the test module)" >&2; exit 2; }
+  mkdir -p "$build"
+  bin="$prebuilt/fuzz_evp_diff"
+  export GPUPROV_FUZZ_MODULE_DIR="$prebuilt"
 else
-  CC=clang meson setup "$build" "${opts[@]}" >/dev/null
+  command -v clang >/dev/null || { echo "fuzz: clang is needed (tests/install-deps.sh installs it)" >&2; exit 2; }
+  # The module and the target carry ASan, UBSan and libFuzzer's coverage hooks (meson.build: fuzz).
+  opts=(-Dfuzz=true -Dcuda=$cuda -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all)
+  if [ -d "$build/meson-private" ]; then
+    meson setup "$build" --reconfigure "${opts[@]}" >/dev/null
+  else
+    CC=clang meson setup "$build" "${opts[@]}" >/dev/null
+  fi
+  ninja -C "$build" provider/test-module/gpuprov.so tests/fuzz/fuzz_evp_diff >/dev/null
+  bin="$build/tests/fuzz/fuzz_evp_diff"
+  # The test module: the GPUPROV_TEST_* hooks below exist only there (batching/settings.c).
+  export GPUPROV_FUZZ_MODULE_DIR="$root/$build/provider/test-module"
 fi
-ninja -C "$build" provider/test-module/gpuprov.so tests/fuzz/fuzz_evp_diff >/dev/null
-bin="$build/tests/fuzz/fuzz_evp_diff"
 
 # The executor's environment, as the test suites run it (tests/meson.build exec_env).
-# The test module: the GPUPROV_TEST_* hooks below exist only there (batching/settings.c).
-export GPUPROV_FUZZ_MODULE_DIR="$root/$build/provider/test-module"
 hybrid_knobs=(GPUPROV_BACKEND=hybrid GPUPROV_MIN_GPU_BYTES=256 GPUPROV_LONE_GPU_BYTES=0 GPUPROV_GPU_SHARE=0.5)
 case "$ex" in
   host)   envs=(GPUPROV_BACKEND=host GPUPROV_TEST_HOST_INFLIGHT=2 GPUPROV_TEST_HOST_STAGE=1 GPUPROV_TEST_STAGE_ONE_THREAD=1) ;;
