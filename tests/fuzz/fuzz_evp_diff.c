@@ -1297,9 +1297,14 @@ static void op_tls_record(fz *f, reader *r)
               reclen, f->ivlen, d.rc[1]);
         free(buf[1]);
         free(src);
-        if (ok_rc(d.rc[1]))
+        if (ok_rc(d.rc[1]) && f->tls_aad_refused && !strict_findings) {
+            /* A refused TLS1_AAD since: gpuprov left TLS record mode (F5), so this was an update. */
+            trace(f, "   open finding %s; both sides restart\n", finding_name[F_GCM_REFUSED_TLS_AAD]);
+            finding_hits[F_GCM_REFUSED_TLS_AAD]++;
+        } else if (ok_rc(d.rc[1])) {
             differ(f, "TLS record with a %zu-byte IV: gpuprov must refuse it (rc %d, reason %d)", f->ivlen, d.rc[1],
                    d.reason);
+        }
         resync(f, "TLS record with an IV shorter than its explicit nonce");
         return;
     }
