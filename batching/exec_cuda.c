@@ -1032,7 +1032,8 @@ typedef struct gp_wave {
     unsigned int flags;          /* GP_BATCH_* for the kernels */
     /* plan: */
     size_t nrefs, nmma, nup, nwipes, nstaged, staged_pieces, nspows;
-    size_t ndevcopy;             /* device-mode requests copied through the staged region */
+    size_t ndevmem;              /* device-mode data requests (issue_after_callers) */
+    size_t ndevcopy;             /* of them, those copied through the staged region */
     /* layout: the arena's regions (offsets in both arenas) and the copy lists' room */
     size_t refs_off, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
     size_t lists_off, total, nin_cap, nout_cap;
@@ -1082,6 +1083,7 @@ static void wave_plan(gp_wave *wv)
             wv->staged_pieces += copy_pieces(r->len);
         }
         wv->nspows += pows_staged(r, &c->jobs[i]);
+        wv->ndevmem += devmem_data(r);
     }
     /* Where each key is: resident, to be uploaded by this batch, or carried in its arena. */
     if (wv->kt != NULL) {
@@ -1359,11 +1361,8 @@ static cudaError_t issue_after_callers(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
     cudaError_t err;
-    size_t i;
 
-    for (i = 0; i < wv->m && !devmem_data(&wv->reqs[wv->idx[i]]); i++)
-        ;
-    if (i == wv->m)
+    if (wv->ndevmem == 0)
         return cudaSuccess;
     if ((err = cudaEventRecord(c->callers, cudaStreamLegacy)) != cudaSuccess)
         return err;

@@ -25,8 +25,8 @@
  *      its part when both are busy.
  * Rules 3 and 4 do not apply inside an async job: a message there that runs on the CPU never
  * pauses its job, so the thread that drives every other job (openssl speed's, a server's) computes
- * it while none of the others can submit or collect, and a stream stays there for good (one
- * speed job's message took the whole run while the GPU's messages waited); they all go to the GPU.
+ * it while none of the others can submit or collect, for as long as the message lasts (a stream:
+ * all of it); they all go to the GPU.
  * A message is routed once (at its first data request: held AAD waits for it) and stays where it
  * started, because the cpu executor keeps its own default-provider state; a stream cipher's message
  * on the cpu lane (CTR, ChaCha20: no MAC state) may leave it for the engine at an update boundary
