@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <openssl/core_names.h>
+#include <openssl/err.h>
 
 #include "cipher_ctx.h"
 
@@ -43,13 +44,18 @@ void gp_lane_close(gp_cipher_ctx *ctx)
 
     if (l->d == NULL)
         return;
-    /* An encryption's tag lives in the lane's context: GET_TAG may still come after it closes. */
+    /* An encryption's tag lives in the lane's context: GET_TAG may still come after it closes. Only
+     * an encrypting context can be asked (the default refuses GET_TAG when decrypting), and the
+     * question is gpuprov's own: whatever it answers stays off the caller's error queue, where the
+     * error of the call that closed the lane must be the last one. */
     if (l->has_tag && ctx->tag_ready) {
         OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
 
         p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, sizeof(ctx->tag));
-        if (!l->d->get_ctx_params(l->algctx, p))
+        ERR_set_mark();
+        if (!ctx->enc || !l->d->get_ctx_params(l->algctx, p))
             ctx->tag_ready = 0;
+        ERR_pop_to_mark();
     }
     gp_engine_count_lane(ctx->provctx->engine, l->calls, l->bytes);
     l->d->freectx(l->algctx);   /* the default provider cleanses its key schedule */

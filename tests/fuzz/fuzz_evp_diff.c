@@ -396,7 +396,7 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
        F_GCM_REFUSED_TLS_AAD, F_CCP_CIPHER_FINAL, F_AEAD_REKEY_MIDMSG,
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
-       F_GCM_FINAL_TLS_PENDING, F_CCP_LANE_AAD_IN_TLS_MODE,
+       F_GCM_FINAL_TLS_PENDING,
        R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS,
        R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG,
        R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG, F_COUNT };
@@ -416,7 +416,6 @@ static const char *const finding_name[F_COUNT] = {
     "F14: ChaCha20-Poly1305 key re-init with a TLS1_AAD pending: the default drops TLS record mode, gpuprov keeps it",
     "F15: GCM IV re-init with a TLS1_AAD pending: gpuprov leaves TLS record mode, the default stays in it",
     "F16: GCM Final with a TLS1_AAD pending: both refuse; the default leaves TLS record mode and ends the message, gpuprov stays in TLS mode",
-    "F17: ChaCha20-Poly1305 on the cpu lane with a TLS1_AAD pending (after a 0-byte EVP_Cipher record): an AAD update fails with the lane's default context's own error (tag not set), where the default takes it as AAD (F13's difference, another reason)",
     "R2 (default provider): GCM encrypt: a refused SET_TAG still overwrites the default's computed tag",
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
@@ -476,9 +475,6 @@ static int open_finding(const fz *f, enum op op, const duo_rc *d)
     if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
         && d->reason == GP_R_INVALID_TLS_RECORD)
         return F_CCP_AAD_IN_TLS_MODE;
-    if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
-        && d->reason == PROV_R_TAG_NOT_SET)
-        return F_CCP_LANE_AAD_IN_TLS_MODE;
     return -1;
 }
 
