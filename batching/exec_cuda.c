@@ -1032,10 +1032,11 @@ typedef struct gp_wave {
     unsigned int flags;          /* GP_BATCH_* for the kernels */
     /* plan: */
     size_t nrefs, nmma, nup, nwipes, nstaged, staged_pieces, nspows;
+    size_t nspans;               /* span counters of the wave's requests (kernels/units.h "Spans") */
     size_t ndevmem;              /* device-mode data requests (issue_after_callers) */
     size_t ndevcopy;             /* of them, those copied through the staged region */
     /* layout: the arena's regions (offsets in both arenas) and the copy lists' room */
-    size_t refs_off, work_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
+    size_t refs_off, work_off, spans_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
     size_t lists_off, total, nin_cap, nout_cap;
     int fold;                    /* descriptors, inputs and results move by the copy kernels */
     gp_unit_ref *refs;
@@ -1073,6 +1074,7 @@ static void wave_plan(gp_wave *wv)
 
         gp_job_plan(&c->jobs[i], &r->msg->st, op_of(r), len, (uint32_t)r->aad_len);
         wv->nrefs += !gp_lead_idle(&c->jobs[i], &r->msg->st) + c->jobs[i].nunits;
+        wv->nspans += c->jobs[i].nspans;
         if (gp_alg_is_aes(r->msg->st.alg))
             wv->flags |= GP_BATCH_AES;
         if (staged_on_gpu(r)) {
@@ -1144,7 +1146,8 @@ static int wave_layout(gp_wave *wv)
     size_t off;
 
     wv->work_off = ALIGN16(wv->refs_off + (wv->nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
-    wv->in_off = ALIGN16(wv->work_off + m * sizeof(gp_work));
+    wv->spans_off = ALIGN16(wv->work_off + m * sizeof(gp_work));   /* copied in with the descriptors */
+    wv->in_off = ALIGN16(wv->spans_off + wv->nspans * sizeof(uint32_t));
     off = wv->in_off;
     for (size_t i = 0; i < m; i++)
         off += ALIGN16(c->jobs[i].aad_len)
@@ -1166,7 +1169,7 @@ static int wave_layout(gp_wave *wv)
     wv->part_off = ALIGN128(off);
     off = wv->part_off;
     for (size_t i = 0; i < m; i++)
-        off += ALIGN128((size_t)c->jobs[i].nunits * GP_PARTIAL_BYTES);
+        off += ALIGN128((size_t)gp_partials_bytes(&c->jobs[i]));
     wv->spows_off = ALIGN128(off);   /* staged powers: device only, like staged data */
     off = wv->spows_off + wv->nspows * POWS_STRIDE;
     wv->stage_off = ALIGN128(off);
@@ -1206,7 +1209,7 @@ static void wave_fill(gp_wave *wv)
     const size_t m = wv->m;
 
     size_t in_pos = wv->in_off, part_pos = wv->part_off, out_pos = wv->out_off, stage_pos = wv->stage_off, ref = 0, mma_put = 0;
-    size_t key_pos = wv->keys_off, spows_pos = wv->spows_off;
+    size_t key_pos = wv->keys_off, spows_pos = wv->spows_off, span_pos = wv->spans_off;
 
     for (size_t i = 0; i < m; i++) {
         const gp_request *r = &reqs[idx[i]];
@@ -1281,8 +1284,14 @@ static void wave_fill(gp_wave *wv)
             }
         }
         memcpy(c->host + w->state_off, &r->msg->st, sizeof(gp_msg_state));
-        const int lead = gp_work_plan_lead(w, (gp_msg_state *)(c->host + w->state_off));
-        part_pos += ALIGN128((size_t)w->job.nunits * GP_PARTIAL_BYTES);
+        if (w->job.nspans != 0) {
+            w->spans_off = (uint32_t)span_pos;   /* the descriptors' region: well under 4 GiB */
+            memset(c->host + span_pos, 0, w->job.nspans * sizeof(uint32_t));
+            span_pos += w->job.nspans * sizeof(uint32_t);
+        }
+        const int lead = gp_work_plan_lead(w, (gp_msg_state *)(c->host + w->state_off),
+                                           (uint32_t *)(c->host + w->spans_off));
+        part_pos += ALIGN128((size_t)gp_partials_bytes(&w->job));
         /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
          * lane of serial work) beside a unit in the same warp waited out the unit's whole
          * lane work before running; the lone request's finish then waited for the lead. */

@@ -21,10 +21,12 @@
 static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
 {
     uint8_t small[16 * GP_PARTIAL_BYTES], *partials = small;
+    size_t pbytes;
     gp_job j;
 
     gp_job_plan(&j, &m->st, m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len, (uint32_t)r->aad_len);
-    if (j.nunits > 16 && (partials = OPENSSL_malloc((size_t)j.nunits * GP_PARTIAL_BYTES)) == NULL)
+    pbytes = (size_t)gp_partials_bytes(&j);
+    if (pbytes > sizeof(small) && (partials = OPENSSL_malloc(pbytes)) == NULL)
         return 0;
     if (j.nunits > 0) {
         const gp_mac_pows *pw = gp_kstate_pows(m, ks, &j);
@@ -41,7 +43,7 @@ static int host_crypt(gp_msg *m, const gp_key_sched *ks, gp_request *r)
     } else {
         gp_unit_lead(&m->st, ks, &j, r->aad, r->in, r->out);
     }
-    OPENSSL_cleanse(partials, (size_t)(j.nunits > 16 ? j.nunits : 16) * GP_PARTIAL_BYTES);
+    OPENSSL_cleanse(partials, pbytes > sizeof(small) ? pbytes : sizeof(small));
     if (partials != small)
         OPENSSL_free(partials);
     OPENSSL_cleanse(&j, sizeof(j));

@@ -264,7 +264,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
 {
     gp_key_sched ks;
     uint8_t key[32], iv[16];
-    size_t nrefs = 0, refs_off = 0, work_off, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off;
+    size_t nrefs = 0, refs_off = 0, work_off, spans_off, part_stride, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off;
     size_t total;
     uint8_t *host, *dev, *backup;
     gp_unit_ref *refs;
@@ -285,15 +285,17 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
      * the engine's batches do (batching/exec_cuda.c); the others are copies of one. */
     key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
     work_off = (refs_off + (nrefs + 1) * sizeof(gp_unit_ref) + 127) & ~(size_t)127;   /* + claim counter */
-    key_off = work_off + nmsg * sizeof(gp_work);
+    spans_off = work_off + nmsg * sizeof(gp_work);   /* span counters, restored with the plan */
+    key_off = spans_off + nmsg * job.nspans * sizeof(uint32_t);
     key_off = (key_off + 127) & ~(size_t)127;
+    part_stride = ((size_t)gp_partials_bytes(&job) + 127) & ~(size_t)127;
     mma_off = key_off + nmsg * key_stride;
     /* GCM's tensor-core matrix, as the cuda executor decides (kernels/ghash_mma.h): one key, one copy. */
     use_mma = gp_ghash_mma_wanted(alg, job.nunits, nmsg * job.nunits,
                                   gp_kernel_warps_at_once(&shape));
     in_off = mma_off + (use_mma ? sizeof(gp_ghash_mma) : 0);
     part_off = in_off + nmsg * msg;
-    states_off = part_off + nmsg * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
+    states_off = part_off + nmsg * part_stride;
     out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
     total = out_off + nmsg * msg;
     host = malloc(total);
@@ -320,9 +322,11 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].state_off = states_off + i * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
         work[i].in_off = in_off + i * msg;
         work[i].out_off = out_off + i * msg;
-        work[i].partials_off = part_off + i * ((job.nunits * GP_PARTIAL_BYTES + 127) & ~(size_t)127);
+        work[i].partials_off = part_off + i * part_stride;
         work[i].ghmma_off = use_mma ? mma_off : 0;
-        const int lead = gp_work_plan_lead(&work[i], &st);   /* as exec_cuda.c */
+        work[i].spans_off = (uint32_t)(spans_off + i * job.nspans * sizeof(uint32_t));
+        memset(host + work[i].spans_off, 0, job.nspans * sizeof(uint32_t));
+        const int lead = gp_work_plan_lead(&work[i], &st, (uint32_t *)(host + work[i].spans_off));   /* as exec_cuda.c */
 
         memcpy(host + work[i].state_off, &st, sizeof(st));
         for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */

@@ -114,6 +114,8 @@ typedef struct gp_job {
     uint8_t body_ctr[16];         /* counter block of the body's first keystream block */
     uint32_t aad_len;             /* AEAD: AAD absorbed by the lead first (carried with the request,
                                    * so AAD + data, or AAD + tag, is one round trip) */
+    uint32_t nspans;              /* AEAD of more than GP_SPAN_UNITS units: spans of the fold
+                                   * (kernels/units.h); 0: one fold */
     uint64_t aad_off;             /* cuda: where that AAD is in the arena */
 } gp_job;
 
@@ -136,8 +138,10 @@ typedef struct gp_work {
                                    * GHASH matrix (kernels/ghash_mma.h); 0: none, integer GHASH */
     uint64_t pows_off;            /* the request's MAC powers (gp_mac_pows) in the arena; 0: the key's
                                    * own (GCM; ChaCha20-Poly1305's depend on the message's r) */
-    uint32_t done;                /* units finished; zero at launch */
-    uint32_t reserved;
+    uint32_t done;                /* units finished (with spans: spans folded and the last unit);
+                                   * zero at launch unless the planner counted an idle lead */
+    uint32_t spans_off;           /* with spans: job.nspans counters of the elements finished in
+                                   * each span, in the arena (zero at launch, or the idle lead's) */
     gp_job job;
 } gp_work;
 

@@ -118,8 +118,10 @@ struct batch_ptrs {
     const gp_key_sched *k;
     const gp_mac_pows *pw;
     gp_msg_state *st;
-    const uint8_t *in, *partials;
+    const uint8_t *in;
+    uint8_t *partials;            /* the units' partials, then the spans' values */
     uint8_t *out;
+    unsigned int *span_done;      /* with spans: a counter per span */
 };
 
 static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *ref, gp_work *work, uint8_t *arena)
@@ -133,6 +135,7 @@ static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *r
     p.in = (const uint8_t *)((uintptr_t)arena + p.w->in_off);
     p.partials = arena + p.w->partials_off;
     p.out = (uint8_t *)((uintptr_t)arena + p.w->out_off);
+    p.span_done = (unsigned int *)(arena + p.w->spans_off);
     return p;
 }
 
@@ -177,24 +180,54 @@ static __device__ __forceinline__ void batch_ref_finish(const batch_ptrs &p, uns
     batch_ref_end(p, lane, mask, tsum);
 }
 
+/* Span s's value from its lanes' shares, once every element of the span is visible (kernels/units.h,
+ * "Spans"): stored after the units' partials by lane 0, which then counts it on `done`. */
+static __device__ __noinline__ void batch_span_fold(const batch_ptrs &p, unsigned int s, unsigned int lane,
+                                                    unsigned int mask)
+{
+    const uint32_t alg = p.k->alg;
+    gp_lane_mac v;
+
+    gp_span_fold_lane(alg, &p.w->job, p.pw, p.st, p.partials, s, lane, &v);
+    group_sum(alg, mask, &v, 1, GP_UNIT_LANES);
+    if (lane == 0)
+        gp_partial_store(p.partials + ((size_t)p.w->job.nunits + s) * GP_PARTIAL_BYTES, &v);
+}
+
 /* A lead or body unit done on its lane group: counted, and the last of its request's units
- * finishes the request as a group. Not `counted` (gp_lone_kernel): the launch finishes its
+ * finishes the request as a group. With spans, an element is counted on its span's counter first,
+ * and the last of a span folds the span and counts that on `done` (so do the last unit, which is no
+ * element). Not `counted` (gp_lone_kernel, whose requests have no spans): the launch finishes its
  * requests after a cluster barrier instead (batch_lone_finishes). */
 static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask,
-                                                       bool counted)
+                                                       bool counted, uint32_t unit)
 {
     gp_work *w = p.w;
+    const uint32_t nspans = w->job.nspans;
     unsigned int done = 0;
 
     if (!counted)
         return;
+    if (nspans != 0 && unit != w->job.nunits - 1) {   /* uniform over the group */
+        const uint32_t s = gp_span_of_ref(&w->job, unit);
+
+        if (lane == 0) {
+            __threadfence();
+            done = atomicAdd(&p.span_done[s], 1u);
+        }
+        done = __shfl_sync(mask, done, 0, GP_UNIT_LANES);
+        if (done != gp_span_size(&w->job, s) - 1)
+            return;
+        __threadfence();
+        batch_span_fold(p, s, lane, mask);
+    }
     if (lane == 0) {
         __threadfence();
         done = atomicAdd(&w->done, 1u);
     }
     done = __shfl_sync(mask, done, 0, GP_UNIT_LANES);
     GP_PROBE(GP_PROBE_COUNTED);
-    if (done != w->job.nunits)
+    if (done != (nspans != 0 ? nspans : w->job.nunits))
         return;
     /* The last of the request's units: finish it as a group. */
     __threadfence();
@@ -231,7 +264,7 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
             GP_PROBE(GP_PROBE_PARTIAL);
         }
     }
-    batch_ref_count(p, lane, mask, counted);
+    batch_ref_count(p, lane, mask, counted, ref->unit);
 }
 
 /*
@@ -292,7 +325,7 @@ static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, 
         GP_PROBE(GP_PROBE_PARTIAL);
     }
     *parity ^= 1u;
-    batch_ref_count(p, x, full, counted);
+    batch_ref_count(p, x, full, counted, u);
 }
 
 /* Whether a launch of `nrefs` refs takes the spread pass: every ref a group of its own. */

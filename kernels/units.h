@@ -22,6 +22,8 @@
  * sequence X_lead, U_0, .., U_(n-2), which the finisher's L lanes split by stride: lane i takes
  * every L-th element counted from the end, steps by Q^L and shifts its sum by Q^i; the lanes' sums
  * add up to T. No chain of multiplications longer than ceil(n / L) + 1 runs on any thread.
+ * A request of more than GP_SPAN_UNITS units folds in two levels instead ("Spans" below), so that
+ * no chain grows with the message beyond a few dozen multiplications.
  * 64 bytes is a multiple of every block involved (AES 16, ChaCha20 64, GHASH/Poly1305 16), so at
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
  * Fixed-size units keep the threads of a warp doing the same work whatever the message lengths.
@@ -51,6 +53,48 @@ GP_KFN void gp_ctr_add(uint32_t alg, uint8_t c[16], uint64_t n)
     }
 }
 
+/*
+ * Spans. The fold's sequence E_0 = X_lead, E_k = U_(k-1) (k = 1..n-1; see the top of this file) is
+ * cut, counted from its end, into spans of G = GP_SPAN_UNITS elements: span s holds the elements
+ * whose distance d = n-1-k from the end lies in [sG, sG+G). Its value V_s = sum E_k Q^(d - sG) is
+ * a fold of at most G elements (each lane a Horner chain of G/L), and T = sum_s V_s R^s with
+ * R = Q^G is a fold of the spans by the same scheme (chains of ceil(spans / L)). On the GPU the
+ * last element of a span to finish folds the span (a counter per span), and the last span (or the
+ * last unit, which is not an element) finishes the request; the host folds every span in turn.
+ * Powers of R are made from Q^L by squaring where they are used (a few dozen multiplications per
+ * finisher lane, against the G/L per lane that a span saves).
+ */
+#define GP_SPAN_UNITS (GP_UNIT_LANES * GP_UNIT_LANES)
+
+/* The spans of an AEAD request of `nunits` body units; 0: one fold (at most G units). */
+GP_KFN uint32_t gp_spans_of(uint32_t nunits)
+{
+    return nunits > GP_SPAN_UNITS ? (nunits + GP_SPAN_UNITS - 1) / GP_SPAN_UNITS : 0;
+}
+
+/* The elements of span s (the last span, which holds E_0, may be short). */
+GP_KFN uint32_t gp_span_size(const gp_job *j, uint32_t s)
+{
+    const uint32_t left = j->nunits - s * GP_SPAN_UNITS;
+
+    return left < GP_SPAN_UNITS ? left : GP_SPAN_UNITS;
+}
+
+/* The span that counts a ref's completion: the lead is E_0, unit u is E_(u+1); the last unit is
+ * no element (the finish adds it) and counts on the request's `done` alone. */
+GP_KFN uint32_t gp_span_of_ref(const gp_job *j, uint32_t unit)
+{
+    const uint32_t k = unit == GP_UNIT_LEAD ? 0 : unit + 1;
+
+    return (j->nunits - 1 - k) / GP_SPAN_UNITS;
+}
+
+/* Bytes of a request's partial MACs: a partial per unit, then a value per span. */
+GP_KFN uint64_t gp_partials_bytes(const gp_job *j)
+{
+    return ((uint64_t)j->nunits + j->nspans) * GP_PARTIAL_BYTES;
+}
+
 /* Plan a request on the state it will start from (the host does this before a batch). `aad_len`
  * bytes of AAD (AEAD only) go first; they change neither the counter nor the text position. */
 GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t len, uint32_t aad_len)
@@ -74,6 +118,7 @@ GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t
     j->head_len = head;
     j->body_len = body;
     j->nunits = (uint32_t)((body + GP_UNIT_BYTES - 1) / GP_UNIT_BYTES);
+    j->nspans = gp_alg_is_aead(st->alg) ? gp_spans_of(j->nunits) : 0;
     /* st->ctr is the counter of block ceil(p / bs) (a partly used block was already generated);
      * the body starts at block (p + head) / bs. */
     gp_bytes_copy(j->body_ctr, st->ctr, 16);
@@ -129,14 +174,18 @@ GP_KFN void gp_lead_skip(gp_msg_state *st)
 }
 
 /* A planner's side of gp_lead_idle for request w on st, the state copy it will run from: an idle
- * lead is done here and counted done, so the last unit still finishes the request. Returns whether
- * the request still needs its lead ref. */
-GP_KFN int gp_work_plan_lead(gp_work *w, gp_msg_state *st)
+ * lead is done here and counted done (on its span's counter in span_done when the request has
+ * spans), so the last unit still finishes the request. Returns whether the request still needs its
+ * lead ref. */
+GP_KFN int gp_work_plan_lead(gp_work *w, gp_msg_state *st, uint32_t *span_done)
 {
     if (!gp_lead_idle(&w->job, st))
         return 1;
     gp_lead_skip(st);
-    w->done = 1;
+    if (w->job.nspans != 0)
+        span_done[gp_span_of_ref(&w->job, GP_UNIT_LEAD)] = 1;   /* E_0 is in its span already */
+    else
+        w->done = 1;
     return 0;
 }
 
@@ -871,6 +920,98 @@ GP_KFN void gp_finish_mac(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, 
     gp_mac_add(alg, x, &last);
 }
 
+/* r = b^e for e >= 1, by squaring from the top bit (a and b of gp_mac_mul may be one value). */
+GP_KFN void gp_mac_pow_n(uint32_t alg, gp_lane_mac *r, const gp_lane_mac *b, uint32_t e)
+{
+    int top = 31;
+
+    while (!(e >> top & 1u))
+        top--;
+    *r = *b;
+    for (int bit = top - 1; bit >= 0; bit--) {
+        gp_mac_mul(alg, r, r);
+        if (e >> bit & 1u)
+            gp_mac_mul(alg, r, b);
+    }
+}
+
+/* Element E_el of the fold's sequence: the lead's MAC or a unit's partial (read from L2). */
+GP_KFN void gp_fold_element(uint32_t alg, const gp_msg_state *st, const uint8_t *partials, uint32_t el,
+                            gp_lane_mac *e)
+{
+    if (el == 0)
+        gp_state_mac(alg, st, e);
+    else
+        gp_partial_load(partials + (size_t)(el - 1) * GP_PARTIAL_BYTES, e);
+}
+
+/* Lane i's share of span s's value V_s ("Spans" above): the span's elements at distances
+ * sG + i + mL, by Horner with Q^L from the farthest, times Q^i. Zero when the span is shorter. */
+GP_KFN void gp_span_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
+                              const uint8_t *partials, uint32_t s, uint32_t i, gp_lane_mac *t)
+{
+    const uint32_t n = j->nunits, lo = s * GP_SPAN_UNITS + i, hi = s * GP_SPAN_UNITS + gp_span_size(j, s);
+    gp_lane_mac e, q;
+
+    gp_lane_mac_zero(t);
+    if (lo >= hi)
+        return;
+    gp_mac_pow_get(&q, pw, GP_POW_STRIDE);
+    GP_NO_UNROLL
+    for (uint32_t d = lo + (hi - 1 - lo) / GP_UNIT_LANES * GP_UNIT_LANES;; d -= GP_UNIT_LANES) {
+        gp_fold_element(alg, st, partials, n - 1 - d, &e);
+        gp_mac_mul(alg, t, &q);   /* zero at first */
+        gp_mac_add(alg, t, &e);
+        if (d == lo)
+            break;
+    }
+    if (i != 0) {
+        gp_mac_pow_get(&q, pw, GP_POW_UNIT + i);
+        gp_mac_mul(alg, t, &q);
+    }
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&e, sizeof(e));
+    gp_state_wipe(&q, sizeof(q));
+#endif
+}
+
+/* Finisher lane i's share of T from the span values (after the units' partials): spans s = i + mL
+ * by Horner with R^L, times R^i, times Q when the lanes apply the last unit's shift (P^(4c) = Q,
+ * gp_fold_shifts). R = Q^G = (Q^L)^L. */
+GP_KFN void gp_spans_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
+                               uint32_t i, gp_lane_mac *t)
+{
+    const uint8_t *spans = partials + (size_t)j->nunits * GP_PARTIAL_BYTES;
+    gp_lane_mac e, ql, p;
+
+    gp_lane_mac_zero(t);
+    if (i >= j->nspans)
+        return;
+    gp_mac_pow_get(&ql, pw, GP_POW_STRIDE);
+    gp_mac_pow_n(alg, &p, &ql, GP_UNIT_LANES * GP_UNIT_LANES);   /* R^L */
+    GP_NO_UNROLL
+    for (uint32_t sp = i + (j->nspans - 1 - i) / GP_UNIT_LANES * GP_UNIT_LANES;; sp -= GP_UNIT_LANES) {
+        gp_partial_load(spans + (size_t)sp * GP_PARTIAL_BYTES, &e);
+        gp_mac_mul(alg, t, &p);   /* zero at first */
+        gp_mac_add(alg, t, &e);
+        if (sp == i)
+            break;
+    }
+    if (i != 0) {
+        gp_mac_pow_n(alg, &p, &ql, GP_UNIT_LANES * i);   /* R^i */
+        gp_mac_mul(alg, t, &p);
+    }
+    if (gp_fold_shifts(j)) {
+        gp_mac_pow_get(&p, pw, GP_POW_UNIT + 1);
+        gp_mac_mul(alg, t, &p);
+    }
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&e, sizeof(e));
+    gp_state_wipe(&ql, sizeof(ql));
+    gp_state_wipe(&p, sizeof(p));
+#endif
+}
+
 /*
  * Finisher lane i's share of T (see the top of this file): over the sequence E_0 = X_lead,
  * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i
@@ -887,6 +1028,10 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
     gp_fold_plan f;
     gp_lane_mac e, s;
 
+    if (j->nspans != 0) {   /* the spans' values are made (gp_unit_spans; on the GPU batch_ref_count) */
+        gp_spans_fold_lane(alg, j, pw, partials, i, t);
+        return;
+    }
     gp_fold_lane_plan(k, j, pw, i, &f);
     if (f.kind != GP_FOLD_HORNER) {
         gp_fold_lane_planned(alg, &f, st, j, partials, t);
@@ -1118,16 +1263,34 @@ GP_KFN void gp_unit_finish_fast(gp_msg_state *st, const gp_key_sched *k, const g
     }
 }
 
-/* The host's finish: the L finisher lanes in turn, their sum (a dual fold's halves apart), then
- * the serial end. */
+/* Span s's value V_s from the lanes' shares, stored after the units' partials (gp_partials_bytes). */
+GP_KFN void gp_unit_span(const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st, uint8_t *partials,
+                         uint32_t s)
+{
+    gp_lane_mac v, ti;
+
+    gp_lane_mac_zero(&v);
+    for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
+        gp_span_fold_lane(st->alg, j, pw, st, partials, s, i, &ti);
+        gp_mac_add(st->alg, &v, &ti);
+    }
+    gp_partial_store(partials + ((size_t)j->nunits + s) * GP_PARTIAL_BYTES, &v);
+    gp_state_wipe(&v, sizeof(v));
+    gp_state_wipe(&ti, sizeof(ti));
+}
+
+/* The host's finish: the spans' values first where the request has spans, the L finisher lanes in
+ * turn, their sum (a dual fold's halves apart), then the serial end. partials: gp_partials_bytes. */
 GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw,
-                           const uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
+                           uint8_t *partials, const uint8_t *tail_in, uint8_t *tail_out)
 {
     const int dual = gp_fold_dual(st->alg, j);
     gp_lane_mac t, s, ti;
 
     gp_lane_mac_zero(&t);
     gp_lane_mac_zero(&s);
+    for (uint32_t sp = 0; sp < j->nspans; sp++)
+        gp_unit_span(j, pw, st, partials, sp);
     if (gp_alg_is_aead(st->alg)) {
         for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
             gp_fold_lane(k, j, pw, st, partials, i, &ti);

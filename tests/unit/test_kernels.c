@@ -906,6 +906,7 @@ static void test_units_vs_serial(void **state)
         { GP_ALG_CHACHA20_POLY1305, 32, 12 },
     };
     int shifted[4] = { 0 }, shifted_horner = 0, idle_leads = 0, dual = 0, gcm_not_dual = 0, spread_units = 0;
+    int spanned[4] = { 0 }, spanned_shifts = 0;
 
     (void)state;
     for (int iter = 0; iter < 160; iter++) {
@@ -919,7 +920,13 @@ static void test_units_vs_serial(void **state)
          * (the finisher's lanes apply the last unit's shift: gp_fold_shifts), in every other 20
          * up to GP_TAG_POWS of them (GCM's dual fold, gp_fold_dual), else more, up to 3L. */
         const int few = iter / 20 % 2 == 0;
-        size_t len = iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
+        /* The 41st, 43rd, 121st and 123rd (GCM, ChaCha20-Poly1305): more than GP_SPAN_UNITS units,
+         * the fold in spans (kernels/units.h), a body of whole units first, then one with a short
+         * last unit. */
+        const int spans = iter % 80 == 41 || iter % 80 == 43;
+        size_t len = spans ? (iter < 80 ? (64 - pre % 64) % 64 : gptest_rand_range(1, 2047))
+                             + (size_t)gptest_rand_range(GP_SPAN_UNITS + 1, 2 * GP_SPAN_UNITS + 40) * GP_UNIT_BYTES
+                   : iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
                                       + gptest_rand_range(0, 300)
                      : iter % 10 == 4 || iter % 10 == 5
                          ? (64 - pre % 64) % 64 + (few ? gptest_rand_range(1, GP_TAG_POWS)
@@ -937,7 +944,8 @@ static void test_units_vs_serial(void **state)
         buf = xmalloc(pre + len + aad + 1);
         o1 = xmalloc(pre + len + 1);
         o2 = xmalloc(pre + len + 1);
-        part = xmalloc(((len / GP_UNIT_BYTES) + 2) * GP_PARTIAL_BYTES);
+        part = xmalloc(((len / GP_UNIT_BYTES) + 2 + gp_spans_of((uint32_t)(len / GP_UNIT_BYTES) + 2))
+                       * GP_PARTIAL_BYTES);
         gp_key_sched ks;
         gp_msg_state s1, s2;
         gp_mac_pows pbuf;
@@ -990,6 +998,10 @@ static void test_units_vs_serial(void **state)
             dual += gp_fold_dual(algs[a].alg, &j);
             gcm_not_dual += algs[a].alg == GP_ALG_AES_GCM && !gp_fold_dual(algs[a].alg, &j);
         }
+        if (j.nspans != 0) {
+            spanned[a]++;
+            spanned_shifts += gp_fold_shifts(&j);
+        }
         if (gp_lead_idle(&j, &s2)) {
             /* Skipping it (as the planners do) leaves the state the lead would have left. */
             gp_msg_state s3 = s2;
@@ -1036,6 +1048,9 @@ static void test_units_vs_serial(void **state)
     assert_true(dual >= 3);
     assert_true(gcm_not_dual >= 3);
     assert_true(spread_units >= 100);
+    /* Both AEADs folded in spans, with and without the last unit's shift on the lanes. */
+    assert_true(spanned[1] >= 2 && spanned[3] >= 2);
+    assert_true(spanned_shifts >= 1 && spanned_shifts <= 3);
 }
 
 /* A chunk's Horner sum Z = B_0 H^3 + B_1 H^2 + B_2 H + B_3 the integer way (gp_lane_mac_chunk's
