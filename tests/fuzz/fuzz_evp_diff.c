@@ -831,6 +831,39 @@ static void op_aad(fz *f, reader *r)
  * One data update on both sides, each with its own buffers (misaligned by `off`, sized exactly,
  * so ASan sees any overrun), in place or not, by EVP_CipherUpdate or EVP_Cipher.
  */
+/*
+ * A GCM record (an in-place update with a TLS1_AAD pending) on an IV shorter than its 8-byte
+ * explicit nonce: OpenSSL 3.0.19's default reads or writes before its IV here (memory it owns, so
+ * ASan is silent). gpuprov alone, which must refuse; then both sides restart.
+ */
+static void short_iv_record(fz *f, const uint8_t *src, size_t reclen, int via_cipher)
+{
+    uint8_t *buf = malloc(reclen + 1);
+    int rc, outl = 0;
+
+    if (buf == NULL)
+        abort();
+    memcpy(buf, src, reclen);
+    if (via_cipher) {
+        rc = EVP_Cipher(f->c[1], buf, buf, (unsigned int)reclen);
+        rc = rc < 0 ? 0 : rc + 1;
+    } else {
+        rc = EVP_CipherUpdate(f->c[1], buf, &outl, buf, (int)reclen);
+    }
+    const int reason = gp_reason();
+    trace(f, "%s(ctx, rec, rec, %zu) one TLS record with a %zu-byte IV -> (default not called) | %d\n",
+          via_cipher ? "EVP_Cipher" : "EVP_CipherUpdate", reclen, f->ivlen, rc);
+    free(buf);
+    if (ok_rc(rc) && f->tls_aad_refused && !strict_findings) {
+        /* A refused TLS1_AAD since: gpuprov left TLS record mode (F5), so this was an update. */
+        trace(f, "   open finding %s; both sides restart\n", finding_name[F_GCM_REFUSED_TLS_AAD]);
+        finding_hits[F_GCM_REFUSED_TLS_AAD]++;
+    } else if (ok_rc(rc)) {
+        differ(f, "TLS record with a %zu-byte IV: gpuprov must refuse it (rc %d, reason %d)", f->ivlen, rc, reason);
+    }
+    resync(f, "TLS record with an IV shorter than its explicit nonce");
+}
+
 static int data_update(fz *f, reader *r, enum op op)
 {
     size_t len = rd_len(r);
@@ -844,6 +877,13 @@ static int data_update(fz *f, reader *r, enum op op)
     if (src == NULL)
         abort();
     rd_value(f, r, src, len, NULL, 0);
+    if (f->ai->kind == K_GCM && f->tls_pending && f->ivlen < GCM_EXPLICIT_IV && inplace
+        && len >= GCM_EXPLICIT_IV + TAG_MAX) {
+        /* In place, with a TLS1_AAD pending and room for a nonce and a tag, an update is a record */
+        short_iv_record(f, src, len, via_cipher);
+        free(src);
+        return 0;
+    }
     trace(f, "%s(ctx, out, &outl, in, %zu)%s", via_cipher ? "EVP_Cipher" : "EVP_CipherUpdate", len,
           inplace ? " in place" : "");
     d.len = len;
@@ -1286,27 +1326,8 @@ static void op_tls_record(fz *f, reader *r)
         f->tls_aad_refused = 1;   /* the default keeps a TLS AAD (GCM: this one, ChaCha20-Poly1305: the last good one) */
     d.len = reclen;
     if (gcm && f->tls_pending && f->ivlen < GCM_EXPLICIT_IV && reclen > 0) {
-        /* The explicit nonce is the IV's last 8 bytes: OpenSSL 3.0.19's default reads or writes
-         * before its IV here (memory it owns, so ASan is silent). gpuprov alone, which must refuse. */
-        buf[1] = malloc(reclen + 1);
-        if (buf[1] == NULL)
-            abort();
-        memcpy(buf[1], src, reclen);
-        d.rc[1] = EVP_CipherUpdate(f->c[1], buf[1], &outl[1], buf[1], (int)reclen);
-        d.reason = gp_reason();
-        trace(f, "EVP_CipherUpdate(ctx, rec, rec, %zu) one TLS record with a %zu-byte IV -> (default not called) | %d\n",
-              reclen, f->ivlen, d.rc[1]);
-        free(buf[1]);
+        short_iv_record(f, src, reclen, 0);
         free(src);
-        if (ok_rc(d.rc[1]) && f->tls_aad_refused && !strict_findings) {
-            /* A refused TLS1_AAD since: gpuprov left TLS record mode (F5), so this was an update. */
-            trace(f, "   open finding %s; both sides restart\n", finding_name[F_GCM_REFUSED_TLS_AAD]);
-            finding_hits[F_GCM_REFUSED_TLS_AAD]++;
-        } else if (ok_rc(d.rc[1])) {
-            differ(f, "TLS record with a %zu-byte IV: gpuprov must refuse it (rc %d, reason %d)", f->ivlen, d.rc[1],
-                   d.reason);
-        }
-        resync(f, "TLS record with an IV shorter than its explicit nonce");
         return;
     }
     trace(f, "%s(ctx, rec, %s, %zu) one TLS record", via_cipher ? "EVP_Cipher" : "EVP_CipherUpdate",
