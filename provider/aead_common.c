@@ -535,6 +535,12 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 {
     gp_cipher_ctx *ctx = vctx;
 
+    /* EVP_Cipher(ctx, out, NULL, 0) is GCM's explicit Final; ChaCha20-Poly1305's cipher call does
+     * nothing for 0 bytes, as the default provider's returns at once (its Final is EVP_CipherFinal). */
+    if (in == NULL && inl == 0 && !is_gcm(ctx)) {
+        *outl = 0;
+        return 1;
+    }
     if (in == NULL)
         return gp_aead_final(vctx, out, outl, outsize);
     /* As the default provider's GCM cipher call: even 0 bytes start an encryption with no IV on a
@@ -555,6 +561,12 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 static int set_tag(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
     if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data_size == 0 || p->data_size > AEAD_TAG_LEN) {
+        GP_RAISE(GP_R_INVALID_TAG_LENGTH);
+        return 0;
+    }
+    /* A length alone sets ChaCha20-Poly1305's tag length; GCM takes only a decryption's expected
+     * tag, bytes and all (as the default provider: its lane refused the length alone already). */
+    if (p->data == NULL && is_gcm(ctx)) {
         GP_RAISE(GP_R_INVALID_TAG_LENGTH);
         return 0;
     }

@@ -392,8 +392,8 @@ static const char *stricter_case(const fz *f, enum op op, const duo_rc *d)
  * that a campaign can go on past it; GPUPROV_FUZZ_STRICT=1 aborts on them as on any other.
  * Remove an entry when gpuprov is fixed.
  */
-enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GCM_IVLEN_STALE_IV,
-       F_GCM_REFUSED_TLS_AAD, F_CCP_CIPHER_FINAL, F_AEAD_REKEY_MIDMSG,
+enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_IVLEN_STALE_IV,
+       F_GCM_REFUSED_TLS_AAD, F_AEAD_REKEY_MIDMSG,
        F_CCP_FIXED_MIDMSG, F_CHACHA_REINIT_MIDBLOCK, F_AEAD_DIRECTION_FLIP,
        F_STREAM_TLS_MAC, F_CCP_AAD_IN_TLS_MODE, F_CCP_REKEY_TLS_PENDING, F_GCM_IV_TLS_PENDING,
        F_GCM_FINAL_TLS_PENDING,
@@ -403,10 +403,8 @@ enum { F_STREAM_EMPTY_UPDATE_NO_KEY, F_CCP_TAGLEN_UNSET, F_GCM_TAGLEN_ONLY, F_GC
 static const char *const finding_name[F_COUNT] = {
     "F1: a 0-byte update returns 1 on gpuprov before any check (default: fails without a key, for a pending TLS record; GCM EVP_Cipher draws its IV)",
     "F2: AEAD_TAGLEN reads differently (default: ChaCha20-Poly1305 0 until a tag is set, GCM 16 after an encrypt Final; gpuprov: the length last set, else 16)",
-    "F3: GCM SET_TAG with a length and no bytes (data NULL) succeeds on gpuprov (default GCM refuses)",
     "F4: GCM AEAD_IVLEN changed after the IV was set: gpuprov forgets the IV, 3.0's default keeps the old bytes",
     "F5: after a refused TLS1_AAD, or a failed TLS record (ChaCha20-Poly1305), the default stays in TLS record mode, gpuprov does not",
-    "F7: ChaCha20-Poly1305 EVP_Cipher(ctx, out, NULL, 0): gpuprov finishes the message (tag), the default does nothing",
     "F8: AEAD key-only re-init mid-message: gpuprov restarts the message from its IV, the default goes on (GCM: from a zeroed state)",
     "F9: ChaCha20-Poly1305 TLS1_IV_FIXED mid-message, then plain updates: gpuprov restarts the message with that nonce, the default swaps the nonce under its running counter and MAC",
     "F10: ChaCha20 re-init without an IV after a partial block: the default goes on where it was (no key) or at the start of the block the last partial one began (key), gpuprov at the next whole block",
@@ -470,8 +468,6 @@ static int open_finding(const fz *f, enum op op, const duo_rc *d)
         return F_STREAM_EMPTY_UPDATE_NO_KEY;
     if (is_aead(f) && op == OP_FINAL && !f->enc && f->ref_expected_clobbered)
         return f->ref_expected_clobbered - 1;
-    if (f->ai->kind == K_GCM && op == OP_SET_TAG && d->no_data && !ok_rc(d->rc[0]) && ok_rc(d->rc[1]))
-        return F_GCM_TAGLEN_ONLY;
     if (f->ai->kind == K_CCP && op == OP_AAD && f->tls_pending && ok_rc(d->rc[0]) && !ok_rc(d->rc[1])
         && d->reason == GP_R_INVALID_TLS_RECORD)
         return F_CCP_AAD_IN_TLS_MODE;
@@ -988,11 +984,9 @@ static void op_final(fz *f, reader *r)
     }
     ERR_clear_error();
     trace(f, " -> %d outl %d | %d outl %d\n", d.rc[0], outl[0], d.rc[1], outl[1]);
-    if (via_cipher && f->ai->kind == K_CCP && !strict_findings) {
-        /* the default's cipher function returns at once for inl 0: no Final there */
-        trace(f, "   open finding %s; both sides restart\n", finding_name[F_CCP_CIPHER_FINAL]);
-        finding_hits[F_CCP_CIPHER_FINAL]++;
-        resync(f, finding_name[F_CCP_CIPHER_FINAL]);
+    if (via_cipher && f->ai->kind == K_CCP) {
+        /* the cipher function returns at once for inl 0 on both: no Final, nothing changes */
+        (void)check_rc(f, OP_FINAL, &d, "EVP_Cipher(ctx, out, NULL, 0)");
         return;
     }
     if (!check_rc(f, OP_FINAL, &d, "Final"))
