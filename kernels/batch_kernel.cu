@@ -196,7 +196,7 @@ static __device__ __noinline__ void batch_span_fold(const batch_ptrs &p, unsigne
 
 /* A lead or body unit done on its lane group: counted, and the last of its request's units
  * finishes the request as a group. With spans, an element is counted on its span's counter first,
- * and the last of a span folds the span and counts that on `done` (so do the last unit, which is no
+ * and the last of a span folds the span and counts that on `done` (as does the last unit, which is no
  * element). Not `counted` (gp_lone_kernel, whose requests have no spans): the launch finishes its
  * requests after a cluster barrier instead (batch_lone_finishes). */
 static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask,
