@@ -15,7 +15,9 @@ for u in $updates; do
   # 256 MiB as messages of u MiB: the kernel alone, CUDA events around it, no copies.
   "$build/bench/kernel_bench" 256 $((u * 1024)) 5 | grep '^CSV,' >> "$raw"
 done
-"$build/bench/devmem_bench" --module-dir "$build/provider" --seconds "$secs" --updates "${updates// /,}" | tee -a "$raw"
+# GPUPROV_STATS: gpuprov's stats lines at exit (batches, mean batch, the GPU's time per batch) on stderr.
+GPUPROV_STATS=1 "$build/bench/devmem_bench" --module-dir "$build/provider" --seconds "$secs" --updates "${updates// /,}" \
+  | tee -a "$raw"
 python3 - "$raw" "$out" <<'PY'
 import csv, sys
 raw, out = sys.argv[1], sys.argv[2]
