@@ -11,7 +11,6 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <openssl/provider.h>
-#include <openssl/proverr.h>
 
 #include "provider/prov.h"   /* enum gp_reason: the reason a deliberate refusal must carry */
 
@@ -824,10 +823,6 @@ static void op_aad(fz *f, reader *r)
 }
 
 /*
- * One data update on both sides, each with its own buffers (misaligned by `off`, sized exactly,
- * so ASan sees any overrun), in place or not, by EVP_CipherUpdate or EVP_Cipher.
- */
-/*
  * A GCM record (an in-place update with a TLS1_AAD pending) on an IV shorter than its 8-byte
  * explicit nonce: OpenSSL 3.0.19's default reads or writes before its IV here (memory it owns, so
  * ASan is silent). gpuprov alone, which must refuse; then both sides restart.
@@ -860,6 +855,10 @@ static void short_iv_record(fz *f, const uint8_t *src, size_t reclen, int via_ci
     resync(f, "TLS record with an IV shorter than its explicit nonce");
 }
 
+/*
+ * One data update on both sides, each with its own buffers (misaligned by `off`, sized exactly,
+ * so ASan sees any overrun), in place or not, by EVP_CipherUpdate or EVP_Cipher.
+ */
 static int data_update(fz *f, reader *r, enum op op)
 {
     size_t len = rd_len(r);
