@@ -37,6 +37,10 @@
  * them moved by its copy kernels (no copy calls); a larger one by the copy engines, which move
  * large buffers faster. */
 #define FOLD_MAX (1u << 20)
+/* A wave of at least this many unit refs has them made on the GPU by its copy kernel in
+ * (GP_COPY_REFS entries, a request's run of units each), not written by the host ref by ref and
+ * sent: 8 bytes a 2 KiB unit, 1 MiB of refs for 256 MiB of data. */
+#define GEN_REFS_MIN 2048u
 /*
  * Large requests (docs/architecture.md, "Large requests"). A request's data from SPREAD_MIN bytes up
  * is copied into and out of the pinned arena by the copy crew (copy_crew.h) in pieces, and a wave
@@ -1039,6 +1043,7 @@ typedef struct gp_wave {
     size_t refs_off, work_off, spans_off, in_off, keys_off, mma_off, states_off, out_off, part_off, spows_off, stage_off;
     size_t lists_off, total, nin_cap, nout_cap;
     int fold;                    /* descriptors, inputs and results move by the copy kernels */
+    int gen_refs;                /* the refs are made by the copy kernel in (GEN_REFS_MIN) */
     gp_unit_ref *refs;
     gp_work *work;
     /* fill: */
@@ -1180,8 +1185,11 @@ static int wave_layout(gp_wave *wv)
     wv->total = off;
     /* The copy lists, sized for the most entries they can take. */
     wv->fold = wv->out_off <= FOLD_MAX && wv->part_off - wv->states_off <= FOLD_MAX;
+    wv->gen_refs = wv->nrefs >= GEN_REFS_MIN;
     wv->nin_cap = (wv->fold ? copy_pieces(wv->out_off) : 0) + wv->staged_pieces + wv->nspows * copy_pieces(sizeof(gp_mac_pows))
-              + wv->nup + wv->nwipes;
+              + wv->nup + wv->nwipes
+              /* a request's units in entries of GP_COPY_REFS_MAX, its lead, and the claim counter */
+              + (wv->gen_refs ? (wv->nrefs + GP_COPY_REFS_MAX - 1) / GP_COPY_REFS_MAX + 2 * m + 1 : 0);
     wv->lists_off = ALIGN16(wv->total);
     wv->nout_cap = wv->staged_pieces + copy_pieces(wv->states_off - wv->keys_off) + copy_pieces(wv->part_off - wv->states_off)
                + copy_pieces(wv->stage_off - wv->part_off);
@@ -1193,6 +1201,27 @@ static int wave_layout(gp_wave *wv)
     wv->refs = (gp_unit_ref *)(c->host + wv->refs_off);
     wv->work = (gp_work *)(c->host + wv->work_off);
     return 1;
+}
+
+/* The refs *ref.. of request i: n of them, units first, first + 1, ...; written into the pinned
+ * arena, or (gen_refs) as GP_COPY_REFS entries of the copy kernel in, which makes them on the GPU. */
+static void put_refs(gp_wave *wv, size_t *ref, size_t i, uint32_t first, uint32_t n)
+{
+    for (uint32_t k = 0; k < n;) {
+        const uint32_t len = wv->gen_refs ? (n - k < GP_COPY_REFS_MAX ? n - k : GP_COPY_REFS_MAX) : 1;
+        const uint64_t src = (uint64_t)i << 32 | (uint32_t)(first + k);
+
+        if (wv->gen_refs) {
+            gp_copy *p = &wv->in_list[wv->nin++];
+
+            *p = (gp_copy){ .src = src, .dst = gpu_addr(wv->c->dev + wv->refs_off + *ref * sizeof(gp_unit_ref)),
+                            .len = len, .flags = GP_COPY_REFS };
+        } else {
+            wv->refs[*ref] = gp_copy_ref(src, 0);
+        }
+        *ref += len;
+        k += len;
+    }
 }
 
 /*
@@ -1295,22 +1324,19 @@ static void wave_fill(gp_wave *wv)
         /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
          * lane of serial work) beside a unit in the same warp waited out the unit's whole
          * lane work before running; the lone request's finish then waited for the lead. */
-        for (uint32_t u = 0; u < w->job.nunits; u++) {
-            wv->refs[ref].work = (uint32_t)i;
-            wv->refs[ref++].unit = u;
-        }
-        if (lead) {
-            wv->refs[ref].work = (uint32_t)i;
-            wv->refs[ref++].unit = GP_UNIT_LEAD;
-        }
+        put_refs(wv, &ref, i, 0, w->job.nunits);
+        if (lead)
+            put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
     }
-    wv->refs[ref].work = 0;   /* the claim counter (kernels/batch_abi.h) */
-    wv->refs[ref].unit = 0;
+    put_refs(wv, &ref, 0, 0, 1);   /* the claim counter, zero (kernels/batch_abi.h) */
     for (size_t i = 0; i < wv->nwipes; i++)   /* freed keys' slots, cleared */
         copy_add(wv->in_list, &wv->nin, 0, gp_key_table_addr(&wv->kt->table, c->wipes[i]), KEY_STRIDE, 0);
     if (wv->fold) {
-        /* Descriptors and inputs in; results back, and what is left of the batch cleared. */
-        copy_add(wv->in_list, &wv->nin, gpu_addr(c->host), gpu_addr(c->dev), wv->out_off, 0);
+        /* Descriptors and inputs in (but refs made on the GPU); results back, and what is left of
+         * the batch cleared. */
+        const size_t from = wv->gen_refs ? wv->work_off : 0;
+
+        copy_add(wv->in_list, &wv->nin, gpu_addr(c->host + from), gpu_addr(c->dev + from), wv->out_off - from, 0);
         copy_add(wv->out_list, &wv->nout, 0, gpu_addr(c->dev + wv->keys_off), wv->states_off - wv->keys_off, 0);
         copy_add(wv->out_list, &wv->nout, gpu_addr(c->dev + wv->states_off), gpu_addr(c->host + wv->states_off),
                  wv->part_off - wv->states_off, GP_COPY_WIPE_SRC);
@@ -1327,15 +1353,16 @@ static void runs_finish(gp_wave *wv)
 }
 
 /*
- * A DMA wave's inputs, [0, out_off) of the arena, to the GPU: the crew's runs (in arena order, as
- * fill started them) piece by piece as each piece is copied, the rest around them in one call
- * each. Every run is finished on return, whatever happened.
+ * A DMA wave's inputs, [0, out_off) of the arena (from work_off where the refs are made on the
+ * GPU), to the GPU: the crew's runs (in arena order, as fill started them) piece by piece as each
+ * piece is copied, the rest around them in one call each. Every run is finished on return,
+ * whatever happened.
  */
 static cudaError_t issue_copy_in(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
     cudaError_t err = cudaSuccess;
-    size_t pos = 0;
+    size_t pos = wv->gen_refs ? wv->work_off : 0;   /* refs made on the GPU are not sent */
 
     for (size_t k = 0; k < wv->nruns && err == cudaSuccess; k++) {
         gp_copy_run *run = &c->runs[k];

@@ -166,6 +166,9 @@ typedef struct gp_unit_ref {
  * three launches and no copy calls (batching/exec_cuda.c).
  */
 #define GP_COPY_WIPE_SRC 1u           /* after copying, zero the source (device memory) */
+#define GP_COPY_REFS 2u               /* no copy: write `len` unit refs at dst, the k-th being
+                                       * gp_copy_ref(src, k) (a large wave's refs, made on the GPU
+                                       * rather than written and sent over PCIe: exec_cuda.c) */
 
 typedef struct gp_copy {
     uint64_t src;                 /* 0: write zeros */
@@ -174,6 +177,17 @@ typedef struct gp_copy {
     uint32_t flags;               /* GP_COPY_* */
     uint32_t reserved;
 } gp_copy;
+
+/* A GP_COPY_REFS entry's refs: work index in src's high half, the first unit in its low half. */
+#define GP_COPY_REFS_MAX 2048u        /* refs of one entry at most: 16 KiB, as GP_COPY_PIECE */
+GP_KFN gp_unit_ref gp_copy_ref(uint64_t src, uint64_t k)
+{
+    gp_unit_ref r;
+
+    r.work = (uint32_t)(src >> 32);
+    r.unit = (uint32_t)src + (uint32_t)k;
+    return r;
+}
 
 /* The first entries of a copy list travel in the launch itself (a kernel parameter), so that a
  * small batch's copy kernel does not first fetch its list across PCIe: one round trip less. */

@@ -513,6 +513,14 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uin
         __syncthreads();
         const gp_copy c = cur;
 
+        if (c.flags & GP_COPY_REFS) {
+            gp_unit_ref *refs = (gp_unit_ref *)(uintptr_t)c.dst;
+
+            for (uint64_t k = threadIdx.x; k < c.len; k += blockDim.x)
+                refs[k] = gp_copy_ref(c.src, k);
+            __syncthreads();   /* before `cur` is overwritten */
+            continue;
+        }
         copy_piece(c);
         if (c.flags & GP_COPY_WIPE_SRC) {
             __syncthreads();   /* every thread's reads of the source are done */
