@@ -255,6 +255,7 @@ int main(int argc, char **argv)
     size_t buf_mib = 256, msg_kib = 16;
     int nthreads = 16, o;
     struct cudaDeviceProp prop;
+    OSSL_PROVIDER *dflt, *gpuprov;
 
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -273,7 +274,8 @@ int main(int argc, char **argv)
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
     if ((libctx = OSSL_LIB_CTX_new()) == NULL || !OSSL_PROVIDER_set_default_search_path(libctx, dir)
-        || OSSL_PROVIDER_load(libctx, "default") == NULL || OSSL_PROVIDER_load(libctx, "gpuprov") == NULL)
+        || (dflt = OSSL_PROVIDER_load(libctx, "default")) == NULL
+        || (gpuprov = OSSL_PROVIDER_load(libctx, "gpuprov")) == NULL)
         die("cannot load gpuprov and default");
     printf("devmem_bench: %s, gpuprov from %s, %.1f s a cell, every cell checked against the default provider\n",
            prop.name, dir, seconds);
@@ -286,5 +288,9 @@ int main(int argc, char **argv)
     }
     if (nthreads > 0)
         bench_threads(prop.name, "AES-256-GCM", nthreads, msg_kib);
+    /* gpuprov's stats lines (GPUPROV_STATS) print when it unloads. */
+    OSSL_PROVIDER_unload(gpuprov);
+    OSSL_PROVIDER_unload(dflt);
+    OSSL_LIB_CTX_free(libctx);
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -440,6 +441,43 @@ static float empty_launch_ms(unsigned int flags, int iters)
     return launch_median_ms(args, 0, flags, iters, NULL, NULL);
 }
 
+/*
+ * The round trip a synchronous caller pays for one launch, by the host's clock: the empty launch
+ * (no units) issued and waited for with cudaStreamSynchronize, median of `iters` after two warm-up
+ * rounds. No device work is shorter, so no synchronous call into the GPU returns sooner.
+ */
+static double round_trip_us(unsigned int flags, int iters)
+{
+    unsigned int nr = 0;
+    gp_unit_ref *drefs = NULL;
+    gp_work *dwork = NULL;
+    uint8_t *dev = NULL;
+    void *args[] = { &drefs, &nr, &dwork, &dev, &flags };
+    dim3 block, blocks;
+    size_t smem;
+    const void *kernel = gp_kernel_geometry(0, flags, &shape, &blocks, &block, &smem);
+    float *us = calloc((size_t)iters, sizeof(float)), med;
+
+    if (us == NULL) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        exit(1);
+    }
+    for (int it = -2; it < iters; it++) {
+        struct timespec a, b;
+
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        CHECK(cudaLaunchKernel(kernel, blocks, block, args, smem, 0));
+        CHECK(cudaStreamSynchronize(0));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (it >= 0)
+            us[it] = (float)((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
+    }
+    qsort(us, (size_t)iters, sizeof(float), cmp_float);
+    med = us[iters / 2];
+    free(us);
+    return med;
+}
+
 /* The last run's phase probes, cycles at the peak SM clock (probe builds; otherwise nothing). */
 static void print_probes(void)
 {
@@ -536,5 +574,7 @@ int main(int argc, char **argv)
         }
     printf("empty launch (no units): %.1f us; with the AES table fill: %.1f us\n",
            empty_launch_ms(0, iters) * 1000.0, empty_launch_ms(GP_BATCH_AES, iters) * 1000.0);
+    printf("round trip of the empty launch (host clock, launch + cudaStreamSynchronize): %.1f us\n",
+           round_trip_us(0, iters < 200 ? 200 : iters));
     return 0;
 }
