@@ -735,12 +735,12 @@ static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError
  * Wait for a batch's results as the wait knob says. Left to the runtime (cudaDeviceScheduleAuto),
  * the dispatcher spins for the whole batch. spin: poll (the batch's done words where it has them,
  * else the event; see batch_look above); block: sleep in the driver until the GPU signals (the
- * event is made with cudaEventBlockingSync), then check the words; adaptive: poll for spin_us (a
- * lone 16 KiB message's round trip fits), then sleep in the driver, except on a dispatcher (an
- * async jobs' batch), which polls up to twice what the slot's recent batches took (from `start`,
- * its first CUDA call) before it sleeps. It polls rather than sleeping most of that: among busy
- * application threads a sleeping dispatcher's wake-ups come late, and the slot's next batch waits
- * for them.
+ * event is made with cudaEventBlockingSync), then check the words; adaptive: poll up to twice what
+ * the slot's recent batches took (from `start`, its first CUDA call) and spin_us more, then sleep
+ * in the driver. Whoever waits here, a dispatcher (an async jobs' batch) or a synchronous caller
+ * leading its own batch, has nothing else to do until the results are in; it polls rather than
+ * sleeping through the batch because a sleeper's wake-up comes late (tens of µs, more among busy
+ * threads), which a caller pays on every call and the slot's next batch waits for.
  */
 static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, gp_batch_end *b)
 {
@@ -751,7 +751,7 @@ static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, g
     if (e->knobs.wait == GP_WAIT_BLOCK)
         return batch_ended(c, b, cudaEventSynchronize(c->copied));
     until = gp_now_ns() + spin;
-    if (e->knobs.wait == GP_WAIT_ADAPTIVE && gp_thread_is_dispatcher() && start + 2 * expect + spin > until)
+    if (e->knobs.wait == GP_WAIT_ADAPTIVE && start + 2 * expect + spin > until)
         until = start + 2 * expect + spin;
     while ((err = batch_look(c, b, t = gp_now_ns())) == cudaErrorNotReady) {
         if (e->knobs.wait == GP_WAIT_ADAPTIVE && t >= until) {

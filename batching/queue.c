@@ -517,7 +517,6 @@ static void *dispatcher_main(void *arg)
     gp_queue *q = arg;
     int watcher = 0;
 
-    gp_thread_mark_dispatcher();
 #if defined(PR_SET_NAME)
     /* Named for top -H, perf and debuggers: the application's own threads keep their names. */
     (void)prctl(PR_SET_NAME, "gp-dispatch", 0, 0, 0);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The bottom of batching/: clock, log line, name matching, fork generation, stats shard index,
- * off-stack calls, the dispatcher-thread mark, the exit-time wait and the CPU's AVX flag. */
+ * off-stack calls, the exit-time wait and the CPU's AVX flag. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -121,18 +121,6 @@ int gp_call_off_job_stack(int (*fn)(void *), void *arg)
         return fn(arg);
     pthread_join(t, NULL);
     return c.ret;
-}
-
-static _Thread_local int on_dispatcher;
-
-void gp_thread_mark_dispatcher(void)
-{
-    on_dispatcher = 1;
-}
-
-int gp_thread_is_dispatcher(void)
-{
-    return on_dispatcher;
 }
 
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The bottom of batching/: the clock, the log line, algorithm-name matching, the fork generation,
- * the stats shard index, calls off an async job's stack, the dispatcher-thread mark and the
- * exit-time wait. Calls nothing else in batching/. */
+ * the stats shard index, calls off an async job's stack and the exit-time wait. Calls nothing else
+ * in batching/. */
 #ifndef GP_BASE_H
 #define GP_BASE_H
 
@@ -69,11 +69,6 @@ static inline void gp_stat_add_to(gp_stat_shard *shards, enum gp_stat s, uint64_
 
 /* fn(arg), on a thread of its own when called inside an ASYNC_JOB (32 KiB stack). */
 int gp_call_off_job_stack(int (*fn)(void *), void *arg);
-
-/* The queue's dispatcher threads mark themselves; the cuda executor asks whether the calling thread
- * is one (it runs the batches of async jobs). */
-void gp_thread_mark_dispatcher(void);
-int gp_thread_is_dispatcher(void);
 
 /*
  * Threads that may be inside the CUDA runtime while the process exits (the GPU's warm-up,
