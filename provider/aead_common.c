@@ -563,7 +563,7 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
         return lane_final(ctx, out, outl, outsize);
     }
     if (ctx->enc) {
-        if (!gp_msg_tag(ctx->msg, ctx->tag)) {
+        if (!gp_msg_tag(ctx->msg, ctx->tag_out)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
         }
@@ -863,7 +863,7 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     }
     if (ctx->lane.has_tag)
         return lane_get_one(ctx, p);
-    if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz)) {
+    if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }

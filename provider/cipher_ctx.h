@@ -83,7 +83,11 @@ typedef struct gp_cipher_ctx {
     int tls_version_set;        /* CTR/ChaCha20: a TLS_VERSION above 0 was taken */
     int tls_mac_size_set;       /* CTR/ChaCha20: a TLS_MAC_SIZE above 0 was taken */
     /* AEAD */
-    uint8_t tag[16];
+    uint8_t tag[16];            /* decrypt: the expected tag (SET_TAG) */
+    uint8_t tag_out[16];        /* encrypt: the tag Final computed, apart from the expected one: an
+                                 * encryption between a SET_TAG and its decrypt Final must not
+                                 * change what that Final checks against (the default provider's
+                                 * one buffer does: fuzz finding R7) */
     size_t taglen;              /* length of the expected tag (decrypt) */
     int tag_expected;           /* decrypt: SET_TAG given for the next Final */
     int tag_ready;              /* encrypt: Final computed `tag` */
