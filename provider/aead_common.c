@@ -187,6 +187,16 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     size_t payload;
     int ok = 0;
 
+    /* The IV the record would build on was dropped (an IV length change, or a key or direction
+     * change under a message: GP_IV_DROPPED): after an IV length change its bytes past the old
+     * length are whatever an earlier IV left there. Refused, the IV stays dropped. */
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        if (ctx->lane.tls)
+            gp_lane_leave_tls(ctx);   /* the lane's context holds the record's AAD */
+        ctx->tls_aad_len = 0;
+        return 0;
+    }
     /* RFC 5288 §3: explicit nonce || ciphertext || tag, processed in place in one update. */
     if (out != in || len < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN) {
         GP_RAISE(GP_R_INVALID_TLS_RECORD);
@@ -547,7 +557,8 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
             if (ctx->lane.tls)
                 gp_lane_leave_tls(ctx);
             ctx->tls_aad_len = 0;
-            ctx->iv_state = GP_IV_FINISHED;
+            if (ctx->iv_state != GP_IV_DROPPED)
+                ctx->iv_state = GP_IV_FINISHED;
         }
         return 0;
     }
@@ -701,6 +712,10 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     gp_lane_tls_aad(ctx, p);
     return 1;
 bad:
+    /* The lane's context holds an earlier record's AAD when one was pending (it never sees this
+     * one): that record is not the lane's to run any more. */
+    if (ctx->lane.tls && ctx->tls_aad_len == TLS_AAD_LEN)
+        gp_lane_leave_tls(ctx);
     /* A 13-byte TLS1_AAD whose length field does not fit leaves record mode on in the default
      * provider, on the AAD as given (GCM: ciphercommon_gcm.c gcm_tls_init keeps it before its
      * checks; ChaCha20-Poly1305: a record already announced stays pending). Here the next record
@@ -711,8 +726,6 @@ bad:
         ctx->tls_aad_len = TLS_AAD_REFUSED;
     else
         ctx->tls_aad_len = 0;
-    if (ctx->lane.tls)
-        gp_lane_leave_tls(ctx);   /* the default's context may keep an earlier record's AAD */
     GP_RAISE(GP_R_INVALID_TLS_AAD);
     return 0;
 }
@@ -784,6 +797,10 @@ static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        return 0;
+    }
     memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
@@ -809,6 +826,10 @@ static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL || !ctx->iv_gen
         || ctx->key == NULL) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
         return 0;
     }
     if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
