@@ -994,6 +994,21 @@ static void test_tls_mode_edges(void **state)
         assert_int_equal(EVP_CipherFinal_ex(c, out, &outl), 1);
         proper_message(c, idx, 1);
         EVP_CIPHER_CTX_free(c);
+        /* a refused TLS1_AAD with no record announced leaves a message in progress as it was, on
+         * both providers (on the cpu lane in record mode too) */
+        for (int gp = 0; gp < 2; gp++) {
+            memset(rec[gp], 3, sizeof(rec[gp]));
+            c = EVP_CIPHER_CTX_new();
+            assert_int_equal(EVP_CipherInit_ex2(c, evp_cipher(g_env, idx, gp), key, NULL, 0, NULL), 1);
+            assert_int_equal(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 12), 1);
+            assert_int_equal(EVP_CipherUpdate(c, rec[gp], &outl, rec[gp], 40), 1);
+            tls_aad(aad, 3);
+            refused(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, aad, 13), "ChaCha20-Poly1305 decrypt TLS1_AAD of 3 bytes",
+                    gp ? PLAIN : STRICT_ERR);
+            assert_int_equal(EVP_CipherUpdate(c, rec[gp] + 40, &outl, rec[gp] + 40, 24), 1);
+            EVP_CIPHER_CTX_free(c);
+        }
+        assert_memory_equal(rec[0], rec[1], 64);
     }
 }
 

@@ -79,6 +79,12 @@ seqs = {
                                             mc.data(bytes(5)), mc.data(bytes(26), inplace=True), mc.get_state()),
  "d11-gcm-direction-flip": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(20)), mc.reinit(0),
                              mc.data(bytes(20))),
+ "b15-ccp-lane-refused-tls-aad-keeps-message": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32), mc.tls_fixed(IV12),
+                                                  mc.data(bytes(108)),
+                                                  bytes([mc.TLS_RECORD, 0xe0]) + mc.enc_len(10) + bytes([1, 0, 0])
+                                                  + mc.lit(bytes(26))),
+ "d4-gcm-tls-record-after-ivlen-change": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12),
+                                          mc.set_ivlen(16), mc.tls_record(10, 1, body=bytes(34))),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
                                  mc.tls_record(10, 1, body=bytes(34))),
 }
