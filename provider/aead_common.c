@@ -16,6 +16,9 @@
 #define GCM_MAX_IV_LEN 128        /* the default provider's limit (1024 bits) */
 #define CHACHAPOLY_IV_LEN 12
 #define GCM_RANDOM_IV_MIN_LEN 12  /* SP 800-38D §8.2.2: an RBG-based IV has a random field of >= 96 bits */
+/* tls_aad_len after a refused TLS1_AAD that leaves record mode on (set_tls_aad): the next record is
+ * refused, as it would run on AAD the caller was told was not taken. */
+#define TLS_AAD_REFUSED 1
 
 static int is_gcm(const gp_cipher_ctx *ctx)
 {
@@ -37,8 +40,21 @@ static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
 static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                           const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
-    /* An init with a TLS record pending: the default's context and this one part (a new IV drops
-     * the record here, not there): the engine's message goes on from the context's own fields. */
+    /* A new key or direction without a new IV, under a message the caller has begun: going on
+     * mixes two keys or directions in one tag (OpenSSL 3.0's GCM goes on from a zeroed state), and
+     * starting again from the same IV repeats its keystream under the same key (SP 800-38D §8,
+     * RFC 8439 §2.8: a nonce is used once). The message is dropped: updates and Final are refused
+     * until a new IV comes (GP_IV_DROPPED). Likewise a ChaCha20-Poly1305 key init that ends a
+     * pending TLS record: the record's TLS1_AAD merged its sequence number into the default
+     * provider's nonce, which its next plain message keeps (cipher_chacha20_poly1305_hw.c
+     * tls_init, initkey), the nonce of that record (RFC 7905 §2). */
+    const int drop = iv == NULL
+                     && (((key != NULL || enc != ctx->enc) && gp_cipher_message_touched(ctx))
+                         || (key != NULL && !is_gcm(ctx) && ctx->tls_aad_len != 0
+                             && (ctx->iv_state == GP_IV_BUFFERED || ctx->iv_state == GP_IV_STARTED)));
+
+    /* An init with a TLS record pending: the lane's context is left; the record runs on the
+     * engine's message from the context's own fields. */
     if (ctx->tls_aad_len != 0 && ctx->lane.tls)
         gp_lane_leave_tls(ctx);
     ctx->enc = enc;
@@ -52,15 +68,22 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
         memcpy(ctx->iv, iv, ivlen);
         ctx->ivlen = ivlen;
         ctx->iv_state = GP_IV_BUFFERED;
-        ctx->tls_aad_len = 0;
     }
+    /* A pending TLS record outlives a GCM init, which leaves the record's AAD alone, and ends at a
+     * ChaCha20-Poly1305 one, whose key and nonce setup ends record mode (as the default provider:
+     * ciphercommon_gcm.c gcm_init; cipher_chacha20_poly1305_hw.c initkey, initiv). */
+    if ((iv != NULL || key != NULL) && !is_gcm(ctx))
+        ctx->tls_aad_len = 0;
     if (key != NULL) {
         if (!gp_cipher_set_key(ctx, key, keylen))
             return 0;
         ctx->tls_enc_records = 0;
+        /* nothing processed yet: the message starts from its IV under the new key */
         if (iv == NULL && ctx->iv_state == GP_IV_STARTED)
-            ctx->iv_state = GP_IV_BUFFERED;   /* the message restarts under the new key */
+            ctx->iv_state = GP_IV_BUFFERED;
     }
+    if (drop)
+        ctx->iv_state = GP_IV_DROPPED;
     if (!gp_lane_init(ctx))
         return 0;
     return params == NULL || gp_aead_set_ctx_params(ctx, params);
@@ -135,6 +158,9 @@ static int ensure_started(gp_cipher_ctx *ctx)
         /* SP 800-38D §8: an IV is used once. */
         GP_RAISE(GP_R_MESSAGE_FINISHED);
         return 0;
+    case GP_IV_DROPPED:
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        return 0;
     case GP_IV_UNSET:
         /* As the default provider: a GCM encryption without an IV gets a random one, of at least
          * 96 bits (SP 800-38D §8.2.2; a shorter random IV repeats: found by fuzz_evp_diff). */
@@ -161,6 +187,16 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     size_t payload;
     int ok = 0;
 
+    /* The IV the record would build on was dropped (an IV length change, or a key or direction
+     * change under a message: GP_IV_DROPPED): after an IV length change its bytes past the old
+     * length are whatever an earlier IV left there. Refused, the IV stays dropped. */
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        if (ctx->lane.tls)
+            gp_lane_leave_tls(ctx);   /* the lane's context holds the record's AAD */
+        ctx->tls_aad_len = 0;
+        return 0;
+    }
     /* RFC 5288 §3: explicit nonce || ciphertext || tag, processed in place in one update. */
     if (out != in || len < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN) {
         GP_RAISE(GP_R_INVALID_TLS_RECORD);
@@ -179,6 +215,15 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
     if (ctx->enc && ++ctx->tls_enc_records == 0) {
         GP_RAISE(GP_R_TOO_MANY_RECORDS);
+        goto done;
+    }
+    /* From here the default provider's record sets its tag length to 16, whatever the outcome
+     * (ciphercommon_gcm_hw.c ossl_gcm_one_shot): AEAD_TAGLEN reads as its does. */
+    ctx->taglen_full = 1;
+    /* The TLS1_AAD for this record was refused: the record is too (the default would run it on
+     * the AAD's bytes as given, its length field uncorrected). */
+    if (ctx->tls_aad_len != TLS_AAD_LEN) {
+        GP_RAISE(GP_R_INVALID_TLS_AAD);
         goto done;
     }
     if (gp_lane_tls_ready(ctx)) {
@@ -244,13 +289,19 @@ static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, u
     size_t payload = ctx->tls_payload;
     int ok = 0;
 
-    /* RFC 7905 §2: payload || tag in one update. */
+    /* RFC 7905 §2: payload || tag in one update. A call of another shape is refused before it
+     * touches anything: the record stays pending (as the default provider's length check). */
     if (out == NULL || in == NULL || len != payload + AEAD_TAG_LEN) {
         GP_RAISE(GP_R_INVALID_TLS_RECORD);
-        goto done;
+        return 0;
     }
     if (ctx->key == NULL) {
         GP_RAISE(GP_R_NO_KEY_SET);
+        goto done;
+    }
+    /* A refused TLS1_AAD came after the one this record was announced by (set_tls_aad). */
+    if (ctx->tls_aad_len != TLS_AAD_LEN) {
+        GP_RAISE(GP_R_INVALID_TLS_AAD);
         goto done;
     }
     if (gp_lane_tls_ready(ctx)) {   /* one call: the lane's context made this nonce at TLS1_AAD */
@@ -433,6 +484,7 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
     ctx->iv_state = GP_IV_FINISHED;
     if (ctx->enc) {
         ctx->tag_ready = ctx->lane.has_tag = ok;
+        ctx->taglen_full |= ok;
     } else {
         ctx->tag_expected = 0;
         ctx->lane.tag_synced = 0;
@@ -457,6 +509,7 @@ int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
 
         ctx->iv_state = GP_IV_FINISHED;
         ctx->tag_ready = 1;
+        ctx->taglen_full = 1;   /* beside tag_ready: one store for both */
         ctx->lane.has_tag = 1;
         ctx->lane.go = NULL;
         if (ctx->lane.tail)
@@ -497,6 +550,16 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     *outl = 0;
     if (ctx->tls_aad_len != 0) {
         GP_RAISE(GP_R_TLS_MODE);
+        /* GCM takes a Final for a record that is not one: the record and its IV are over, as the
+         * default provider ends them (ciphercommon_gcm.c gcm_tls_cipher); ChaCha20-Poly1305's
+         * record stays pending (its length check refuses the call first). */
+        if (is_gcm(ctx)) {
+            if (ctx->lane.tls)
+                gp_lane_leave_tls(ctx);
+            ctx->tls_aad_len = 0;
+            if (ctx->iv_state != GP_IV_DROPPED)
+                ctx->iv_state = GP_IV_FINISHED;
+        }
         return 0;
     }
     if (!ctx->enc && ctx->key != NULL && ctx->iv_state != GP_IV_FINISHED && !ctx->tag_expected) {
@@ -511,11 +574,12 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
         return lane_final(ctx, out, outl, outsize);
     }
     if (ctx->enc) {
-        if (!gp_msg_tag(ctx->msg, ctx->tag)) {
+        if (!gp_msg_tag(ctx->msg, ctx->tag_out)) {
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
         }
         ctx->tag_ready = 1;
+        ctx->taglen_full = 1;
         ctx->iv_state = GP_IV_FINISHED;
         return 1;
     }
@@ -543,14 +607,21 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
     }
     if (in == NULL)
         return gp_aead_final(vctx, out, outl, outsize);
-    /* As the default provider's GCM cipher call: even 0 bytes start an encryption with no IV on a
-     * random one (its update returns before that). */
-    if (inl == 0 && is_gcm(ctx) && ctx->enc && ctx->key != NULL && ctx->iv_state == GP_IV_UNSET
-        && ctx->tls_aad_len == 0) {
-        int ok = ensure_started(ctx);
+    /* GCM's cipher call for 0 bytes does what one for more does before it touches data (its update
+     * returns before any of it: ciphercommon_gcm.c gcm_cipher_internal): a pending TLS record is
+     * that record, which fails; otherwise the message starts, an encryption with no IV on a random
+     * one, and every check of a start applies (key, IV state). */
+    if (inl == 0 && is_gcm(ctx)) {
+        int ok;
 
-        gp_lane_rearm(ctx);
         *outl = 0;
+        if (ctx->tls_aad_len != 0) {
+            ok = gcm_tls_record(ctx, out, outl, outsize, in, 0);
+        } else {
+            ok = ctx->iv_state == GP_IV_STARTED || ensure_started(ctx);
+            ctx->begun |= ok;
+        }
+        gp_lane_rearm(ctx);
         return ok;
     }
     return gp_aead_update(vctx, out, outl, outsize, in, inl);
@@ -579,6 +650,7 @@ static int set_tag(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         ctx->tag_expected = 1;
     }
     ctx->taglen = p->data_size;
+    ctx->taglen_full = 0;
     return 1;
 }
 
@@ -597,8 +669,12 @@ static int set_ivlen(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     if (sz != ctx->ivlen) {
         ctx->ivlen = sz;
-        if (is_gcm(ctx))
-            ctx->iv_state = GP_IV_UNSET;   /* the buffered IV no longer fits */
+        /* An IV set (or a message begun) at the old length does not hold at the new one: OpenSSL
+         * 3.0's default goes on with the old bytes and whatever lies past them, later releases
+         * refuse (ciphercommon_gcm.c: "If the iv was already set or autogenerated, it is
+         * invalid"); here the message waits for a new IV (a finished one was refusing anyway). */
+        if (ctx->iv_state != GP_IV_UNSET)
+            ctx->iv_state = GP_IV_DROPPED;
     }
     return 1;
 }
@@ -636,9 +712,20 @@ static int set_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     gp_lane_tls_aad(ctx, p);
     return 1;
 bad:
-    ctx->tls_aad_len = 0;
-    if (ctx->lane.tls)
-        gp_lane_leave_tls(ctx);   /* the default's context may keep an earlier record's AAD */
+    /* The lane's context holds an earlier record's AAD when one was pending (it never sees this
+     * one): that record is not the lane's to run any more. */
+    if (ctx->lane.tls && ctx->tls_aad_len == TLS_AAD_LEN)
+        gp_lane_leave_tls(ctx);
+    /* A 13-byte TLS1_AAD whose length field does not fit leaves record mode on in the default
+     * provider, on the AAD as given (GCM: ciphercommon_gcm.c gcm_tls_init keeps it before its
+     * checks; ChaCha20-Poly1305: a record already announced stays pending). Here the next record
+     * is refused instead (TLS_AAD_REFUSED): it would be sent under AAD the caller was told was not
+     * taken. */
+    if (p->data_type == OSSL_PARAM_OCTET_STRING && p->data_size == TLS_AAD_LEN && p->data != NULL
+        && (is_gcm(ctx) || ctx->tls_aad_len != 0))
+        ctx->tls_aad_len = TLS_AAD_REFUSED;
+    else
+        ctx->tls_aad_len = 0;
     GP_RAISE(GP_R_INVALID_TLS_AAD);
     return 0;
 }
@@ -659,6 +746,17 @@ static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
         if (len != CHACHAPOLY_IV_LEN)
             goto bad;
+        /* The default provider swaps the nonce under a running message, its block counter and MAC
+         * going on, and under a pending record, which then runs on the fixed nonce without its
+         * sequence number (the nonce of that connection's record 0): both refused, nothing taken. */
+        if (ctx->tls_aad_len != 0) {
+            GP_RAISE(GP_R_TLS_MODE);
+            return 0;
+        }
+        if (gp_cipher_message_touched(ctx) || ctx->iv_state == GP_IV_DROPPED) {
+            GP_RAISE(GP_R_MESSAGE_IN_PROGRESS);
+            return 0;
+        }
         ctx->tls_fixed = 1;
         memcpy(ctx->iv, p->data, len);
         ctx->ivlen = len;
@@ -699,6 +797,10 @@ static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        return 0;
+    }
     memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
@@ -726,6 +828,10 @@ static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
+        return 0;
+    }
     if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
         return 0;
     if (olen == 0 || olen > ctx->ivlen)
@@ -742,6 +848,12 @@ static int get_iv(gp_cipher_ctx *ctx, OSSL_PARAM *p)
 {
     if (ctx->iv_state == GP_IV_UNSET) {
         GP_RAISE(GP_R_NO_IV_SET);
+        return 0;
+    }
+    /* A dropped IV is not the IV of anything (after an IV length change its bytes past the old
+     * length are whatever an earlier IV left there) */
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
         return 0;
     }
     if (p->data_size < ctx->ivlen) {
@@ -772,11 +884,21 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     }
     if (ctx->lane.has_tag)
         return lane_get_one(ctx, p);
-    if (!OSSL_PARAM_set_octet_string(p, ctx->tag, sz)) {
+    if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
     return 1;
+}
+
+/* AEAD_TAGLEN as the default provider reads it: GCM the length of the last SET_TAG, 16 before one
+ * or after an encrypt Final or a TLS record (ciphercommon_gcm_hw.c); ChaCha20-Poly1305 the length of
+ * the last SET_TAG, 0 before one (cipher_chacha20_poly1305.c). */
+static size_t taglen_param(const gp_cipher_ctx *ctx)
+{
+    if (!is_gcm(ctx))
+        return ctx->taglen;
+    return ctx->taglen_full || ctx->taglen == 0 ? AEAD_TAG_LEN : ctx->taglen;
 }
 
 /* Does the caller ask for GP_CIPHER_PARAM_MEMORY (which the lane's context does not know)? A first
@@ -858,7 +980,7 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
         else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
             ok = gp_param_set_size(p, ctx->info->keylen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAGLEN) == 0)
-            ok = gp_param_set_size(p, ctx->taglen != 0 ? ctx->taglen : AEAD_TAG_LEN);
+            ok = gp_param_set_size(p, taglen_param(ctx));
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD) == 0)
             ok = gp_param_set_size(p, ctx->tls_aad_pad);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)

@@ -54,9 +54,12 @@ typedef struct gp_cipher_info {
 
 /*
  * Where the current IV stands. BUFFERED: an IV is set and the message starts at the next update;
- * STARTED: a message is in progress; FINISHED: an AEAD Final was done and the IV must not be reused.
+ * STARTED: a message is in progress; FINISHED: an AEAD Final was done and the IV must not be reused;
+ * DROPPED: the key, the direction or the GCM IV length changed under a message (or a buffered
+ * GCM IV), so neither going on nor starting again from its IV is sound (the same key and IV would
+ * give the same keystream): updates and Final are refused until a new IV is set.
  */
-typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FINISHED } gp_iv_state;
+typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FINISHED, GP_IV_DROPPED } gp_iv_state;
 
 typedef struct gp_cipher_ctx {
     gp_provctx *provctx;
@@ -74,12 +77,23 @@ typedef struct gp_cipher_ctx {
     uint64_t last_text_bytes;   /* of the previous message (UINT64_MAX: none yet) */
     uint64_t text_max, aad_max; /* AEAD: the per-IV limits (gp_aead_text_fits, gp_aead_aad_fits) */
     int data_started;
+    int begun;                  /* GCM: a 0-byte EVP_Cipher began the message (it counts no bytes);
+                                 * next to data_started: both cleared by one store */
     unsigned int pad;           /* PADDING: stored and reported; stream modes do not pad */
+    int tls_version_set;        /* CTR/ChaCha20: a TLS_VERSION above 0 was taken */
+    int tls_mac_size_set;       /* CTR/ChaCha20: a TLS_MAC_SIZE above 0 was taken */
     /* AEAD */
-    uint8_t tag[16];
+    uint8_t tag[16];            /* decrypt: the expected tag (SET_TAG) */
+    uint8_t tag_out[16];        /* encrypt: the tag Final computed, apart from the expected one: an
+                                 * encryption between a SET_TAG and its decrypt Final must not
+                                 * change what that Final checks against (the default provider's
+                                 * one buffer does: fuzz finding R7) */
     size_t taglen;              /* length of the expected tag (decrypt) */
     int tag_expected;           /* decrypt: SET_TAG given for the next Final */
     int tag_ready;              /* encrypt: Final computed `tag` */
+    int taglen_full;            /* GCM: AEAD_TAGLEN reads 16 (an encrypt Final or a TLS record ran
+                                 * since the last SET_TAG, as the default provider reports it);
+                                 * next to tag_ready, so that setting both is one store */
     /* TLS 1.2 record mode */
     uint8_t tls_aad[13];
     size_t tls_aad_len;         /* 0 unless TLS1_AAD was set for the next record */
@@ -179,7 +193,16 @@ static inline void gp_cipher_message_reset(gp_cipher_ctx *ctx)
     ctx->aad_bytes = 0;
     ctx->text_bytes = 0;
     ctx->data_started = 0;
+    ctx->begun = 0;
     ctx->tag_ready = 0;
+}
+
+/* Has the caller's AAD, data or cipher call begun the message in progress? (On the lane an init
+ * begins the lane's message with nothing processed: that one may still start over.) */
+static inline int gp_cipher_message_touched(const gp_cipher_ctx *ctx)
+{
+    return ctx->iv_state == GP_IV_STARTED
+           && (ctx->aad_bytes != 0 || ctx->text_bytes != 0 || ctx->data_started || ctx->begun);
 }
 
 /* The shortcut's tail: counted before the call, so the call is the function's last act (a tail

@@ -51,7 +51,7 @@ void gp_lane_close(gp_cipher_ctx *ctx)
     if (l->has_tag && ctx->tag_ready) {
         OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
 
-        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag, sizeof(ctx->tag));
+        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag_out, sizeof(ctx->tag_out));
         ERR_set_mark();
         if (!ctx->enc || !l->d->get_ctx_params(l->algctx, p))
             ctx->tag_ready = 0;

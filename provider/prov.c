@@ -113,6 +113,9 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_DEVICE_MEMORY_GPU_FAILURE, "device mode: the GPU failed, and device memory has no CPU fallback; the message stays where its last good update left it" },
     { GP_R_DEVICE_MEMORY_TLS, "device mode: tls record mode (TLS1_AAD, TLS1_IV_FIXED) is not available" },
     { GP_R_DEVICE_MEMORY_AAD, "device mode: AAD must be host memory (only the data updates' in and out are device memory)" },
+    { GP_R_NEW_IV_NEEDED, "the key, iv length or direction changed in the middle of a message: set a new iv" },
+    { GP_R_MESSAGE_IN_PROGRESS, "TLS1_IV_FIXED in the middle of a message: finish it or set a new iv first" },
+    { GP_R_TLS_MAC_NOT_SUPPORTED, "tls mac-then-encrypt records (TLS_VERSION with TLS_MAC_SIZE) are not supported" },
     { 0, NULL }
 };
 

@@ -97,6 +97,9 @@ enum gp_reason {
     GP_R_DEVICE_MEMORY_GPU_FAILURE,
     GP_R_DEVICE_MEMORY_TLS,
     GP_R_DEVICE_MEMORY_AAD,
+    GP_R_NEW_IV_NEEDED,
+    GP_R_MESSAGE_IN_PROGRESS,
+    GP_R_TLS_MAC_NOT_SUPPORTED,
 };
 
 /* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */

@@ -59,15 +59,25 @@ static int stream_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t
         memcpy(ctx->oiv, iv, ivlen);
         ctx->ivlen = ivlen;
         ctx->iv_state = GP_IV_BUFFERED;
-    } else if (ctx->iv_state == GP_IV_STARTED) {
-        /* A re-init without an IV continues at the next whole block, dropping the partial
+    } else if (ctx->iv_state == GP_IV_STARTED && ctx->info->alg == GP_ALG_AES_CTR) {
+        /* A CTR re-init without an IV continues at the next whole block, dropping the partial
          * keystream, as the default provider does (it resets `num`, keeps the counter). */
         uint8_t next[16];
 
         next_block_counter(ctx, next);
         memcpy(ctx->iv, next, 16);
         ctx->iv_state = GP_IV_BUFFERED;
+    } else if (ctx->iv_state == GP_IV_STARTED && ctx->text_bytes == 0) {
+        ctx->iv_state = GP_IV_BUFFERED;   /* ChaCha20, nothing processed: it starts from its IV */
+    } else if (ctx->iv_state == GP_IV_STARTED && key != NULL) {
+        /* ChaCha20 with a new key under a running stream: the default provider drops the partial
+         * block and starts again at the block it began in (cipher_chacha20_hw.c initkey keeps the
+         * counter), which repeats keystream under an unchanged key; no place to go on is sound
+         * for every caller, so the stream waits for a new IV (GP_IV_DROPPED). */
+        ctx->iv_state = GP_IV_DROPPED;
     }
+    /* ChaCha20 without a key or IV: the stream goes on byte for byte, as the default provider's
+     * (its init leaves the block counter and the partial block alone). */
     if (key != NULL && !gp_cipher_set_key(ctx, key, keylen))
         return 0;
     if (!gp_lane_init(ctx))
@@ -179,15 +189,21 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
     *outl = 0;
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
-    if (inl == 0)
-        return 1;
+    /* Before the length: 0 bytes without a key fail too, as the default provider's (ciphercommon.c
+     * ossl_cipher_generic_stream_update, ossl_cipher_generic_cipher). */
     if (ctx->key == NULL) {
         GP_RAISE(GP_R_NO_KEY_SET);
         return 0;
     }
+    if (inl == 0)
+        return 1;
     if (ctx->iv_state == GP_IV_UNSET) {
         /* The default provider would run from an all-zero counter; refusing is safer. */
         GP_RAISE(GP_R_NO_IV_SET);
+        return 0;
+    }
+    if (ctx->iv_state == GP_IV_DROPPED) {
+        GP_RAISE(GP_R_NEW_IV_NEEDED);
         return 0;
     }
     if (in == NULL || out == NULL) {
@@ -279,6 +295,38 @@ int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
     return ok;
 }
 
+/*
+ * CTR's TLS_VERSION and TLS_MAC_SIZE: with both above 0 the default provider's decryption takes the
+ * last TLS_MAC_SIZE bytes of each update off as a MAC it never checks (ciphercommon.c
+ * ossl_cipher_generic_stream_update; the MAC-then-encrypt records of TLS 1.0-1.2 stream ciphers,
+ * which no TLS suite uses with CTR). gpuprov has no such record mode: the param completing the pair
+ * is refused, nothing taken. Either alone, or 0, is taken and has no effect, as there.
+ */
+static int set_tls_mac(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+{
+    const OSSL_PARAM *pv = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_TLS_VERSION);
+    const OSSL_PARAM *pm = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_TLS_MAC_SIZE);
+    unsigned int version = 0;
+    size_t mac = 0;
+    int version_set = ctx->tls_version_set, mac_set = ctx->tls_mac_size_set;
+
+    if ((pv != NULL && !OSSL_PARAM_get_uint(pv, &version)) || (pm != NULL && !OSSL_PARAM_get_size_t(pm, &mac))) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    if (pv != NULL)
+        version_set = version > 0;
+    if (pm != NULL)
+        mac_set = mac > 0;
+    if (version_set && mac_set) {
+        GP_RAISE(GP_R_TLS_MAC_NOT_SUPPORTED);
+        return 0;
+    }
+    ctx->tls_version_set = version_set;
+    ctx->tls_mac_size_set = mac_set;
+    return 1;
+}
+
 int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
@@ -306,6 +354,8 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    if (!set_tls_mac(ctx, params))
+        return 0;
     if ((p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_NUM)) != NULL) {
         unsigned int num, cur = ctx->iv_state == GP_IV_STARTED ? (unsigned int)(ctx->text_bytes % 16) : 0;
 
@@ -315,7 +365,7 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
             return 0;
         }
     }
-    /* TLS_VERSION and TLS_MAC_SIZE (set by libssl) and unknown keys: accepted, no effect here. */
+    /* Unknown keys: accepted, no effect here. */
     return 1;
 }
 

@@ -713,6 +713,305 @@ static void test_raw_outsize(void **state)
         }
 }
 
+/* ---- a message changed under it, TLS record mode ----------------------------------------------------- */
+
+/* The reason string of the last queued error ("" if none); the queue stays as it is. */
+static const char *last_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+
+    return r != NULL ? r : "";
+}
+
+/* A refusal on purpose (STRICT_RC), whose reason string under gpuprov says why. */
+static void refused_because(int rc, const char *what, const char *why)
+{
+    if (!evp_under_default() && rc <= 0 && strstr(last_reason(), why) == NULL)
+        fail_msg("%s: refused with reason \"%s\", expected \"%s\"", what, last_reason(), why);
+    refused(rc, what, STRICT_RC);
+}
+
+#define NEW_IV_NEEDED "set a new iv"
+
+/*
+ * A new key or direction without a new IV under a begun AEAD message, or a GCM IV length change
+ * after the IV: going on mixes keys or directions under one tag, starting again from the IV repeats
+ * keystream under the same key. gpuprov refuses the message's updates and Final until a new IV
+ * (measured on 3.0.19's default: it goes on, GCM from a zeroed state after a key init, but refuses
+ * updates after an IV length change). The same key is used again on purpose: the worst case.
+ */
+static void test_midmessage_changes(void **state)
+{
+    static const char *const changes[3] = { "a key re-init", "a direction flip", "an IV length change" };
+
+    (void)state;
+    for (int idx = 3; idx < 7; idx++) {
+        const char *nm = evp_ciphers[idx].name;
+        int gcm = evp_ciphers[idx].kind == K_GCM;
+        unsigned char key[32] = { 4 }, iv[12] = { 5 }, buf[48] = { 6 }, out[48], tag[16];
+        int outl;
+        char what[128];
+        EVP_CIPHER_CTX *c;
+
+        for (int change = 0; change < 3; change++) {
+            if (change == 2 && !gcm)
+                continue;   /* ChaCha20-Poly1305 has one nonce length */
+            c = new_ctx(idx, key, iv, 1);
+            assert_int_equal(EVP_CipherUpdate(c, NULL, &outl, buf, 7), 1);
+            assert_int_equal(EVP_CipherUpdate(c, out, &outl, buf, 40), 1);
+            if (change == 0)
+                assert_int_equal(EVP_CipherInit_ex2(c, NULL, key, NULL, 1, NULL), 1);
+            else if (change == 1)
+                assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, NULL, 0, NULL), 1);
+            else
+                assert_int_equal(evp_set_ivlen(c, 16), 1);
+            snprintf(what, sizeof(what), "%s update after %s mid-message", nm, changes[change]);
+            refused_because(EVP_CipherUpdate(c, out, &outl, buf, 16), what, NEW_IV_NEEDED);
+            snprintf(what, sizeof(what), "%s AAD after %s mid-message", nm, changes[change]);
+            refused_because(EVP_CipherUpdate(c, NULL, &outl, buf, 16), what, NEW_IV_NEEDED);
+            if (change != 1) {
+                snprintf(what, sizeof(what), "%s Final after %s mid-message", nm, changes[change]);
+                refused_because(EVP_CipherFinal_ex(c, out, &outl), what, NEW_IV_NEEDED);
+            }
+            if (change == 2) {
+                snprintf(what, sizeof(what), "%s IV read after an IV length change", nm);
+                refused_because(EVP_CIPHER_CTX_get_updated_iv(c, out, 16), what, NEW_IV_NEEDED);
+            }
+            proper_message(c, idx, change == 1 ? 0 : 1);
+            EVP_CIPHER_CTX_free(c);
+        }
+        /* a key init before any data keeps the IV: the message starts under the new key */
+        c = new_ctx(idx, NULL, iv, 1);
+        assert_int_equal(EVP_CipherInit_ex2(c, NULL, key, NULL, 1, NULL), 1);
+        assert_int_equal(EVP_CipherUpdate(c, out, &outl, buf, 40), 1);
+        assert_int_equal(EVP_CipherFinal_ex(c, out + 40, &outl), 1);
+        assert_int_equal(evp_get_tag(c, tag, 16), 1);
+        EVP_CIPHER_CTX_free(c);
+        {
+            unsigned char ref[48], rtag[16];
+
+            ref_encrypt(idx, key, iv, buf, 0, buf, 40, ref, rtag);
+            assert_memory_equal(out, ref, 40);
+            assert_memory_equal(tag, rtag, 16);
+        }
+    }
+}
+
+/* ChaCha20: a new key under a running stream is refused until a new IV (the default starts again
+ * at the block it was in, repeating keystream under an unchanged key); a re-init without key and IV
+ * goes on byte for byte, as the default's. */
+static void test_chacha20_reinit(void **state)
+{
+    const int idx = 7;
+    unsigned char key[32] = { 8 }, iv[16] = { 9 }, pt[116] = { 10 }, ref[116], out[116];
+    int outl;
+    EVP_CIPHER_CTX *c;
+
+    (void)state;
+    ref_encrypt(idx, key, iv, NULL, 0, pt, sizeof(pt), ref, NULL);
+    c = new_ctx(idx, key, iv, 1);
+    assert_int_equal(EVP_CipherUpdate(c, out, &outl, pt, 75), 1);
+    assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, NULL, -1, NULL), 1);
+    assert_int_equal(EVP_CipherUpdate(c, out + 75, &outl, pt + 75, 41), 1);
+    assert_memory_equal(out, ref, sizeof(ref));
+    assert_int_equal(EVP_CipherInit_ex2(c, NULL, key, NULL, -1, NULL), 1);
+    refused_because(EVP_CipherUpdate(c, out, &outl, pt, 16), "ChaCha20 update after a key re-init mid-stream",
+                    NEW_IV_NEEDED);
+    proper_message(c, idx, 1);
+    EVP_CIPHER_CTX_free(c);
+}
+
+/* 0 bytes without a key fail, as on 3.0.19's default (CTR, ChaCha20; GCM by EVP_Cipher). */
+static void test_empty_update_no_key(void **state)
+{
+    (void)state;
+    for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
+        unsigned char buf[16] = { 0 };
+        int outl;
+        char what[96];
+        EVP_CIPHER_CTX *c;
+
+        if (evp_ciphers[idx].kind == K_CCP)
+            continue;   /* both return at once for 0 bytes */
+        c = new_ctx(idx, NULL, NULL, 1);
+        snprintf(what, sizeof(what), "%s 0-byte %s without a key", evp_ciphers[idx].name,
+                 evp_ciphers[idx].kind == K_GCM ? "EVP_Cipher" : "update");
+        if (evp_ciphers[idx].kind == K_GCM)
+            refused(EVP_Cipher(c, buf, buf, 0) < 0 ? 0 : 1, what, STRICT_RC);
+        else
+            refused(EVP_CipherUpdate(c, buf, &outl, buf, 0), what, STRICT_RC);
+        proper_message(c, idx, 1);
+        EVP_CIPHER_CTX_free(c);
+    }
+}
+
+/* CTR with TLS_VERSION and TLS_MAC_SIZE: the default's decryption strips a MAC it never checks;
+ * gpuprov refuses the param that completes the pair. ChaCha20 ignores both on either. */
+static void test_ctr_tls_mac(void **state)
+{
+    (void)state;
+    for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
+        unsigned char key[32] = { 1 }, iv[16] = { 2 };
+        unsigned int version = 0x0303;
+        size_t mac = 20;
+        OSSL_PARAM pv[2] = { OSSL_PARAM_construct_uint(OSSL_CIPHER_PARAM_TLS_VERSION, &version),
+                             OSSL_PARAM_construct_end() };
+        OSSL_PARAM pm[2] = { OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, &mac),
+                             OSSL_PARAM_construct_end() };
+        char what[96];
+        EVP_CIPHER_CTX *c;
+
+        if (evp_ciphers[idx].kind != K_CTR && evp_ciphers[idx].kind != K_CHACHA)
+            continue;
+        c = new_ctx(idx, key, iv, 0);
+        assert_int_equal(EVP_CIPHER_CTX_set_params(c, pv), 1);
+        snprintf(what, sizeof(what), "%s TLS_MAC_SIZE after TLS_VERSION", evp_ciphers[idx].name);
+        if (evp_ciphers[idx].kind == K_CTR)
+            refused_because(EVP_CIPHER_CTX_set_params(c, pm), what, "mac-then-encrypt");
+        else
+            assert_int_equal(EVP_CIPHER_CTX_set_params(c, pm), 1);
+        if (!evp_under_default() || evp_ciphers[idx].kind != K_CTR)   /* the default's strips now */
+            proper_message(c, idx, 0);
+        EVP_CIPHER_CTX_free(c);
+    }
+}
+
+/* AEAD_TAGLEN as the default provider reads it (measured on 3.0.19). */
+static size_t taglen_of(EVP_CIPHER_CTX *c)
+{
+    size_t t = 99;
+    OSSL_PARAM p[2] = { OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, &t), OSSL_PARAM_construct_end() };
+
+    assert_int_equal(EVP_CIPHER_CTX_get_params(c, p), 1);
+    return t;
+}
+
+static void test_aead_taglen(void **state)
+{
+    (void)state;
+    for (int idx = 3; idx < 7; idx++) {
+        int gcm = evp_ciphers[idx].kind == K_GCM;
+        unsigned char key[32] = { 1 }, iv[12] = { 2 }, tag[16] = { 0 }, out[16];
+        int outl;
+        EVP_CIPHER_CTX *c = new_ctx(idx, key, iv, 0);
+
+        assert_int_equal(taglen_of(c), gcm ? 16 : 0);   /* ChaCha20-Poly1305: 0 until SET_TAG */
+        assert_int_equal(evp_set_tag(c, tag, 4), 1);
+        assert_int_equal(taglen_of(c), 4);
+        assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, iv, 1, NULL), 1);
+        assert_int_equal(EVP_CipherFinal_ex(c, out, &outl), 1);
+        assert_int_equal(taglen_of(c), gcm ? 16 : 4);   /* GCM: an encrypt Final's tag is 16 bytes */
+        /* that encryption did not touch the expected tag the decryption set: its Final still checks
+         * against it (the default provider's one buffer now holds the computed tag: R7) */
+        assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, iv, 0, NULL), 1);
+        outl = EVP_CipherFinal_ex(c, out, &outl);
+        if (!evp_under_default())
+            assert_int_equal(outl, 0);
+        (void)gptest_errors_pending();
+        EVP_CIPHER_CTX_free(c);
+    }
+}
+
+/*
+ * TLS 1.2 record mode off its path. Matched: a ChaCha20-Poly1305 record of the wrong length fails
+ * and the record stays pending; a GCM Final with a record pending fails and ends the record and its
+ * IV; a GCM IV init keeps a pending record. Refused: the record after a refused TLS1_AAD (GCM), a
+ * ChaCha20-Poly1305 TLS1_IV_FIXED with a record pending or mid-message, and a ChaCha20-Poly1305
+ * key init that ends a pending record leaves no nonce to go on with.
+ */
+static void test_tls_mode_edges(void **state)
+{
+    (void)state;
+    for (int idx = 3; idx < 7; idx++) {
+        const char *nm = evp_ciphers[idx].name;
+        int gcm = evp_ciphers[idx].kind == K_GCM;
+        unsigned char key[32] = { 1 }, fixed[12] = { 2 }, aad[13], rec[2][64], out[48];
+        int outl, rc[2];
+        char what[128];
+        EVP_CIPHER_CTX *c;
+
+        /* the same sequence on both providers: a bad record, then the good one */
+        for (int gp = 0; gp < 2; gp++) {
+            c = EVP_CIPHER_CTX_new();
+            assert_int_equal(EVP_CipherInit_ex2(c, evp_cipher(g_env, idx, gp), key, NULL, 1, NULL), 1);
+            assert_int_equal(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, gcm ? 4 : 12), 1);
+            if (gcm)   /* the same invocation field on both */
+                assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_IV_FIXED, -1, fixed), 1);
+            tls_aad(aad, 10);
+            assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_TLS1_AAD, 13, aad), 16);
+            memset(rec[gp], 7, sizeof(rec[gp]));
+            rc[gp] = EVP_CipherUpdate(c, rec[gp], &outl, rec[gp], 5);
+            (void)gptest_errors_pending();
+            if (!gcm)   /* still pending: the record of the announced length runs */
+                assert_int_equal(EVP_CipherUpdate(c, rec[gp], &outl, rec[gp], 26), 1);
+            EVP_CIPHER_CTX_free(c);
+        }
+        assert_int_equal(rc[0], rc[1]);
+        if (!gcm)
+            assert_memory_equal(rec[0], rec[1], 26);
+
+        /* GCM: a Final with a record pending fails on both and ends the record and the IV */
+        if (gcm) {
+            c = new_ctx(idx, key, fixed, 0);
+            tls_aad(aad, 40);
+            assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_TLS1_AAD, 13, aad), 16);
+            refused(EVP_CipherFinal_ex(c, out, &outl), "GCM Final with a TLS record pending",
+                    evp_under_default() ? STRICT_ERR : PLAIN);
+            refused(EVP_CipherUpdate(c, out, &outl, out, 40), "GCM update after a refused record's Final",
+                    STRICT_ERR);
+            proper_message(c, idx, 0);
+            EVP_CIPHER_CTX_free(c);
+
+            /* a refused TLS1_AAD: the next record is refused (the default runs it on that AAD) */
+            c = new_ctx(idx, key, NULL, 1);
+            assert_int_equal(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 4), 1);
+            tls_aad(aad, 3);
+            refused(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, aad, 13), "GCM TLS1_AAD of a 3-byte record",
+                    PLAIN);
+            memset(rec[0], 0, sizeof(rec[0]));
+            snprintf(what, sizeof(what), "%s record after a refused TLS1_AAD", nm);
+            refused_because(EVP_CipherUpdate(c, rec[0], &outl, rec[0], 34), what, "invalid tls aad");
+            EVP_CIPHER_CTX_free(c);
+            continue;
+        }
+        /* ChaCha20-Poly1305: TLS1_IV_FIXED with a record pending, or mid-message */
+        c = new_ctx(idx, key, fixed, 1);
+        tls_aad(aad, 10);
+        assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_TLS1_AAD, 13, aad), 16);
+        refused_because(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 12),
+                        "ChaCha20-Poly1305 TLS1_IV_FIXED with a TLS record pending", "tls record mode");
+        /* a key init ends the record; the nonce it leaves is the record's: a new IV is needed */
+        assert_int_equal(EVP_CipherInit_ex2(c, NULL, key, NULL, 1, NULL), 1);
+        refused_because(EVP_CipherUpdate(c, out, &outl, out, 16),
+                        "ChaCha20-Poly1305 update after a key init ended a pending record", NEW_IV_NEEDED);
+        proper_message(c, idx, 1);
+        assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, fixed, 1, NULL), 1);
+        assert_int_equal(EVP_CipherUpdate(c, out, &outl, out, 16), 1);
+        refused_because(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 12),
+                        "ChaCha20-Poly1305 TLS1_IV_FIXED mid-message", "finish it or set a new iv");
+        /* refused, nothing taken: the message goes on and ends */
+        assert_int_equal(EVP_CipherFinal_ex(c, out, &outl), 1);
+        proper_message(c, idx, 1);
+        EVP_CIPHER_CTX_free(c);
+        /* a refused TLS1_AAD with no record announced leaves a message in progress as it was, on
+         * both providers (on the cpu lane in record mode too) */
+        for (int gp = 0; gp < 2; gp++) {
+            memset(rec[gp], 3, sizeof(rec[gp]));
+            c = EVP_CIPHER_CTX_new();
+            assert_int_equal(EVP_CipherInit_ex2(c, evp_cipher(g_env, idx, gp), key, NULL, 0, NULL), 1);
+            assert_int_equal(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 12), 1);
+            assert_int_equal(EVP_CipherUpdate(c, rec[gp], &outl, rec[gp], 40), 1);
+            tls_aad(aad, 3);
+            refused(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, aad, 13), "ChaCha20-Poly1305 decrypt TLS1_AAD of 3 bytes",
+                    gp ? PLAIN : STRICT_ERR);
+            assert_int_equal(EVP_CipherUpdate(c, rec[gp] + 40, &outl, rec[gp] + 40, 24), 1);
+            EVP_CIPHER_CTX_free(c);
+        }
+        assert_memory_equal(rec[0], rec[1], 64);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -725,6 +1024,12 @@ int main(void)
         cmocka_unit_test(test_update_after_final),
         cmocka_unit_test(test_aad_after_data),
         cmocka_unit_test(test_truncated_tls),
+        cmocka_unit_test(test_midmessage_changes),
+        cmocka_unit_test(test_chacha20_reinit),
+        cmocka_unit_test(test_empty_update_no_key),
+        cmocka_unit_test(test_ctr_tls_mac),
+        cmocka_unit_test(test_aead_taglen),
+        cmocka_unit_test(test_tls_mode_edges),
         cmocka_unit_test(test_negative_inl),
         cmocka_unit_test(test_raw_huge),
         cmocka_unit_test(test_raw_outsize),

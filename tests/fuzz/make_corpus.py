@@ -224,6 +224,20 @@ def main():
         "AES-256-GCM", cipher_init(1, key=key32, iv=iv12), data(b"d" * 20), final(), get_tag(),
         reinit(None, iv=REPLAY), data(b"d" * 20), get_tag())
     seeds["strict-stream-no-iv"] = seq_file("ChaCha20", cipher_init(1, key=key32), data(b"d" * 64), final())
+    # A change under a begun message without a new IV (GP_R_NEW_IV_NEEDED), then a new IV
+    seeds["strict-aead-rekey-midmsg"] = seq_file(
+        "AES-128-GCM", cipher_init(1, key=key16, iv=iv12), data(b"d" * 20), reinit(None, key=REPLAY),
+        data(b"e" * 16), final(), reinit(None, iv=iv12), data(b"d" * 20), final(), get_tag())
+    seeds["strict-aead-direction-flip"] = seq_file(
+        "ChaCha20-Poly1305", cipher_init(0, key=key32, iv=iv12), data(b"d" * 20), reinit(1), final(), get_tag())
+    seeds["strict-gcm-ivlen-after-iv"] = seq_file(
+        "AES-256-GCM", cipher_init(1, key=key32, iv=iv12), set_ivlen(16), get_state(), data(b"d" * 20), final())
+    seeds["strict-chacha20-rekey-midstream"] = seq_file(
+        "ChaCha20", cipher_init(1, key=key32, iv=bytes(16)), data(b"d" * 75), reinit(None), data(b"e" * 41),
+        reinit(None, key=REPLAY), data(b"f" * 10))
+    # ChaCha20-Poly1305 TLS1_IV_FIXED mid-message (GP_R_MESSAGE_IN_PROGRESS)
+    seeds["strict-ccp-fixed-midmsg"] = seq_file(
+        "ChaCha20-Poly1305", cipher_init(1, key=key32, iv=iv12), data(b"d" * 10), tls_fixed(iv12), data(b"e" * 10))
 
     for name, blob in sorted(seeds.items()):
         with open(os.path.join(out, name), "wb") as f:

@@ -4,7 +4,8 @@
 """usage: make_regress.py [OUT_DIR]   (default: tests/fuzz/regress beside this script)
 
 Each input is the shortest call sequence that shows one finding (tests/fuzz/README.md): f* show an
-open finding (GPUPROV_FUZZ_STRICT=1 makes them fail), b* a fixed bug (they must pass strictly).
+open finding (GPUPROV_FUZZ_STRICT=1 makes them fail), b* a difference now matched, d* one gpuprov
+now refuses on purpose (both must pass strictly).
 Replay one with GPUPROV_FUZZ_TRACE=1 to read its calls and both providers' results.
 """
 import importlib.util
@@ -26,35 +27,35 @@ def pending(payload=10): return bytes([mc.TLS_RECORD, 0x1c]) + mc.enc_len(payloa
 def params(which, v): return bytes([mc.PARAMS, which, v])
 def settag_lenonly(): return bytes([mc.SET_TAG, 0xf0]) + mc.lit(bytes(6))
 seqs = {
- "f1-gcm-empty-cipher-no-key": S("AES-128-GCM", mc.cipher_init(1), raw_data(0, 6)),
- "f2-ccp-taglen-unset": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.get_state()),
- "f2-gcm-taglen-after-enc-final": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), mc.set_tag(bytes(4), 4),
+ "b9-gcm-empty-cipher-no-key": S("AES-128-GCM", mc.cipher_init(1), raw_data(0, 6)),
+ "b10-ccp-taglen-unset": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.get_state()),
+ "b10-gcm-taglen-after-enc-final": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), mc.set_tag(bytes(4), 4),
                                      mc.reinit(1), mc.final(), mc.get_state()),
  "b7-gcm-taglen-only": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), settag_lenonly()),
- "f4-gcm-ivlen-stale-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.set_ivlen(16), mc.get_state()),
- "f5-gcm-refused-tls-aad": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12),
+ "d4-gcm-ivlen-stale-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.set_ivlen(16), mc.get_state()),
+ "d5-gcm-refused-tls-aad": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12),
                              bytes([mc.TLS_RECORD, 0xe0]) + mc.enc_len(10) + bytes([1, 0, 0]) + mc.lit(bytes(34))),
- "f5-ccp-failed-tls-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12),
+ "d5-ccp-failed-tls-record-then-fixed": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12),
                                bytes([mc.TLS_RECORD, 0x1c]) + mc.enc_len(10) + bytes([1, 5]) + mc.lit(bytes(5)),
                                mc.tls_fixed(IV12b), mc.final()),
  "b3-gcm-short-random-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.set_ivlen(8), mc.final()),
  "b8-ccp-cipher-final": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), mc.data(bytes(10)), final_cipher(),
                           mc.get_tag()),
- "f8-gcm-rekey-midmsg": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(16)),
+ "d8-gcm-rekey-midmsg": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(16)),
                           mc.reinit(None, key=bytes(range(50, 66))), mc.data(bytes(16))),
- "f9-ccp-fixed-midmsg": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), mc.data(bytes(10)),
+ "d9-ccp-fixed-midmsg": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), mc.data(bytes(10)),
                           mc.tls_fixed(IV12b), mc.data(bytes(10))),
- "f10-chacha20-reinit-midblock": S("ChaCha20", mc.cipher_init(1, key=K32, iv=IV16), mc.data(bytes(75)), mc.reinit(None),
+ "b11-chacha20-reinit-midblock": S("ChaCha20", mc.cipher_init(1, key=K32, iv=IV16), mc.data(bytes(75)), mc.reinit(None),
                                    mc.data(bytes(41))),
- "f11-ccp-direction-flip": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.data(bytes(20)), mc.reinit(1),
+ "d11-ccp-direction-flip": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), mc.data(bytes(20)), mc.reinit(1),
                              mc.final(), mc.get_tag()),
- "f12-ctr-tls-mac": S("AES-128-CTR", mc.cipher_init(0, key=K16, iv=IV16), params(1, 0), params(2, 16), mc.data(bytes(40))),
- "f13-ccp-aad-in-tls-mode": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), pending(), mc.aad(bytes(5))),
- "f14-ccp-rekey-tls-pending": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
+ "d12-ctr-tls-mac": S("AES-128-CTR", mc.cipher_init(0, key=K16, iv=IV16), params(1, 0), params(2, 16), mc.data(bytes(40))),
+ "d13-ccp-aad-in-tls-mode": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32, iv=IV12), pending(), mc.aad(bytes(5))),
+ "d14-ccp-rekey-tls-pending": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
                                 mc.reinit(None, key=K32b), mc.final()),
- "f15-gcm-iv-reinit-tls-pending": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), pending(), mc.reinit(None, iv=IV12b),
+ "b12-gcm-iv-reinit-tls-pending": S("AES-128-GCM", mc.cipher_init(0, key=K16, iv=IV12), pending(), mc.reinit(None, iv=IV12b),
                                     mc.data(bytes(70))),
- "f16-gcm-final-tls-pending": S("AES-128-GCM", mc.cipher_init(0, key=K16), pending(), mc.final(), mc.get_state()),
+ "b13-gcm-final-tls-pending": S("AES-128-GCM", mc.cipher_init(0, key=K16), pending(), mc.final(), mc.get_state()),
  "fr2-gcm-refused-settag-clobbers-default-tag": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(16)),
                                                   mc.final(), mc.set_tag(bytes(16)), mc.get_tag()),
  "fr6-gcm-refused-settag-clobbers-tls-aad": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.tls_fixed_whole(IV12),
@@ -68,10 +69,22 @@ seqs = {
                                              mc.reinit(1, iv=IV12), mc.final(), mc.reinit(0, iv=IV12), mc.final()),
  "b4-lane-tls-aad-before-fixed": S("AES-128-GCM", mc.cipher_init(0), pending(129), mc.reinit(None, key=K16),
                                   mc.tls_fixed_whole(IV12), raw_data(46, 7)),
- "f14-ccp-rekey-tls-pending-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
+ "d14-ccp-rekey-tls-pending-record": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
                                       mc.reinit(None, key=K32b), mc.data(bytes(26), inplace=True)),
  "b1-cpu-copy-after-rekey": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(50)),
                               mc.reinit(None, key=bytes(range(50, 66)), iv=IV12), mc.copy(), mc.data(bytes(50))),
+ "d10-chacha20-rekey-midstream": S("ChaCha20", mc.cipher_init(1, key=K32, iv=IV16), mc.data(bytes(75)),
+                                  mc.reinit(None, key=K32b), mc.data(bytes(41))),
+ "b14-ccp-tls-record-wrong-length-stays": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12), pending(),
+                                            mc.data(bytes(5)), mc.data(bytes(26), inplace=True), mc.get_state()),
+ "d11-gcm-direction-flip": S("AES-128-GCM", mc.cipher_init(1, key=K16, iv=IV12), mc.data(bytes(20)), mc.reinit(0),
+                             mc.data(bytes(20))),
+ "b15-ccp-lane-refused-tls-aad-keeps-message": S("ChaCha20-Poly1305", mc.cipher_init(0, key=K32), mc.tls_fixed(IV12),
+                                                  mc.data(bytes(108)),
+                                                  bytes([mc.TLS_RECORD, 0xe0]) + mc.enc_len(10) + bytes([1, 0, 0])
+                                                  + mc.lit(bytes(26))),
+ "d4-gcm-tls-record-after-ivlen-change": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12),
+                                          mc.set_ivlen(16), mc.tls_record(10, 1, body=bytes(34))),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
                                  mc.tls_record(10, 1, body=bytes(34))),
 }

@@ -59,14 +59,14 @@ asan=detect_leaks=1:abort_on_error=1
 case "$ex" in *cuda) asan="$asan:protect_shadow_gap=0" ;; esac
 run() { env "${envs[@]}" ASAN_OPTIONS="$asan" UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$@"; }
 
-# Regression inputs: b-* found bugs now fixed (must pass with every difference fatal); f-* show an
-# open finding (fuzz_evp_diff.c finding_name, tests/fuzz/README.md): they must pass as a campaign
+# Regression inputs: b-* found differences now matched, d-* differences now refused on purpose (both
+# must pass with every difference fatal); f-* show an open finding (fuzz_evp_diff.c finding_name, tests/fuzz/README.md): they must pass as a campaign
 # runs them, and are reported, not failed, while they still reproduce the finding.
 status=0
 for f in tests/fuzz/regress/*; do
   name=$(basename "$f")
   case "$name" in
-    b*) if ! run GPUPROV_FUZZ_STRICT=1 "$bin" "$f" >"$build/fuzz-regress.log" 2>&1; then
+    b*|d*) if ! run GPUPROV_FUZZ_STRICT=1 "$bin" "$f" >"$build/fuzz-regress.log" 2>&1; then
           echo "fuzz: regression $name FAILED on $ex:"; sed -n '/^====/,/^DIFFERENCE/p;/ERROR:/p' "$build/fuzz-regress.log"; status=1
         fi ;;
     f*) if ! run "$bin" "$f" >"$build/fuzz-regress.log" 2>&1; then
