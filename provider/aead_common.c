@@ -192,6 +192,9 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
      * length are whatever an earlier IV left there. Refused, the IV stays dropped. */
     if (ctx->iv_state == GP_IV_DROPPED) {
         GP_RAISE(GP_R_NEW_IV_NEEDED);
+        /* where the default provider's record got as far as its crypto, AEAD_TAGLEN reads 16 (below) */
+        if (out == in && len >= TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN && ctx->key != NULL && ctx->iv_gen)
+            ctx->taglen_full = 1;
         if (ctx->lane.tls)
             gp_lane_leave_tls(ctx);   /* the lane's context holds the record's AAD */
         ctx->tls_aad_len = 0;
