@@ -179,6 +179,20 @@ static int ensure_started(gp_cipher_ctx *ctx)
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
+/*
+ * A GCM record gpuprov refuses where the default provider's got as far as its IV and crypto
+ * (ciphercommon_gcm.c gcm_tls_cipher): its IV took the record's explicit nonce when decrypting
+ * (setivinv), and its AEAD_TAGLEN reads 16 (ossl_gcm_one_shot). The context takes both, so that what
+ * follows a record that failed on both agrees (an encryption's record succeeds there: the
+ * difference is the refusal itself).
+ */
+static void gcm_record_refused_late(gp_cipher_ctx *ctx, const unsigned char *in)
+{
+    if (!ctx->enc)
+        memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
+    ctx->taglen_full = 1;
+}
+
 /* Out of line (as chachapoly_tls_record): inlined, their frames made every update save six
  * registers. */
 static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
@@ -192,6 +206,9 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
      * length are whatever an earlier IV left there. Refused, the IV stays dropped. */
     if (ctx->iv_state == GP_IV_DROPPED) {
         GP_RAISE(GP_R_NEW_IV_NEEDED);
+        if (out == in && len >= TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN && ctx->key != NULL && ctx->iv_gen
+            && ctx->ivlen >= TLS_GCM_EXPLICIT_IV_LEN)
+            gcm_record_refused_late(ctx, in);
         if (ctx->lane.tls)
             gp_lane_leave_tls(ctx);   /* the lane's context holds the record's AAD */
         ctx->tls_aad_len = 0;
@@ -223,6 +240,7 @@ static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned
     /* The TLS1_AAD for this record was refused: the record is too (the default would run it on
      * the AAD's bytes as given, its length field uncorrected). */
     if (ctx->tls_aad_len != TLS_AAD_LEN) {
+        gcm_record_refused_late(ctx, in);
         GP_RAISE(GP_R_INVALID_TLS_AAD);
         goto done;
     }

@@ -85,6 +85,12 @@ seqs = {
                                                   + mc.lit(bytes(26))),
  "d4-gcm-tls-record-after-ivlen-change": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12),
                                           mc.set_ivlen(16), mc.tls_record(10, 1, body=bytes(34))),
+ "b16-gcm-dropped-iv-record-taglen": S("AES-128-GCM", mc.cipher_init(0, key=K16), mc.tls_fixed_whole(IV12),
+                                      mc.set_tag(bytes(10), 10), mc.set_ivlen(16), mc.tls_record(10, 1, body=bytes(34)),
+                                      mc.get_state()),
+ "b17-gcm-refused-aad-decrypt-record-iv": S("AES-128-GCM", mc.cipher_init(0, key=K16), mc.tls_fixed_whole(IV12),
+                                           bytes([mc.TLS_RECORD, 0xe0]) + mc.enc_len(10) + bytes([1, 3, 0])
+                                           + mc.lit(bytes(range(1, 35))), mc.get_state()),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
                                  mc.tls_record(10, 1, body=bytes(34))),
 }
