@@ -57,6 +57,12 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
      * engine's message from the context's own fields. */
     if (ctx->tls_aad_len != 0 && ctx->lane.tls)
         gp_lane_leave_tls(ctx);
+    /* A finished encryption turning to decryption without a new IV: its tag, still there for a
+     * GET_TAG once it encrypts again, lives in the lane's context, where a decryption's SET_TAG
+     * would overwrite it (the default provider's one buffer: fuzz finding R2). It comes over
+     * (tag_out) and the lane closes. */
+    if (iv == NULL && ctx->enc && !enc && ctx->lane.has_tag && ctx->tag_ready)
+        gp_lane_close(ctx);
     ctx->enc = enc;
     if (iv != NULL) {
         /* GCM takes IVs of 1..128 bytes (J0 through GHASH when not 12, SP 800-38D §7.1);
