@@ -930,14 +930,12 @@ static size_t taglen_param(const gp_cipher_ctx *ctx)
     return ctx->taglen_full || ctx->taglen == 0 ? AEAD_TAG_LEN : ctx->taglen;
 }
 
-/* Does the caller ask for what the context answers itself: GP_CIPHER_PARAM_MEMORY, which the
- * lane's context does not know, or AEAD_TAGLEN, which it may not (a tag length set before it
- * opened)? A first letter, or the fourth, decides for every OpenSSL name. */
-static int asks_own(const OSSL_PARAM params[])
+/* Does the caller ask for GP_CIPHER_PARAM_MEMORY (which the lane's context does not know)? A first
+ * letter decides for every OpenSSL name. */
+static int asks_memory(const OSSL_PARAM params[])
 {
     for (const OSSL_PARAM *p = params; p != NULL && p->key != NULL; p++)
-        if ((p->key[0] == 'g' && strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0)
-            || (p->key[0] == 't' && strcmp(p->key, OSSL_CIPHER_PARAM_AEAD_TAGLEN) == 0))
+        if (p->key[0] == 'g' && strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0)
             return 1;
     return 0;
 }
@@ -962,14 +960,13 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 
     /* One param: EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for
      * the tag after each message. Answered here, a comparison or two each and no frame: a first
-     * letter 'g', and "tagl..." (AEAD_TAGLEN), send the name to the context's own answers
-     * (asks_own); each letter is read only after the one before matched. */
+     * letter 'g' is the only one that may be gpuprov's own name (asks_memory). */
     if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
         const char *k = params[0].key;
 
         if (gp_param_is_ivlen(k))
             return gp_param_set_size(params, ctx->ivlen);
-        if (lane_has_answers(ctx) && k[0] != 'g' && !(k[0] == 't' && k[1] == 'a' && k[2] == 'g' && k[3] == 'l'))
+        if (lane_has_answers(ctx) && k[0] != 'g')
             return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
         /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
         if (ctx->tls_aad_len != 0 && k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a'
@@ -986,7 +983,7 @@ static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params
 {
     int ok;
 
-    if (lane_has_answers(ctx) && !asks_own(params))
+    if (lane_has_answers(ctx) && !asks_memory(params))
         return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
     ok = aead_get_ctx_params_body(ctx, params);
 
