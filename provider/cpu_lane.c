@@ -108,6 +108,17 @@ static int lane_choose(gp_cipher_ctx *ctx)
         }
         ctx->lane.ivlen = ivlen;
     }
+    /* ... and a ChaCha20-Poly1305 tag length, which its AEAD_TAGLEN reads (answered there after an
+     * encryption's Final: lane_has_answers) */
+    if (ctx->info->aead && !is_gcm(ctx) && ctx->taglen != 0) {
+        OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+        p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, ctx->taglen);
+        if (!d->set_ctx_params(algctx, p)) {
+            gp_lane_close(ctx);
+            return 0;
+        }
+    }
     return 1;
 }
 

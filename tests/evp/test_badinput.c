@@ -910,6 +910,23 @@ static void test_aead_taglen(void **state)
             assert_int_equal(outl, 0);
         (void)gptest_errors_pending();
         EVP_CIPHER_CTX_free(c);
+        /* and a decryption's SET_TAG leaves an encryption's tag alone: once the context encrypts
+         * again, GET_TAG answers that encryption's tag (the default's one buffer: R2) */
+        {
+            unsigned char t1[16], t2[16], bogus[16] = { 0x5a };
+
+            c = new_ctx(idx, key, iv, 1);
+            assert_int_equal(EVP_CipherUpdate(c, out, &outl, tag, 10), 1);
+            assert_int_equal(EVP_CipherFinal_ex(c, out, &outl), 1);
+            assert_int_equal(evp_get_tag(c, t1, 16), 1);
+            assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, NULL, 0, NULL), 1);
+            assert_int_equal(evp_set_tag(c, bogus, 16), 1);
+            assert_int_equal(EVP_CipherInit_ex2(c, NULL, NULL, NULL, 1, NULL), 1);
+            assert_int_equal(evp_get_tag(c, t2, 16), 1);
+            if (!evp_under_default())
+                assert_memory_equal(t1, t2, 16);
+            EVP_CIPHER_CTX_free(c);
+        }
     }
 }
 

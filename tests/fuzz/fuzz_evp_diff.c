@@ -417,7 +417,7 @@ enum { R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AA
        R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG,
        R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
-    "R2 (default provider): GCM encrypt: a refused SET_TAG still overwrites the default's computed tag",
+    "R2 (default provider): GCM and ChaCha20-Poly1305: a SET_TAG's bytes (refused when encrypting with GCM, taken when decrypting) overwrite the default's computed tag: a later GET_TAG returns them",
     "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
     "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
     "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
@@ -1085,8 +1085,9 @@ static void op_set_tag(fz *f, reader *r)
     ERR_clear_error();
     trace(f, " -> %d | %d\n", d.rc[0], d.rc[1]);
     /* OpenSSL 3.0's GCM copies the bytes into the buffer holding its computed tag before it
-     * refuses a tag on an encrypting context: its next GET_TAG returns them. */
-    if (f->ai->kind == K_GCM && f->enc && !len_only && len > 0 && !ok_rc(d.rc[0]))
+     * refuses a tag on an encrypting context, and both AEADs keep a decryption's expected tag
+     * there: the next GET_TAG (after a turn back to encrypting) returns them. */
+    if (is_aead(f) && !len_only && len > 0 && ((f->ai->kind == K_GCM && f->enc && !ok_rc(d.rc[0])) || (!f->enc && ok_rc(d.rc[0]))))
         f->ref_tag_clobbered = R_GCM_SET_TAG_CLOBBERS + 1;
     /* That buffer also holds a pending TLS1_AAD: the next record's tag covers the tag's bytes
      * (OSSL_PARAM_get_octet_string copies up to the buffer's 16 bytes, before an encrypting

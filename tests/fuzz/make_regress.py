@@ -91,6 +91,15 @@ seqs = {
  "b17-gcm-refused-aad-decrypt-record-iv": S("AES-128-GCM", mc.cipher_init(0, key=K16), mc.tls_fixed_whole(IV12),
                                            bytes([mc.TLS_RECORD, 0xe0]) + mc.enc_len(10) + bytes([1, 3, 0])
                                            + mc.lit(bytes(range(1, 35))), mc.get_state()),
+ "b18-ccp-lane-taglen-set-before-open": S("ChaCha20-Poly1305", mc.cipher_init(1), settag_lenonly(),
+                                         mc.reinit(None, key=K32, iv=IV12), mc.data(bytes(10)), mc.final(),
+                                         mc.get_state()),
+ "d4-gcm-lane-ivlen-after-final-iv-read": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.final(), mc.set_ivlen(2),
+                                           mc.reinit(None, iv=bytes([0x87, 0x64])), mc.final(), mc.set_ivlen(3),
+                                           mc.get_state()),
+ "fr2-ccp-settag-dec-clobbers-computed-tag": S("ChaCha20-Poly1305", mc.cipher_init(1, key=K32, iv=IV12),
+                                              mc.data(bytes(10)), mc.final(), mc.get_tag(), mc.reinit(0),
+                                              mc.set_tag(bytes(16)), mc.reinit(1), mc.get_tag()),
  "b2-gcm-tls-record-short-iv": S("AES-128-GCM", mc.cipher_init(1, key=K16), mc.tls_fixed_whole(IV12), mc.set_ivlen(2),
                                  mc.tls_record(10, 1, body=bytes(34))),
 }
