@@ -39,7 +39,7 @@
 #define FOLD_MAX (1u << 20)
 /* A wave of at least this many unit refs has them made on the GPU by its copy kernel in
  * (GP_COPY_REFS entries, a request's run of units each), not written by the host ref by ref and
- * sent: 8 bytes a 2 KiB unit, 1 MiB of refs for 256 MiB of data. */
+ * sent across PCIe: the refs grow with the data (one per 2 KiB unit), the entries do not. */
 #define GEN_REFS_MIN 2048u
 /*
  * Large requests (docs/architecture.md, "Large requests"). A request's data from SPREAD_MIN bytes up
@@ -739,8 +739,8 @@ static cudaError_t batch_ended(gp_cuda_slot *c, const gp_batch_end *b, cudaError
  * the slot's recent batches took (from `start`, its first CUDA call) and spin_us more, then sleep
  * in the driver. Whoever waits here, a dispatcher (an async jobs' batch) or a synchronous caller
  * leading its own batch, has nothing else to do until the results are in; it polls rather than
- * sleeping through the batch because a sleeper's wake-up comes late (tens of µs, more among busy
- * threads), which a caller pays on every call and the slot's next batch waits for.
+ * sleeping through the batch because a sleeper's wake-up comes late (later among busy threads),
+ * which a caller pays on every call and the slot's next batch waits for.
  */
 static cudaError_t wait_for_gpu(gp_engine *e, gp_cuda_slot *c, uint64_t start, gp_batch_end *b)
 {
