@@ -19,7 +19,7 @@
  * bytes (a benchmark of wrong answers is worthless):
  *   1. large: one context encrypts a --buffer-mib device buffer as one message, in updates of each
  *      --updates size (MiB), IV-only re-init per message, Final and GET_TAG (AEAD); GB/s of data
- *      over --seconds. bench/devmem.sh puts kernel_bench's raw-kernel figure beside each row.
+ *      over --seconds (--in-place: the timed messages write over their input, after the check). bench/devmem.sh puts kernel_bench's raw-kernel figure beside each row.
  *   2. threads: --threads threads, each with its own context and device region, encrypt
  *      --msg-kib messages synchronously as a TLS record would be (IV re-init, 13 bytes of host AAD,
  *      one device-memory update, Final, GET_TAG); GB/s in total.
@@ -42,6 +42,7 @@
 
 static OSSL_LIB_CTX *libctx;
 static double seconds = 2.0;
+static int in_place;             /* --in-place: the large cell's timed updates write over their input */
 
 static void die(const char *what)
 {
@@ -159,10 +160,11 @@ static void bench_large(const char *gpu, const char *cipher, size_t buf_mib, siz
     t0 = now_s();
     do {
         iv[1]++;
-        message(ctx, cipher, iv, NULL, in, out, len, step, tag);
+        message(ctx, cipher, iv, NULL, in, in_place ? in : out, len, step, tag);
         n++;
     } while ((t = now_s() - t0) < seconds);
-    printf("%-18s %8zu MiB buffer %6zu MiB updates %10.1f GB/s\n", cipher, buf_mib, upd_mib, (double)n * (double)len / t / 1e9);
+    printf("%-18s %8zu MiB buffer %6zu MiB updates%s %10.1f GB/s\n", cipher, buf_mib, upd_mib,
+           in_place ? " in place" : "", (double)n * (double)len / t / 1e9);
     printf("DEVMEM_LARGE,%s,%s,%zu,%zu,%.2f\n", gpu, cipher, buf_mib, upd_mib, (double)n * (double)len / t / 1e9);
     EVP_CIPHER_CTX_free(ctx);
     CHECK(cudaFree(in));
@@ -248,7 +250,8 @@ int main(int argc, char **argv)
         { "module-dir", required_argument, NULL, 'm' }, { "buffer-mib", required_argument, NULL, 'b' },
         { "updates", required_argument, NULL, 'u' },    { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 's' },    { "threads", required_argument, NULL, 't' },
-        { "msg-kib", required_argument, NULL, 'k' },    { NULL, 0, NULL, 0 },
+        { "msg-kib", required_argument, NULL, 'k' },    { "in-place", no_argument, NULL, 'i' },
+        { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
     char updates[256] = "1,4,16,64,256", ciphers[256] = "AES-256-GCM,AES-128-CTR,ChaCha20-Poly1305";
@@ -266,9 +269,10 @@ int main(int argc, char **argv)
         case 's': seconds = atof(optarg); break;
         case 't': nthreads = atoi(optarg); break;
         case 'k': msg_kib = strtoul(optarg, NULL, 10); break;
+        case 'i': in_place = 1; break;
         default:
             fprintf(stderr, "usage: devmem_bench [--module-dir DIR] [--buffer-mib 256] [--updates 1,4,16,64,256] "
-                            "[--ciphers A,B] [--seconds 2] [--threads 16 (0: none)] [--msg-kib 16]\n");
+                            "[--ciphers A,B] [--seconds 2] [--threads 16 (0: none)] [--msg-kib 16] [--in-place]\n");
             return 2;
         }
     }
