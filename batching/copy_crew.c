@@ -2,10 +2,14 @@
 /* The copy crew: large memcpys spread over helper threads, piece by piece, in order (copy_crew.h). */
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+# include <emmintrin.h>
+#endif
 
 #include "batching/copy_crew.h"
 
@@ -57,6 +61,42 @@ void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *
     *len = k + 1 < run->npieces ? run->piece : run->len - *off;
 }
 
+/*
+ * The crew's memcpy (copy_crew.h): stores that bypass the caches (non-temporal, x86 SSE2; plain
+ * memcpy elsewhere). A piece's
+ * destination is not read again by this core: pinned memory that the GPU's DMA reads from DRAM, or
+ * a caller's output of hundreds of KiB and more. Ordinary stores first read each destination line
+ * into the cache and later write it back, so a copy moves three bytes through DRAM for each byte
+ * copied; streaming stores move two, and the crew's copies share DRAM with the DMA transfers beside
+ * them (bench/RESULTS.md, "A lone caller from pageable memory"). Streaming stores are weakly
+ * ordered: the fence makes them visible before the piece is marked done (a release store does not
+ * order them on x86).
+ */
+void gp_copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
+{
+#if defined(__SSE2__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+
+    if (head > len)
+        head = len;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    len -= head;
+    for (; len >= 64; len -= 64, dst += 64, src += 64) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)src), b = _mm_loadu_si128((const __m128i *)(src + 16));
+        const __m128i c = _mm_loadu_si128((const __m128i *)(src + 32)), d = _mm_loadu_si128((const __m128i *)(src + 48));
+
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+    _mm_sfence();
+#endif
+    memcpy(dst, src, len);
+}
+
 /* Copy piece k (claimed by the caller), once its source is there. */
 static void copy_piece(gp_copy_run *run, size_t k)
 {
@@ -66,7 +106,7 @@ static void copy_piece(gp_copy_run *run, size_t k)
         atomic_store_explicit(&run->failed, 1, memory_order_relaxed);
     } else {
         gp_copy_piece_range(run, k, &off, &len);
-        memcpy(run->dst + off, run->src + off, len);
+        gp_copy_streaming(run->dst + off, run->src + off, len);
     }
     atomic_store_explicit(&run->done[k], 1, memory_order_release);
 }

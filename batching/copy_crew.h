@@ -14,8 +14,10 @@
  * (docs/performance.md, "The costs that decide"), so a large request's copies into and out of the pinned
  * arena are cut into pieces that the crew's threads and the calling thread copy at once. Pieces are
  * claimed in order, so a caller that hands piece k to the GPU as soon as it is done
- * (gp_copy_wait_piece) overlaps the copies with the transfer. A caller always copies too, so a run
- * finishes even when every crew thread is busy with other callers' runs, or where there is none.
+ * (gp_copy_wait_piece) overlaps the copies with the transfer. Pieces are copied with stores that
+ * bypass the caches (copy_crew.c): nothing reads a piece's destination again on this core. A caller
+ * always copies too, so a run finishes even when every crew thread is busy with other callers'
+ * runs, or where there is none.
  * The first GP_COPY_LINGERERS helpers, out of work, watch for the next run for GP_COPY_LINGER_NS
  * before they sleep: a lone caller's copy out follows its copy in by one GPU round trip, and a
  * helper woken from sleep arrives after the caller has copied most of it alone. Only a few linger:
@@ -58,6 +60,10 @@ typedef struct gp_copy_crew {
 /* `threads`: helper threads to start at first use (0: none; the callers copy alone). */
 void gp_copy_crew_init(gp_copy_crew *cr, int threads);
 void gp_copy_crew_stop(gp_copy_crew *cr);
+
+/* memcpy with stores that bypass the caches, for a destination this core does not read again soon
+ * (what the crew copies with; bench/hostcopy_bench measures it beside memcpy). */
+void gp_copy_streaming(uint8_t *dst, const uint8_t *src, size_t len);
 
 /* Start copying src[0..len) to dst in pieces of about `piece` bytes. 0: no memory for the run's
  * bookkeeping (nothing was copied; the caller copies itself). */

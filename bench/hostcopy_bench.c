@@ -10,6 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "batching/copy_crew.h"
+
 /*
  * An EVP update hands gpuprov pageable memory; the GPU's DMA engines read and write only pinned
  * memory. The three ways across, each timed here for one buffer of SIZE bytes (the median of
@@ -17,6 +19,7 @@
  * lone caller") rest on this host's own figures:
  *   1. copy: memcpy between the caller's buffer and a pinned buffer, by T threads at once (each a
  *      contiguous share), in both directions; GB/s of the buffer and CPU seconds per GB (T x wall);
+ *      and the same with the copy crew's streaming stores (gp_copy_streaming);
  *   2. direct: cudaMemcpy straight from and to pageable memory (the driver stages it itself);
  *   3. register: cudaHostRegister of the caller's (touched) buffer and cudaHostUnregister after,
  *      in ms per MiB, then the DMA rate from and to the registered buffer, one way and both ways
@@ -72,6 +75,7 @@ typedef struct copier {
     const uint8_t *src;
     size_t len;
     int rounds;
+    int streaming;               /* gp_copy_streaming instead of memcpy */
 } copier;
 
 static void *copier_main(void *arg)
@@ -80,7 +84,10 @@ static void *copier_main(void *arg)
 
     for (int r = 0; r < c->rounds; r++) {
         pthread_barrier_wait(c->start);
-        memcpy(c->dst, c->src, c->len);
+        if (c->streaming)
+            gp_copy_streaming(c->dst, c->src, c->len);
+        else
+            memcpy(c->dst, c->src, c->len);
         pthread_barrier_wait(c->stop);
     }
     return NULL;
@@ -88,7 +95,7 @@ static void *copier_main(void *arg)
 
 /* Median seconds of `reps` copies of `bytes` from src to dst by `threads` threads (the calling
  * thread times them; it copies nothing itself). */
-static double copy_time(uint8_t *dst, const uint8_t *src, size_t bytes, int threads, int reps)
+static double copy_time(uint8_t *dst, const uint8_t *src, size_t bytes, int threads, int reps, int streaming)
 {
     pthread_barrier_t start, stop;
     copier c[MAX_THREADS];
@@ -102,7 +109,7 @@ static double copy_time(uint8_t *dst, const uint8_t *src, size_t bytes, int thre
         const size_t end = off + share < bytes ? off + share : bytes;
 
         c[i] = (copier){ .start = &start, .stop = &stop, .dst = dst + off, .src = src + off, .len = end - off,
-                         .rounds = reps + 1 };
+                         .rounds = reps + 1, .streaming = streaming };
         pthread_create(&c[i].tid, NULL, copier_main, &c[i]);
     }
     for (int r = 0; r <= reps; r++) {   /* round 0 warms up */
@@ -222,12 +229,16 @@ int main(int argc, char **argv)
 
             if (t < 1 || t > MAX_THREADS)
                 continue;
-            const double in = copy_time(pin_in, page_in, n, t, reps), out = copy_time(page_out, pin_out, n, t, reps);
+            for (int st = 0; st <= 1; st++) {
+                const double in = copy_time(pin_in, page_in, n, t, reps, st);
+                const double out = copy_time(page_out, pin_out, n, t, reps, st);
+                const char *how = st ? ", streaming stores" : "";
 
-            printf("| %zu | copy in (pageable to pinned) | %d | %.2f | %.3f |\n", n, t, gb / in, t * in / gb);
-            printf("| %zu | copy out (pinned to pageable) | %d | %.2f | %.3f |\n", n, t, gb / out, t * out / gb);
-            report("copy_in_gbps", n, t, gb / in, "GB/s");
-            report("copy_out_gbps", n, t, gb / out, "GB/s");
+                printf("| %zu | copy in (pageable to pinned%s) | %d | %.2f | %.3f |\n", n, how, t, gb / in, t * in / gb);
+                printf("| %zu | copy out (pinned to pageable%s) | %d | %.2f | %.3f |\n", n, how, t, gb / out, t * out / gb);
+                report(st ? "copy_in_streaming_gbps" : "copy_in_gbps", n, t, gb / in, "GB/s");
+                report(st ? "copy_out_streaming_gbps" : "copy_out_gbps", n, t, gb / out, "GB/s");
+            }
         }
         free(tl);
         {

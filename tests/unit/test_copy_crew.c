@@ -24,15 +24,18 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 }
 
 /* One run of `len` bytes in pieces of `piece`, consumed piece by piece as the cuda executor does,
- * then checked byte for byte (and the bytes around dst untouched). */
-static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed)
+ * then checked byte for byte (and the bytes around dst untouched). The destination starts `skew`
+ * bytes past a 16-byte boundary (a caller's output can start anywhere; the crew's stores go by
+ * 16-byte lines after a head) and the source one byte further. */
+static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed, size_t skew)
 {
-    uint8_t *src = malloc(len + 1), *dst = malloc(len + 64);
+    uint8_t *src_mem = malloc(len + 2), *dst_mem = malloc(len + 96), *src = src_mem + 1 + skew % 2,
+            *dst = dst_mem + skew;
     gp_copy_run run;
 
-    assert_non_null(src);
-    assert_non_null(dst);
-    fill(src, len + 1, seed);
+    assert_non_null(src_mem);
+    assert_non_null(dst_mem);
+    fill(src, len, seed);
     memset(dst, 0xEE, len + 64);
     assert_int_equal(gp_copy_start(cr, &run, dst + 32, src, len, piece), 1);
     for (size_t k = 0; k < run.npieces; k++) {
@@ -49,8 +52,8 @@ static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed)
         assert_int_equal(dst[i], 0xEE);
         assert_int_equal(dst[32 + len + i], 0xEE);
     }
-    free(src);
-    free(dst);
+    free(src_mem);
+    free(dst_mem);
 }
 
 static void test_sizes(void **state)
@@ -65,7 +68,8 @@ static void test_sizes(void **state)
         for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
             for (size_t j = 0; j < sizeof(pieces) / sizeof(pieces[0]); j++)
                 if (pieces[j] == 0 || lens[i] / pieces[j] < 5000)
-                    one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j));
+                    for (size_t skew = 0; skew < 32; skew += 7)
+                        one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j), skew);
         gp_copy_crew_stop(&cr);
     }
 }
@@ -141,7 +145,7 @@ static void *caller_main(void *arg)
 
     for (int i = 0; i < 40; i++)
         one_run(c->cr, (size_t)(64 * 1024 + (c->id * 7919 + i * 104729) % (512 * 1024)), 16384,
-                (uint32_t)(c->id * 1000 + i));
+                (uint32_t)(c->id * 1000 + i), (size_t)i % 16);
     return NULL;
 }
 
@@ -177,17 +181,17 @@ static void test_fork(void **state)
     skip();
 #endif
     gp_copy_crew_init(&cr, 2);
-    one_run(&cr, 1u << 20, 65536, 1);
+    one_run(&cr, 1u << 20, 65536, 1, 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        one_run(&cr, 1u << 20, 65536, 2);
+        one_run(&cr, 1u << 20, 65536, 2, 3);
         gp_copy_crew_stop(&cr);
         _exit(0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    one_run(&cr, 1u << 20, 65536, 3);
+    one_run(&cr, 1u << 20, 65536, 3, 0);
     gp_copy_crew_stop(&cr);
 }
 
