@@ -19,7 +19,9 @@
  * messages, and many messages in flight at once (threads, async jobs). The rules, in order, for a
  * message whose first data request is `len` bytes:
  *   1. len < min_gpu_bytes                                  -> cpu (even batched, the GPU loses)
- *   2. a lone synchronous caller and len < lone_gpu_bytes   -> cpu (it would wait a round trip)
+ *   2. a lone synchronous caller: len < lone_gpu_bytes      -> cpu (it would wait a round trip),
+ *      else gpu: its messages come one after another, so they go where one alone runs faster
+ *      (unless the gpu_share knob asks for a split: then rules 3 and 4 as for any caller)
  *   3. the GPU is saturated (a batch in flight and a full one waiting) -> cpu (spare CPU capacity)
  *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
  *      its part when both are busy.
@@ -506,17 +508,17 @@ const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const g
 {
     gp_hybrid_alg *h = numbers(e, gpu, m);
     gp_queue *q = &e->queue;
-    int inflight, in_job;
+    int inflight, in_job, lone;
 
     if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
         return &gp_exec_cpu;
     inflight = atomic_load_explicit(&q->inflight, memory_order_relaxed);
     in_job = ASYNC_get_current_job() != NULL;
-    if (len < h->lone_gpu_bytes && !in_job                                        /* rule 2 */
-        && atomic_load_explicit(&q->active, memory_order_relaxed) == 0 && inflight == 0)
+    lone = !in_job && atomic_load_explicit(&q->active, memory_order_relaxed) == 0 && inflight == 0;
+    if (lone && len < h->lone_gpu_bytes)                                          /* rule 2 */
         return &gp_exec_cpu;
-    if (in_job)                                                                   /* rules 3, 4: not in a job */
-        return gpu;
+    if (in_job || (lone && e->knobs.gpu_share < 0))                               /* rules 3, 4: not in a job, */
+        return gpu;                                                               /* nor for a lone caller */
     if (inflight > 0                                                              /* rule 3 */
         && atomic_load_explicit(&q->pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes)
         return &gp_exec_cpu;

@@ -248,6 +248,14 @@ static void test_share(void **state)
         gpu += one(&f, 13, 2048) == &gp_exec_host;
     assert_int_equal(gpu, 53);   /* round(100 * 0.53) of the first 100 */
     teardown(&f);
+    /* A measured share does not split a lone caller's messages (hybrid.c, rule 2): they run one
+     * after another, so each goes where it alone runs faster. (With the host executor as the GPU
+     * side the measured share is small.) */
+    setup(&f, 0, 256, 0, -1.0);
+    for (int i = 0; i < 10; i++)
+        assert_ptr_equal(one(&f, 13, 2048), &gp_exec_host);
+    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].gpu_share < 0.5);
+    teardown(&f);
     /* Inside async jobs the share does not split: a CPU message would hold up the thread's other
      * jobs (hybrid.c, rule 4). */
     setup(&f, 0, 256, 0, 0.25);
