@@ -39,12 +39,13 @@
  * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
  * Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch sizes
  * measured), the CPU's as len / cpu_rate; a lone caller's message costs what one message alone
- * measured at a few lengths costs (the round trip, then 1, 4 and 8 MiB on a GPU; straight lines
- * between the points, the last one extended: the copy crew and the DMA overlap better on longer
- * messages, so a lone byte costs less the longer its message). Large messages take
- * another path (the copy crew, pieces, batches overlapped in several slots), so above the 16 KiB
- * point the cost is a second line, through that point and large messages measured the way they
- * run: batches of them in flight at once from four threads, one for each of the executor's slots.
+ * measured at a few lengths costs on each side (the round trip, then 1, 4 and 8 MiB on a GPU;
+ * straight lines between the points, the last ones extended: the copy crew and the DMA overlap
+ * better on longer messages, and the CPU slows once a message outgrows its caches). Large
+ * messages take another path (the copy crew, pieces, batches overlapped in several slots), so
+ * above the 16 KiB point the cost is a second line, through that point and large messages
+ * measured the way they run: batches of them in flight at once from four threads, one for each
+ * of the executor's slots.
  */
 
 void gp_hybrid_init(gp_hybrid *h)
@@ -214,26 +215,28 @@ static size_t crossing(double a, double b, double cpu_nspb, size_t from)
     return at != GP_KNOB_CALIBRATE && at < from ? from : at;
 }
 
-size_t gp_hybrid_lone_crossing(const size_t *len, const double *t, int n, double cpu_nspb, double b_floor)
+size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const double *t_cpu, int n, double b_floor)
 {
     int last = -1;   /* the last point where the CPU is not slower */
 
     for (int i = 0; i < n; i++)
-        if (t[i] >= cpu_nspb * (double)len[i])
+        if (t_gpu[i] >= t_cpu[i])
             last = i;
     if (last < 0)   /* the GPU is faster at every point, the round trip's too: every length */
         return 0;
-    if (last == n - 1) {   /* beyond the last point, on its line (no cheaper than b_floor a byte) */
-        double b = n > 1 ? (t[n - 1] - t[n - 2]) / (double)(len[n - 1] - len[n - 2]) : b_floor;
+    if (last == n - 1) {   /* beyond the last point, on both last lines (the GPU's no cheaper than b_floor a byte) */
+        const double span = (double)(len[n - 1] - len[n - 2]);
+        double b_gpu = (t_gpu[n - 1] - t_gpu[n - 2]) / span;
+        const double b_cpu = (t_cpu[n - 1] - t_cpu[n - 2]) / span;
 
-        if (b < b_floor)
-            b = b_floor;
-        if (b >= cpu_nspb)
+        if (b_gpu < b_floor)
+            b_gpu = b_floor;
+        if (b_gpu >= b_cpu)
             return GP_KNOB_CALIBRATE;
-        return bytes_or_never((double)len[n - 1] + (t[n - 1] - cpu_nspb * (double)len[n - 1]) / (cpu_nspb - b));
+        return bytes_or_never((double)len[n - 1] + (t_gpu[n - 1] - t_cpu[n - 1]) / (b_cpu - b_gpu));
     }
     {   /* between point `last` (GPU no faster) and the next (GPU faster): where the lines meet */
-        const double d0 = t[last] - cpu_nspb * (double)len[last], d1 = t[last + 1] - cpu_nspb * (double)len[last + 1];
+        const double d0 = t_gpu[last] - t_cpu[last], d1 = t_gpu[last + 1] - t_cpu[last + 1];
 
         return bytes_or_never((double)len[last] + (double)(len[last + 1] - len[last]) * d0 / (d0 - d1));
     }
@@ -247,14 +250,16 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
     const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
     const size_t nlarge = real_gpu ? 8 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
-    /* A lone caller's message at the round trip's length and 1, 4 and 8 times lone_big. */
+    /* A lone caller's message at the round trip's length and 1, 4 and 8 times lone_big, on both
+     * sides (the CPU's rate falls too once a message outgrows the caches). */
     size_t lone_len[GP_LONE_POINTS] = { 16, lone_big, 4 * lone_big, 8 * lone_big };
-    double t_lone[GP_LONE_POINTS];
-    calib cpu = { 0 }, g = { 0 }, lone = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
+    double t_lone[GP_LONE_POINTS], t_lone_cpu[GP_LONE_POINTS];
+    calib cpu = { 0 }, cpu_lone = { 0 }, g = { 0 }, lone = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
     double t_cpu, t_small, t_big, t_large, a, b, a_large, b_large, cpu_nspb;
     size_t min_small, min_large;
     int ok = 0, sets = calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)
-                       && calib_new(&lone, e, gpu, like, 1, lone_len[GP_LONE_POINTS - 1]);
+                       && calib_new(&lone, e, gpu, like, 1, lone_len[GP_LONE_POINTS - 1])
+                       && calib_new(&cpu_lone, e, &gp_exec_cpu, like, 1, lone_len[GP_LONE_POINTS - 1]);
 
     for (int i = 0; i < GP_CALIB_LANES; i++)
         sets = sets && calib_new(&lg[i], e, gpu, like, nlarge, large);
@@ -262,15 +267,18 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         t_cpu = calib_time(e, &gp_exec_cpu, &cpu, 65536, 3);
         /* One message alone: the lone caller's round trip (the first run warms up), then longer. */
         t_lone[0] = calib_time(e, gpu, &lone, lone_len[0], 4);
-        for (int i = 1; i < GP_LONE_POINTS; i++)
+        t_lone_cpu[0] = t_cpu * (double)lone_len[0] / 65536.0;
+        for (int i = 1; i < GP_LONE_POINTS; i++) {
             t_lone[i] = calib_time(e, gpu, &lone, lone_len[i], 2);
+            t_lone_cpu[i] = calib_time(e, &gp_exec_cpu, &cpu_lone, lone_len[i], 2);
+        }
         t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
         t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
         t_large = calib_time_overlapped(e, gpu, lg, large, 2);
         int lone_ok = 1;
 
         for (int i = 0; i < GP_LONE_POINTS; i++)
-            lone_ok &= t_lone[i] > 0;
+            lone_ok &= t_lone[i] > 0 && t_lone_cpu[i] > 0;
         if (t_cpu > 0 && lone_ok && t_small > 0 && t_big > 0 && t_large > 0) {
             cpu_nspb = t_cpu / 65536.0;
             cost_line(small, t_small, big, t_big, &a, &b);
@@ -279,12 +287,12 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
             h->cpu_gbps = 1.0 / cpu_nspb;                /* bytes per ns = GB/s */
             h->gpu_rt_us = t_lone[0] / 1000.0;
             /* Batched: a + b*len < cpu_nspb*len below the 16 KiB point, the second line above it.
-             * Lone: the measured points' lines against cpu_nspb*len; past the last point a lone
-             * byte costs no less than a byte of several batches in flight. */
+             * Lone: the measured points' lines on both sides; past the last point a lone byte
+             * costs the GPU no less than a byte of several batches in flight. */
             min_small = crossing(a, b, cpu_nspb, 0);
             min_large = crossing(a_large, b_large, cpu_nspb, big);
             h->min_gpu_bytes = min_small != GP_KNOB_CALIBRATE && min_small <= big ? min_small : min_large;
-            h->lone_gpu_bytes = gp_hybrid_lone_crossing(lone_len, t_lone, GP_LONE_POINTS, cpu_nspb, b_large);
+            h->lone_gpu_bytes = gp_hybrid_lone_crossing(lone_len, t_lone, t_lone_cpu, GP_LONE_POINTS, b_large);
             /* The GPU's rate at the sizes it takes; both busy: split in proportion to the rates. */
             h->gpu_gbps = h->min_gpu_bytes != GP_KNOB_CALIBRATE && h->min_gpu_bytes <= big
                               ? (double)big / t_big : (double)large / t_large;
@@ -293,6 +301,7 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
         }
     }
     calib_free(&cpu);
+    calib_free(&cpu_lone);
     calib_free(&g);
     calib_free(&lone);
     for (int i = 0; i < GP_CALIB_LANES; i++)

@@ -17,13 +17,13 @@ int gp_calib_cache_read(gp_engine *e, const gp_executor *gpu, gp_calib_numbers o
 /* Replace the file with in[] (entries with `have`); 0 when it could not (never fatal). */
 int gp_calib_cache_write(gp_engine *e, const gp_executor *gpu, const gp_calib_numbers in[5]);
 
-/* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t[i] ns for
- * one message of len[i] bytes alone (n points, len increasing), straight lines between the points
- * and the last one extended (no cheaper than b_floor ns a byte), against cpu_nspb*len. The
- * smallest length past the last point where the CPU is not slower, where the lines meet; "never"
- * (GP_KNOB_CALIBRATE) if they do not. */
+/* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t_gpu[i] and
+ * t_cpu[i] ns for one message of len[i] bytes alone on each side (n >= 2 points, len increasing),
+ * straight lines between the points and the last ones extended (the GPU's no cheaper than b_floor
+ * ns a byte). The smallest length past the last point where the CPU is not slower, where the
+ * lines meet; "never" (GP_KNOB_CALIBRATE) if they do not. */
 #define GP_LONE_POINTS 4
-size_t gp_hybrid_lone_crossing(const size_t *len, const double *t, int n, double cpu_nspb, double b_floor);
+size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const double *t_cpu, int n, double b_floor);
 
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
 int gp_warm_stopping(gp_engine *e);

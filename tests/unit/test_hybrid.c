@@ -335,27 +335,29 @@ static void test_calibration(void **state)
 }
 
 /* A lone caller's crossing on synthetic measurements (ns for one message alone at 16 B, 1, 4 and
- * 8 MiB) against a CPU at 0.1 ns a byte (10 GB/s). */
+ * 8 MiB) against a CPU at 0.1 ns a byte (10 GB/s), then one that slows on long messages. */
 static void test_lone_crossing(void **state)
 {
     static const size_t len[GP_LONE_POINTS] = { 16, 1 << 20, 4 << 20, 8 << 20 };
     const double cpu = 0.1, mib = 1 << 20;
+    double c[GP_LONE_POINTS];
     size_t at;
 
     (void)state;
+    for (int i = 0; i < GP_LONE_POINTS; i++)
+        c[i] = cpu * (double)len[i];
     /* The GPU slower everywhere, its last line steeper than the CPU: never. */
     {
         const double t[GP_LONE_POINTS] = { 10e3, 250e3, 1000e3, 2000e3 };
 
-        assert_true(gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.01) == GP_KNOB_CALIBRATE);
+        assert_true(gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01) == GP_KNOB_CALIBRATE);
     }
-    /* Slower at 1 and 4 MiB, faster at 8: where the 4-8 MiB line meets the CPU's. The GPU's line
-     * 450e3 + (len - 4 MiB) * (300e3 / 4 MiB), the CPU's 0.1 * len: 6 MiB exactly. */
+    /* Slower at 1 and 4 MiB, faster at 8: where the 4-8 MiB line meets the CPU's. */
     {
         const double t[GP_LONE_POINTS] = { 10e3, 200e3, 450e3, 750e3 };
         const double want = 4 * mib + 4 * mib * (450e3 - 0.1 * 4 * mib) / ((450e3 - 0.1 * 4 * mib) - (750e3 - 0.1 * 8 * mib));
 
-        at = gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.01);
+        at = gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01);
         assert_true(at > 4 * mib && at < 8 * mib);
         assert_true((double)at > want - 2 && (double)at < want + 2);
     }
@@ -364,7 +366,7 @@ static void test_lone_crossing(void **state)
         const double t[GP_LONE_POINTS] = { 10e3, 60e3, 200e3, 380e3 };
         const double b = (60e3 - 10e3) / (double)((1 << 20) - 16), a = 10e3 - 16 * b;
 
-        at = gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.01);
+        at = gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01);
         assert_true((double)at > a / (cpu - b) - 2 && (double)at < a / (cpu - b) + 2);
         assert_true(at < (1 << 20));
     }
@@ -372,18 +374,29 @@ static void test_lone_crossing(void **state)
     {
         const double t[GP_LONE_POINTS] = { 1, 60e3, 200e3, 380e3 };
 
-        assert_int_equal(gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.01), 0);
+        assert_int_equal(gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01), 0);
     }
     /* Slower at every point, its last line shallower than the CPU's: past 8 MiB, where the last
-     * line meets the CPU's; a floor steeper than the CPU: never. */
+     * lines meet; a floor steeper than the CPU: never. */
     {
         const double t[GP_LONE_POINTS] = { 10e3, 400e3, 1200e3, 1300e3 };
         const double b = 100e3 / (4 * mib), want = 8 * mib + (1300e3 - 0.1 * 8 * mib) / (0.1 - b);
 
-        at = gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.01);
+        at = gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01);
         assert_true(at > 8 * mib);
         assert_true((double)at > want - 2 && (double)at < want + 2);
-        assert_true(gp_hybrid_lone_crossing(len, t, GP_LONE_POINTS, cpu, 0.2) == GP_KNOB_CALIBRATE);
+        assert_true(gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.2) == GP_KNOB_CALIBRATE);
+    }
+    /* A CPU that slows past its caches (0.1 ns a byte to 1 MiB, 0.2 beyond) against a GPU at 0.15
+     * beyond 1 MiB: slower at 1 MiB, faster at 4, so between them. Against 0.1 throughout, never. */
+    {
+        const double slow[GP_LONE_POINTS] = { 1.6, 0.1 * mib, 0.1 * mib + 0.2 * 3 * mib, 0.1 * mib + 0.2 * 7 * mib };
+        const double t[GP_LONE_POINTS] = { 10e3, 0.1 * mib + 60e3, 0.1 * mib + 60e3 + 0.15 * 3 * mib,
+                                           0.1 * mib + 60e3 + 0.15 * 7 * mib };
+
+        at = gp_hybrid_lone_crossing(len, t, slow, GP_LONE_POINTS, 0.01);
+        assert_true(at > 1 * mib && at < 4 * mib);
+        assert_true(gp_hybrid_lone_crossing(len, t, c, GP_LONE_POINTS, 0.01) == GP_KNOB_CALIBRATE);
     }
 }
 
