@@ -62,15 +62,13 @@ void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *
 }
 
 /*
- * The crew's memcpy (copy_crew.h): stores that bypass the caches (non-temporal, x86 SSE2; plain
- * memcpy elsewhere). A piece's
- * destination is not read again by this core: pinned memory that the GPU's DMA reads from DRAM, or
- * a caller's output of hundreds of KiB and more. Ordinary stores first read each destination line
- * into the cache and later write it back, so a copy moves three bytes through DRAM for each byte
- * copied; streaming stores move two, and the crew's copies share DRAM with the DMA transfers beside
- * them (bench/RESULTS.md, "A lone caller from pageable memory"). Streaming stores are weakly
- * ordered: the fence makes them visible before the piece is marked done (a release store does not
- * order them on x86).
+ * Stores that bypass the caches (non-temporal, x86 SSE2; plain memcpy elsewhere), for pieces bound
+ * for the GPU (GP_COPY_STREAMING): no core reads the pinned arena again, the DMA reads it from
+ * DRAM. Ordinary stores first read each destination line into the cache and later write it back,
+ * so a copy moves three bytes through DRAM for each byte copied; streaming stores move two, and the
+ * crew's copies share DRAM with the DMA transfers beside them (bench/RESULTS.md, "A lone caller
+ * from pageable memory"). Streaming stores are weakly ordered: the fence makes them visible before
+ * the piece is marked done (a release store does not order them on x86).
  */
 void gp_copy_streaming(uint8_t *dst, const uint8_t *src, size_t len)
 {
@@ -106,7 +104,10 @@ static void copy_piece(gp_copy_run *run, size_t k)
         atomic_store_explicit(&run->failed, 1, memory_order_relaxed);
     } else {
         gp_copy_piece_range(run, k, &off, &len);
-        gp_copy_streaming(run->dst + off, run->src + off, len);
+        if (run->flags & GP_COPY_STREAMING)
+            gp_copy_streaming(run->dst + off, run->src + off, len);
+        else
+            memcpy(run->dst + off, run->src + off, len);
     }
     atomic_store_explicit(&run->done[k], 1, memory_order_release);
 }
@@ -220,15 +221,17 @@ static void crew_start(gp_copy_crew *cr)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece)
+int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece,
+                  unsigned flags)
 {
-    return gp_copy_start_when(cr, run, dst, src, len, piece, NULL, NULL);
+    return gp_copy_start_when(cr, run, dst, src, len, piece, flags, NULL, NULL);
 }
 
 int gp_copy_start_when(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len,
-                       size_t piece, int (*ready)(void *arg, size_t k), void *arg)
+                       size_t piece, unsigned flags, int (*ready)(void *arg, size_t k), void *arg)
 {
     memset(run, 0, sizeof(*run));
+    run->flags = flags;
     run->ready = ready;
     run->ready_arg = arg;
     run->dst = dst;

@@ -14,10 +14,9 @@
  * (docs/performance.md, "The costs that decide"), so a large request's copies into and out of the pinned
  * arena are cut into pieces that the crew's threads and the calling thread copy at once. Pieces are
  * claimed in order, so a caller that hands piece k to the GPU as soon as it is done
- * (gp_copy_wait_piece) overlaps the copies with the transfer. Pieces are copied with stores that
- * bypass the caches (copy_crew.c): nothing reads a piece's destination again on this core. A caller
- * always copies too, so a run finishes even when every crew thread is busy with other callers'
- * runs, or where there is none.
+ * (gp_copy_wait_piece) overlaps the copies with the transfer. Pieces bound for the GPU are copied
+ * with stores that bypass the caches (GP_COPY_STREAMING). A caller always copies too, so a run
+ * finishes even when every crew thread is busy with other callers' runs, or where there is none.
  * The first GP_COPY_LINGERERS helpers, out of work, watch for the next run for GP_COPY_LINGER_NS
  * before they sleep: a lone caller's copy out follows its copy in by one GPU round trip, and a
  * helper woken from sleep arrives after the caller has copied most of it alone. Only a few linger:
@@ -37,6 +36,7 @@ typedef struct gp_copy_run {
     int helpers;                 /* crew threads inside this run (under the crew's lock) */
     int listed;                  /* on the crew's list (under the crew's lock) */
     int started;
+    unsigned flags;              /* GP_COPY_STREAMING */
     /* Optional: asked before piece k is copied, by whichever thread copies it; 0: the piece's
      * source never came (the run fails; the piece is not copied). */
     int (*ready)(void *arg, size_t k);
@@ -61,16 +61,22 @@ typedef struct gp_copy_crew {
 void gp_copy_crew_init(gp_copy_crew *cr, int threads);
 void gp_copy_crew_stop(gp_copy_crew *cr);
 
-/* memcpy with stores that bypass the caches, for a destination this core does not read again soon
- * (what the crew copies with; bench/hostcopy_bench measures it beside memcpy). */
+/* memcpy with stores that bypass the caches, for a destination no core reads again soon
+ * (bench/hostcopy_bench measures it beside memcpy). */
 void gp_copy_streaming(uint8_t *dst, const uint8_t *src, size_t len);
+
+/* A run's flags. GP_COPY_STREAMING: its pieces are copied with gp_copy_streaming, for a destination
+ * only the GPU reads next (the pinned arena); a caller's own buffer is copied into with memcpy, since
+ * the caller may well read it next (in place: its next input), from the cache. */
+#define GP_COPY_STREAMING 1u
 
 /* Start copying src[0..len) to dst in pieces of about `piece` bytes. 0: no memory for the run's
  * bookkeeping (nothing was copied; the caller copies itself). */
-int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece);
+int gp_copy_start(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len, size_t piece,
+                  unsigned flags);
 /* The same for a source that fills piece by piece: ready(arg, k) is asked before piece k. */
 int gp_copy_start_when(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const uint8_t *src, size_t len,
-                       size_t piece, int (*ready)(void *arg, size_t k), void *arg);
+                       size_t piece, unsigned flags, int (*ready)(void *arg, size_t k), void *arg);
 /* Piece k's bytes: [*off, *off + *len) of the run. */
 void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *len);
 /* Until piece k is copied; the caller copies unclaimed pieces meanwhile. */

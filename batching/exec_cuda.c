@@ -1274,7 +1274,7 @@ static void wave_fill(gp_wave *wv)
             w->in_off = in_pos + pad;
             w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
             if (spreads(r) && gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], c->host + w->in_off, r->in,
-                                            w->job.len, spread_piece(w->job.len)))
+                                            w->job.len, spread_piece(w->job.len), GP_COPY_STREAMING))
                 wv->nruns++;   /* the crew copies it while the wave fills; issue waits for it */
             else if (w->job.len > 0)
                 memcpy(c->host + w->in_off, r->in, w->job.len);
@@ -1681,7 +1681,7 @@ static int deliver_pieces(gp_wave *wv)
             src[k].ev0 = ev;
             atomic_init(&src[k].err, cudaSuccess);
             if (gp_copy_start_when(&wv->g->crew, &c->runs[k], r->out, c->host + wv->work[i].out_off, r->len,
-                                   spread_piece(r->len), piece_landed, &src[k]))
+                                   spread_piece(r->len), 0, piece_landed, &src[k]))
                 k++;
             else
                 ok = 0;
@@ -1739,7 +1739,7 @@ static int wave_deliver(gp_wave *wv)
              * caller's device memory */
         } else if (r->kind == GP_REQ_CRYPT) {
             if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
-                                              spread_piece(r->len)))
+                                              spread_piece(r->len), 0))
                 memcpy(r->out, res, r->len);
             else
                 wv->nruns++;

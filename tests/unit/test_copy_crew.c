@@ -25,9 +25,9 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 
 /* One run of `len` bytes in pieces of `piece`, consumed piece by piece as the cuda executor does,
  * then checked byte for byte (and the bytes around dst untouched). The destination starts `skew`
- * bytes past a 16-byte boundary (a caller's output can start anywhere; the crew's stores go by
- * 16-byte lines after a head) and the source one byte further. */
-static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed, size_t skew)
+ * bytes past a 16-byte boundary (streaming stores go by 16 bytes after a head) and the source
+ * `skew` % 2 bytes further. */
+static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed, size_t skew, unsigned flags)
 {
     uint8_t *src_mem = malloc(len + 2), *dst_mem = malloc(len + 96), *src = src_mem + 1 + skew % 2,
             *dst = dst_mem + skew;
@@ -37,7 +37,7 @@ static void one_run(gp_copy_crew *cr, size_t len, size_t piece, uint32_t seed, s
     assert_non_null(dst_mem);
     fill(src, len, seed);
     memset(dst, 0xEE, len + 64);
-    assert_int_equal(gp_copy_start(cr, &run, dst + 32, src, len, piece), 1);
+    assert_int_equal(gp_copy_start(cr, &run, dst + 32, src, len, piece, flags), 1);
     for (size_t k = 0; k < run.npieces; k++) {
         size_t off, n;
 
@@ -69,7 +69,8 @@ static void test_sizes(void **state)
             for (size_t j = 0; j < sizeof(pieces) / sizeof(pieces[0]); j++)
                 if (pieces[j] == 0 || lens[i] / pieces[j] < 5000)
                     for (size_t skew = 0; skew < 32; skew += 7)
-                        one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j), skew);
+                        for (unsigned flags = 0; flags <= GP_COPY_STREAMING; flags += GP_COPY_STREAMING)
+                            one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j), skew, flags);
         gp_copy_crew_stop(&cr);
     }
 }
@@ -112,7 +113,7 @@ static void test_ready(void **state)
             gp_copy_crew_init(&cr, threads);
             memset(src, 0, len);
             memset(dst, 0xEE, len);
-            assert_int_equal(gp_copy_start_when(&cr, &run, dst, src, len, piece, lazy_ready, &ls), 1);
+            assert_int_equal(gp_copy_start_when(&cr, &run, dst, src, len, piece, 0, lazy_ready, &ls), 1);
             assert_int_equal(gp_copy_finish(&cr, &run), fail_at >= npieces);
             assert_int_equal(atomic_load(&ls.asked), (int)npieces);
             for (size_t k = 0; k < npieces; k++) {
@@ -145,7 +146,7 @@ static void *caller_main(void *arg)
 
     for (int i = 0; i < 40; i++)
         one_run(c->cr, (size_t)(64 * 1024 + (c->id * 7919 + i * 104729) % (512 * 1024)), 16384,
-                (uint32_t)(c->id * 1000 + i), (size_t)i % 16);
+                (uint32_t)(c->id * 1000 + i), (size_t)i % 16, (unsigned)i % 2 ? GP_COPY_STREAMING : 0);
     return NULL;
 }
 
@@ -181,17 +182,17 @@ static void test_fork(void **state)
     skip();
 #endif
     gp_copy_crew_init(&cr, 2);
-    one_run(&cr, 1u << 20, 65536, 1, 0);
+    one_run(&cr, 1u << 20, 65536, 1, 0, GP_COPY_STREAMING);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        one_run(&cr, 1u << 20, 65536, 2, 3);
+        one_run(&cr, 1u << 20, 65536, 2, 3, GP_COPY_STREAMING);
         gp_copy_crew_stop(&cr);
         _exit(0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    one_run(&cr, 1u << 20, 65536, 3, 0);
+    one_run(&cr, 1u << 20, 65536, 3, 0, 0);
     gp_copy_crew_stop(&cr);
 }
 
