@@ -29,28 +29,29 @@ static int is_gcm(const gp_cipher_ctx *ctx)
  * (GET_TAG after each TLS 1.3 record). */
 static inline int lane_has_answers(const gp_cipher_ctx *ctx)
 {
-    return ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0;
+    return ctx->tag_ready == GP_TAG_LANE && ctx->enc && ctx->tls_aad_len == 0;
 }
 
 /*
- * Re-arm the lane's shortcuts (gp_cpu_lane: go, reinit, ask) from the context's fields, at the end
- * of every entry point but the shortcuts themselves: only entry points change what they stand for,
- * and each shortcut keeps them in step for what it changes. With a TLS record pending, or the lane
- * closed, none of them may run.
+ * Re-arm the lane's shortcuts (gp_cpu_lane: go, reinit_go, ask, reinit) from the context's fields,
+ * at the end of every entry point but the shortcuts themselves. With the lane closed, a TLS record
+ * pending or TLS 1.2 record mode set (the records take the general update; a context in record
+ * mode whose lane is open has it in record mode too: gp_lane_tls_fixed), none of them may run.
  */
 static inline void aead_rearm(gp_cipher_ctx *ctx)
 {
     gp_cpu_lane *l = &ctx->lane;
 
-    if (ctx->tls_aad_len != 0 || l->d == NULL) {
+    if (ctx->tls_aad_len != 0 || l->d == NULL || ctx->tls_fixed) {
         l->go = NULL;
-        l->reinit = 0;
-        l->ask = NULL;
         l->reinit_go[0] = l->reinit_go[1] = NULL;
+        l->ask = NULL;
+        l->reinit = 0;
         return;
     }
     l->go = ctx->iv_state == GP_IV_STARTED ? l->go_when_started : NULL;
-    l->reinit = l->key_loaded && !ctx->tls_fixed && ctx->ivlen == CHACHAPOLY_IV_LEN && l->ivlen == CHACHAPOLY_IV_LEN;
+    l->reinit = l->key_loaded && ctx->ivlen == CHACHAPOLY_IV_LEN && l->ivlen == CHACHAPOLY_IV_LEN
+                && ctx->iv_state >= GP_IV_STARTED;
     l->reinit_go[0] = l->reinit && l->tail ? l->d->dinit : NULL;
     l->reinit_go[1] = l->reinit && l->tail ? l->d->einit : NULL;
     l->ask = lane_has_answers(ctx) ? l->d->get_ctx_params : NULL;
@@ -92,7 +93,7 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
      * GET_TAG once it encrypts again, lives in the lane's context, where a decryption's SET_TAG
      * would overwrite it (the default provider's one buffer: fuzz finding R2). It comes over
      * (tag_out) and the lane closes. */
-    if (iv == NULL && ctx->enc && !enc && ctx->lane.has_tag && ctx->tag_ready)
+    if (iv == NULL && ctx->enc && !enc && ctx->tag_ready == GP_TAG_LANE)
         gp_lane_close(ctx);
     ctx->enc = enc;
     if (iv != NULL) {
@@ -153,14 +154,15 @@ static inline int aead_lane_reinit_fits(const gp_cipher_ctx *ctx, const unsigned
     return key == NULL && params == NULL && iv != NULL && ivlen == CHACHAPOLY_IV_LEN && gp_lane_current(ctx);
 }
 
-/* What aead_init does for such a re-init: a new message from `iv` on the lane's context. The
- * shortcuts stay armed as it leaves them: reinit holds still, the started message arms `go`, and
- * the tag is gone, so `ask` is not. */
+/* What aead_init does for such a re-init: a new message from `iv` on the lane's context, after
+ * one that started (reinit is armed only then, and the shortcuts move iv_state only between
+ * STARTED and FINISHED). The shortcuts stay armed as it leaves them: reinit holds still, the
+ * started message arms `go`, and the tag is gone, so `ask` is not. */
 static inline void lane_reinit_begin(gp_cipher_ctx *ctx, const unsigned char *iv, int enc)
 {
     ctx->enc = enc;
     memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
-    gp_cipher_message_reset(ctx);
+    gp_cipher_message_next(ctx);
     ctx->lane.go = ctx->lane.go_when_started;
     ctx->lane.ask = NULL;
     /* An init may reset the default's expected tag. Only a decryption reads tag_synced, and every
@@ -481,9 +483,14 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl)
 {
+    /* With a TLS record pending every shortcut is disarmed (aead_rearm ran when it was announced,
+     * and none arms one then). The record leaves them so: a disarmed shortcut stands for less than
+     * holds, never more, and the next entry point that re-arms them judges afresh. */
+    const int record = ctx->tls_aad_len != 0;
     int ok = aead_update_body(ctx, out, outl, outsize, in, inl);
 
-    aead_rearm(ctx);
+    if (!record)
+        aead_rearm(ctx);
     return ok;
 }
 
@@ -567,7 +574,7 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
     gp_cpu_clean_upper_state();
     ctx->iv_state = GP_IV_FINISHED;
     if (ctx->enc) {
-        ctx->tag_ready = ctx->lane.has_tag = ok;
+        ctx->tag_ready = ok ? GP_TAG_LANE : GP_TAG_NONE;
         ctx->taglen_full |= ok;
     } else {
         ctx->tag_expected = 0;
@@ -587,9 +594,8 @@ static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t
 static inline void lane_final_encrypted(gp_cipher_ctx *ctx)
 {
     ctx->iv_state = GP_IV_FINISHED;
-    ctx->tag_ready = 1;
-    ctx->taglen_full = 1;   /* beside tag_ready: one store for both */
-    ctx->lane.has_tag = 1;
+    ctx->tag_ready = GP_TAG_LANE;
+    ctx->taglen_full = 1;   /* beside iv_state and tag_ready: one or two stores for the three */
     ctx->lane.go = NULL;
     ctx->lane.ask = ctx->lane.d->get_ctx_params;
 }
@@ -676,7 +682,7 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
         }
-        ctx->tag_ready = 1;
+        ctx->tag_ready = GP_TAG_OWN;
         ctx->taglen_full = 1;
         ctx->iv_state = GP_IV_FINISHED;
         return 1;
@@ -775,7 +781,7 @@ static int set_ivlen(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
             ctx->iv_state = GP_IV_DROPPED;
             /* a finished encryption's lane context would answer the IV read itself (lane_has_answers):
              * its tag comes over and the lane closes, the dropped IV is the context's to refuse */
-            if (ctx->lane.has_tag)
+            if (ctx->tag_ready == GP_TAG_LANE)
                 gp_lane_close(ctx);
         }
     }
@@ -985,7 +991,7 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
         return 0;
     }
-    if (ctx->lane.has_tag)
+    if (ctx->tag_ready == GP_TAG_LANE)
         return lane_get_one(ctx, p);
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
@@ -1002,6 +1008,13 @@ static size_t taglen_param(const gp_cipher_ctx *ctx)
     if (!is_gcm(ctx))
         return ctx->taglen;
     return ctx->taglen_full || ctx->taglen == 0 ? AEAD_TAG_LEN : ctx->taglen;
+}
+
+/* Is `key` OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD ("tlsaadpad")? Byte by byte, as gp_param_is_ivlen. */
+static inline int gp_param_is_tls_aad_pad(const char *k)
+{
+    return k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a' && k[5] == 'd' && k[6] == 'p'
+           && k[7] == 'a' && k[8] == 'd' && k[9] == '\0';
 }
 
 /* Does the caller ask for GP_CIPHER_PARAM_MEMORY (which the lane's context does not know)? A first
@@ -1026,19 +1039,22 @@ int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
     gp_cipher_ctx *ctx = vctx;
 
     /* One param: EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for
-     * the tag after each message. Answered here, a comparison or two each and no frame: a first
-     * letter 'g' is the only one that may be gpuprov's own name (asks_memory). */
-    if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
+     * the tag after each message. Answered here, a comparison or two each and no frame, by the
+     * first letter: 'i' may be the IV length, 'g' is the only one that may be gpuprov's own name
+     * (asks_memory), and any other goes to the lane's context where it answers. A size in another
+     * form than EVP's takes the general path, with the caller's arguments where they are. */
+    if (GP_LIKELY(params != NULL && params[0].key != NULL && params[1].key == NULL)) {
         const char *k = params[0].key;
 
-        if (gp_param_is_ivlen(k))
-            return gp_param_set_size(params, ctx->ivlen);
-        if (ctx->lane.ask != NULL && k[0] != 'g')   /* lane_has_answers */
+        if (k[0] == 'i') {
+            if (gp_param_is_ivlen(k) && gp_param_is_size_t(params))
+                return gp_param_put_size(params, ctx->ivlen);
+        } else if (k[0] != 'g' && GP_LIKELY(ctx->lane.ask != NULL)) {   /* lane_has_answers */
             return ctx->lane.ask(ctx->lane.algctx, params);
-        /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
-        if (ctx->tls_aad_len != 0 && k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a'
-            && k[5] == 'd' && k[6] == 'p' && k[7] == 'a' && k[8] == 'd' && k[9] == '\0')
-            return gp_param_set_size(params, ctx->tls_aad_pad);
+        } else if (ctx->tls_aad_len != 0 && gp_param_is_tls_aad_pad(k) && gp_param_is_size_t(params)) {
+            /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
+            return gp_param_put_size(params, ctx->tls_aad_pad);
+        }
     }
     return aead_get_ctx_params(ctx, params);
 }
@@ -1096,30 +1112,23 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
  * locate per known name was a visible part of a TLS record's cost). On the lane every param then
  * goes on to the default provider's context as well, which keeps the message's own copy of them.
  */
-static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
-
 int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    int ok = aead_set_ctx_params(ctx, params);
-
-    aead_rearm(ctx);
-    return ok;
-}
-
-static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
-{
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+    int ok = 1, tags_only = 1;
 
     if (params == NULL)
         return 1;
-    for (const OSSL_PARAM *p = params; p->key != NULL; p++, all++) {
+    for (const OSSL_PARAM *p = params; ok && p->key != NULL; p++, all++) {
         const char *k = p->key;
-        int ok = 1;
 
-        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
+        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
             ok = set_tag(ctx, p);
-        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
+            continue;
+        }
+        tags_only = 0;
+        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
             ok = set_tls_aad(ctx, p), tls++;
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_IVLEN) == 0)
             ok = set_ivlen(ctx, p);
@@ -1132,16 +1141,16 @@ static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
-        if (!ok)
-            return 0;
     }
-    if (ctx->lane.d == NULL || tls == all)
-        return 1;
-    if (!gp_lane_set_params(ctx, params, tls))
-        return 0;
-    if (OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
-        ctx->lane.tag_synced = ctx->tag_expected;
-    return 1;
+    if (ok && ctx->lane.d != NULL && tls != all) {
+        ok = gp_lane_set_params(ctx, params, tls);
+        if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
+            ctx->lane.tag_synced = ctx->tag_expected;
+    }
+    /* A tag (SET_TAG before each decryption) changes nothing the shortcuts stand for. */
+    if (!tags_only)
+        aead_rearm(ctx);
+    return ok;
 }
 
 const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)
