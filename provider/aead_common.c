@@ -25,6 +25,38 @@ static int is_gcm(const gp_cipher_ctx *ctx)
     return ctx->info->alg == GP_ALG_AES_GCM;
 }
 
+/* An encryption on the lane past its Final: the default provider's context answers what it knows
+ * (GET_TAG after each TLS 1.3 record). */
+static inline int lane_has_answers(const gp_cipher_ctx *ctx)
+{
+    return ctx->tag_ready == GP_TAG_LANE && ctx->enc && ctx->tls_aad_len == 0;
+}
+
+/*
+ * Re-arm the lane's shortcuts (gp_cpu_lane: go, reinit_go, ask, reinit) from the context's fields,
+ * at the end of every entry point but the shortcuts themselves. With the lane closed, a TLS record
+ * pending or TLS 1.2 record mode set (the records take the general update; a context in record
+ * mode whose lane is open has it in record mode too: gp_lane_tls_fixed), none of them may run.
+ */
+static inline void aead_rearm(gp_cipher_ctx *ctx)
+{
+    gp_cpu_lane *l = &ctx->lane;
+
+    if (ctx->tls_aad_len != 0 || l->d == NULL || ctx->tls_fixed) {
+        l->go = NULL;
+        l->reinit_go[0] = l->reinit_go[1] = NULL;
+        l->ask = NULL;
+        l->reinit = 0;
+        return;
+    }
+    l->go = ctx->iv_state == GP_IV_STARTED ? l->go_when_started : NULL;
+    l->reinit = l->key_loaded && ctx->ivlen == CHACHAPOLY_IV_LEN && l->ivlen == CHACHAPOLY_IV_LEN
+                && ctx->iv_state >= GP_IV_STARTED;
+    l->reinit_go[0] = l->reinit && l->tail ? l->d->dinit : NULL;
+    l->reinit_go[1] = l->reinit && l->tail ? l->d->einit : NULL;
+    l->ask = lane_has_answers(ctx) ? l->d->get_ctx_params : NULL;
+}
+
 static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                           const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc);
 
@@ -33,7 +65,7 @@ static int aead_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
 {
     int ok = aead_init_body(ctx, key, keylen, iv, ivlen, params, enc);
 
-    gp_lane_rearm(ctx);
+    aead_rearm(ctx);
     return ok;
 }
 
@@ -61,7 +93,7 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
      * GET_TAG once it encrypts again, lives in the lane's context, where a decryption's SET_TAG
      * would overwrite it (the default provider's one buffer: fuzz finding R2). It comes over
      * (tag_out) and the lane closes. */
-    if (iv == NULL && ctx->enc && !enc && ctx->lane.has_tag && ctx->tag_ready)
+    if (iv == NULL && ctx->enc && !enc && ctx->tag_ready == GP_TAG_LANE)
         gp_lane_close(ctx);
     ctx->enc = enc;
     if (iv != NULL) {
@@ -95,47 +127,78 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
     return params == NULL || gp_aead_set_ctx_params(ctx, params);
 }
 
+/* The general init, out of line so that the shortcut's entry point needs no frame (a tail call
+ * with the caller's own arguments, one per direction). */
+static GP_NOINLINE int aead_einit_general(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                                          const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[])
+{
+    return aead_init(ctx, key, keylen, iv, ivlen, params, 1);
+}
+
+static GP_NOINLINE int aead_dinit_general(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
+                                          const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[])
+{
+    return aead_init(ctx, key, keylen, iv, ivlen, params, 0);
+}
+
 /*
  * The lane's shortcut for a TLS 1.3-style record's re-init: a new 96-bit IV and nothing else, on a
- * context whose lane still stands (no key, no params, the IV length unchanged, TLS 1.2 record mode
- * not set up). The checks and bookkeeping of aead_init, then the default provider's init is the
- * last act (a tail call).
+ * context whose lane stands for it (lane.reinit: the key loaded, both IV lengths 96 bits, no TLS 1.2
+ * record mode, no record pending) and whose routing is unchanged. The checks and bookkeeping of
+ * aead_init; the default provider's init is then the last act (a tail call where reinit_go is
+ * armed, AES).
  */
 static inline int aead_lane_reinit_fits(const gp_cipher_ctx *ctx, const unsigned char *key,
                                         const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[])
 {
-    return ctx->lane.d != NULL && key == NULL && iv != NULL && params == NULL && ivlen == CHACHAPOLY_IV_LEN
-           && ctx->ivlen == CHACHAPOLY_IV_LEN && ctx->lane.ivlen == CHACHAPOLY_IV_LEN && !ctx->tls_fixed
-           && ctx->lane.key_loaded && gp_lane_current(ctx);
+    return key == NULL && params == NULL && iv != NULL && ivlen == CHACHAPOLY_IV_LEN && gp_lane_current(ctx);
 }
 
-/* The default's init on the lane's context, the last act for AES (see gp_cpu_lane.tail). */
-static inline int lane_reinit(gp_cipher_ctx *ctx, OSSL_FUNC_cipher_encrypt_init_fn *init,
-                              const unsigned char *iv, size_t ivlen)
+/* What aead_init does for such a re-init: a new message from `iv` on the lane's context, after
+ * one that started (reinit is armed only then, and the shortcuts move iv_state only between
+ * STARTED and FINISHED). The shortcuts stay armed as it leaves them: reinit holds still, the
+ * started message arms `go`, and the tag is gone, so `ask` is not. */
+static inline void lane_reinit_begin(gp_cipher_ctx *ctx, const unsigned char *iv, int enc)
+{
+    ctx->enc = enc;
+    memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
+    gp_cipher_message_next(ctx);
+    ctx->lane.go = ctx->lane.go_when_started;
+    ctx->lane.ask = NULL;
+    /* An init may reset the default's expected tag. Only a decryption reads tag_synced, and every
+     * init that begins one clears it. */
+    if (!enc)
+        ctx->lane.tag_synced = 0;
+}
+
+/* The re-init shortcut of a lane that is not tail (ChaCha20-Poly1305: gp_cpu_clean_upper_state). */
+static GP_NOINLINE int lane_reinit_clean(gp_cipher_ctx *ctx, const unsigned char *iv, int enc)
 {
     int ok;
 
-    if (ctx->lane.tail)
-        return init(ctx->lane.algctx, NULL, 0, iv, ivlen, NULL);
-    ok = init(ctx->lane.algctx, NULL, 0, iv, ivlen, NULL);
+    lane_reinit_begin(ctx, iv, enc);
+    ok = (enc ? ctx->lane.d->einit : ctx->lane.d->dinit)(ctx->lane.algctx, NULL, 0, iv, CHACHAPOLY_IV_LEN, NULL);
     gp_cpu_clean_upper_state();
     return ok;
 }
 
-/* An init: the lane's shortcut where it fits (aead_lane_reinit_fits), else aead_init. */
+/* An init: the re-init shortcut where it fits, else the general aead_init (out of line, so that
+ * the shortcut needs no frame). */
 static inline int aead_init_entry(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                                   const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
-    if (aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
-        ctx->enc = enc;
-        memcpy(ctx->iv, iv, CHACHAPOLY_IV_LEN);
-        gp_cipher_message_reset(ctx);
-        ctx->tls_aad_len = 0;
-        ctx->lane.go = ctx->lane.go_when_started;   /* started, no TLS record: gp_lane_rearm */
-        ctx->lane.tag_synced = 0;   /* an init may reset the default's expected tag */
-        return lane_reinit(ctx, enc ? ctx->lane.d->einit : ctx->lane.d->dinit, iv, ivlen);
+    OSSL_FUNC_cipher_encrypt_init_fn *init = ctx->lane.reinit_go[enc];
+
+    if (GP_LIKELY(init != NULL) && aead_lane_reinit_fits(ctx, key, iv, ivlen, params)) {
+        lane_reinit_begin(ctx, iv, enc);
+        /* The caller's own arguments (no key, no params, a 96-bit IV; the default reads keylen
+         * only with a key), so that they stay in their registers. */
+        return init(ctx->lane.algctx, key, keylen, iv, ivlen, params);
     }
-    return aead_init(ctx, key, keylen, iv, ivlen, params, enc);
+    if (ctx->lane.reinit && aead_lane_reinit_fits(ctx, key, iv, ivlen, params))
+        return lane_reinit_clean(ctx, iv, enc);
+    return enc ? aead_einit_general(ctx, key, keylen, iv, ivlen, params)
+               : aead_dinit_general(ctx, key, keylen, iv, ivlen, params);
 }
 
 int gp_aead_einit(void *vctx, const unsigned char *key, size_t keylen, const unsigned char *iv,
@@ -373,41 +436,42 @@ static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_
                                    const unsigned char *in, size_t inl);
 
 /*
- * The lane's shortcut: AAD or data of a started message, no TLS record pending, 1 <= inl <
- * GP_DEMAND_BYTES, and every check of aead_update holding (AAD before data, the per-IV limits,
- * the output size). The counts are kept before the call so that it is the last act.
+ * The lane's shortcut takes AAD or data of a started message with no TLS record pending, inl <
+ * GP_DEMAND_BYTES, when every check of aead_update holds (AAD before data, the per-IV limits, the
+ * output size). The counts are kept before the call so that it is the last act. A request of 0
+ * bytes changes nothing here and returns 1 with *outl = 0 there, as in aead_update.
  */
-static inline int aead_lane_fits(gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
-                                 const unsigned char *in, size_t inl)
+static inline int aead_lane_takes(gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
+                                  const unsigned char *in, size_t inl)
 {
-    /* aad_bytes and text_bytes never pass their limits (every path checks before it adds). */
-    if ((ctx->lane.go == NULL
-         && (ctx->lane.d == NULL || ctx->iv_state != GP_IV_STARTED || ctx->tls_aad_len != 0))
-        || inl - 1 >= GP_DEMAND_BYTES - 1 || in == NULL)
+    /* inl < GP_DEMAND_BYTES: a count at most its lane maximum stays within its limit. */
+    if (inl >= GP_DEMAND_BYTES || in == NULL)
         return 0;
     if (out == NULL) {
-        if (ctx->data_started || inl > ctx->aad_max - ctx->aad_bytes)
+        if (ctx->text_bytes != 0 || ctx->aad_bytes > ctx->aad_lane_max)   /* AAD after data */
             return 0;
         ctx->aad_bytes += inl;
         return 1;
     }
-    if (outsize < inl || inl > ctx->text_max - ctx->text_bytes)
+    if (outsize < inl || ctx->text_bytes > ctx->text_lane_max)
         return 0;
-    ctx->data_started = 1;
     ctx->text_bytes += inl;
     return 1;
 }
 
-/* AAD and data of a message on the lane go straight to the default provider (a tail call); the
- * rest takes aead_update. */
+/* AAD and data of a message on the lane go straight to the default provider (a tail call where
+ * `go` is armed); the rest takes aead_update. */
 int gp_aead_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                    const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
+    OSSL_FUNC_cipher_update_fn *go = ctx->lane.go;
 
-    if (aead_lane_fits(ctx, out, outsize, in, inl)) {
-        if (ctx->lane.go != NULL)
-            return ctx->lane.go(ctx->lane.algctx, out, outl, outsize, in, inl);
+    if (GP_LIKELY(go != NULL)) {
+        if (GP_LIKELY(aead_lane_takes(ctx, out, outsize, in, inl)))
+            return go(ctx->lane.algctx, out, outl, outsize, in, inl);
+    } else if (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0
+               && aead_lane_takes(ctx, out, outsize, in, inl)) {
         return gp_lane_tail(ctx, out, outl, outsize, in, inl);
     }
     return aead_update(ctx, out, outl, outsize, in, inl);
@@ -419,9 +483,14 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl)
 {
+    /* With a TLS record pending every shortcut is disarmed (aead_rearm ran when it was announced,
+     * and none arms one then). The record leaves them so: a disarmed shortcut stands for less than
+     * holds, never more, and the next entry point that re-arms them judges afresh. */
+    const int record = ctx->tls_aad_len != 0;
     int ok = aead_update_body(ctx, out, outl, outsize, in, inl);
 
-    gp_lane_rearm(ctx);
+    if (!record)
+        aead_rearm(ctx);
     return ok;
 }
 
@@ -445,7 +514,7 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         return 0;
     if (out == NULL) {
         /* AAD: all of it precedes the data (SP 800-38D §7.1, RFC 8439 §2.8). */
-        if (ctx->data_started) {
+        if (ctx->text_bytes != 0) {
             GP_RAISE(GP_R_AAD_AFTER_DATA);
             return 0;
         }
@@ -476,7 +545,7 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
     /* A message on the lane that has absorbed nothing yet may start afresh on the engine, where
      * the policy sends it to the GPU; later its MAC state lives in the default provider's context
      * and it stays (batching/engine.h, gp_engine_move_to_gpu). */
-    if (ctx->lane.d != NULL && inl >= GP_DEMAND_BYTES && !ctx->data_started && ctx->aad_bytes == 0
+    if (ctx->lane.d != NULL && inl >= GP_DEMAND_BYTES && ctx->text_bytes == 0 && ctx->aad_bytes == 0
         && gp_engine_move_to_gpu(ctx->provctx->engine, ctx->info->alg, inl, 1)) {
         const uint64_t last = ctx->last_text_bytes;
 
@@ -486,13 +555,11 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
         ctx->last_text_bytes = last;
     }
     if (ctx->lane.d != NULL) {
-        ctx->data_started = 1;
         ctx->text_bytes += inl;
         return gp_lane_update(ctx, out, outl, outsize, in, inl);
     }
     if (!gp_cipher_crypt(ctx, in, out, inl))
         return 0;
-    ctx->data_started = 1;
     ctx->text_bytes += inl;
     *outl = inl;
     return 1;
@@ -507,7 +574,7 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
     gp_cpu_clean_upper_state();
     ctx->iv_state = GP_IV_FINISHED;
     if (ctx->enc) {
-        ctx->tag_ready = ctx->lane.has_tag = ok;
+        ctx->tag_ready = ok ? GP_TAG_LANE : GP_TAG_NONE;
         ctx->taglen_full |= ok;
     } else {
         ctx->tag_expected = 0;
@@ -522,20 +589,33 @@ static int lane_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size
 
 static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize);
 
+/* An encryption's Final on the lane, before the default's: the message is over, its tag is in the
+ * lane's context, which answers GET_TAG from now on (the shortcuts as aead_rearm leaves them). */
+static inline void lane_final_encrypted(gp_cipher_ctx *ctx)
+{
+    ctx->iv_state = GP_IV_FINISHED;
+    ctx->tag_ready = GP_TAG_LANE;
+    ctx->taglen_full = 1;   /* beside iv_state and tag_ready: one or two stores for the three */
+    ctx->lane.go = NULL;
+    ctx->lane.ask = ctx->lane.d->get_ctx_params;
+}
+
 int gp_aead_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize)
 {
     gp_cipher_ctx *ctx = vctx;
 
     /* The lane's shortcut for encryption: the default provider's final is the last act. Its tag is
-     * then there for GET_TAG (its final cannot fail on a started message with a key). */
+     * then there for GET_TAG (its final cannot fail on a started message with a key), which the
+     * default's context answers (`ask`). `go` armed stands for the lane open, a started message, no
+     * record pending and a tail call. */
+    if (GP_LIKELY(ctx->lane.go != NULL) && ctx->enc) {
+        lane_final_encrypted(ctx);
+        return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
+    }
     if (ctx->lane.d != NULL && ctx->enc && ctx->iv_state == GP_IV_STARTED && ctx->tls_aad_len == 0) {
         int ok;
 
-        ctx->iv_state = GP_IV_FINISHED;
-        ctx->tag_ready = 1;
-        ctx->taglen_full = 1;   /* beside tag_ready: one store for both */
-        ctx->lane.has_tag = 1;
-        ctx->lane.go = NULL;
+        lane_final_encrypted(ctx);
         if (ctx->lane.tail)
             return ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
         ok = ctx->lane.d->final(ctx->lane.algctx, out, outl, outsize);
@@ -562,7 +642,7 @@ static GP_NOINLINE int aead_final(gp_cipher_ctx *ctx, unsigned char *out, size_t
 {
     int ok = aead_final_body(ctx, out, outl, outsize);
 
-    gp_lane_rearm(ctx);
+    aead_rearm(ctx);
     return ok;
 }
 
@@ -602,7 +682,7 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
             GP_RAISE(GP_R_EXECUTOR_FAILURE);
             return 0;
         }
-        ctx->tag_ready = 1;
+        ctx->tag_ready = GP_TAG_OWN;
         ctx->taglen_full = 1;
         ctx->iv_state = GP_IV_FINISHED;
         return 1;
@@ -645,7 +725,7 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
             ok = ctx->iv_state == GP_IV_STARTED || ensure_started(ctx);
             ctx->begun |= ok;
         }
-        gp_lane_rearm(ctx);
+        aead_rearm(ctx);
         return ok;
     }
     return gp_aead_update(vctx, out, outl, outsize, in, inl);
@@ -701,7 +781,7 @@ static int set_ivlen(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
             ctx->iv_state = GP_IV_DROPPED;
             /* a finished encryption's lane context would answer the IV read itself (lane_has_answers):
              * its tag comes over and the lane closes, the dropped IV is the context's to refuse */
-            if (ctx->lane.has_tag)
+            if (ctx->tag_ready == GP_TAG_LANE)
                 gp_lane_close(ctx);
         }
     }
@@ -911,7 +991,7 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_TAG_NOT_AVAILABLE);
         return 0;
     }
-    if (ctx->lane.has_tag)
+    if (ctx->tag_ready == GP_TAG_LANE)
         return lane_get_one(ctx, p);
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
@@ -928,6 +1008,13 @@ static size_t taglen_param(const gp_cipher_ctx *ctx)
     if (!is_gcm(ctx))
         return ctx->taglen;
     return ctx->taglen_full || ctx->taglen == 0 ? AEAD_TAG_LEN : ctx->taglen;
+}
+
+/* Is `key` OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD ("tlsaadpad")? Byte by byte, as gp_param_is_ivlen. */
+static inline int gp_param_is_tls_aad_pad(const char *k)
+{
+    return k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a' && k[5] == 'd' && k[6] == 'p'
+           && k[7] == 'a' && k[8] == 'd' && k[9] == '\0';
 }
 
 /* Does the caller ask for GP_CIPHER_PARAM_MEMORY (which the lane's context does not know)? A first
@@ -947,31 +1034,27 @@ static int asks_memory(const OSSL_PARAM params[])
  */
 static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params[]);
 
-/* An encryption on the lane past its Final: the default provider's context answers what it knows
- * (GET_TAG after each TLS 1.3 record). */
-static inline int lane_has_answers(const gp_cipher_ctx *ctx)
-{
-    return ctx->lane.has_tag && ctx->enc && ctx->tag_ready && ctx->tls_aad_len == 0;
-}
-
 int gp_aead_get_ctx_params(void *vctx, OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
 
     /* One param: EVP asks for the IV length at every init (EVP_CIPHER_CTX_get_iv_length), and for
-     * the tag after each message. Answered here, a comparison or two each and no frame: a first
-     * letter 'g' is the only one that may be gpuprov's own name (asks_memory). */
-    if (params != NULL && params[0].key != NULL && params[1].key == NULL) {
+     * the tag after each message. Answered here, a comparison or two each and no frame, by the
+     * first letter: 'i' may be the IV length, 'g' is the only one that may be gpuprov's own name
+     * (asks_memory), and any other goes to the lane's context where it answers. A size in another
+     * form than EVP's takes the general path, with the caller's arguments where they are. */
+    if (GP_LIKELY(params != NULL && params[0].key != NULL && params[1].key == NULL)) {
         const char *k = params[0].key;
 
-        if (gp_param_is_ivlen(k))
-            return gp_param_set_size(params, ctx->ivlen);
-        if (lane_has_answers(ctx) && k[0] != 'g')
-            return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
-        /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
-        if (ctx->tls_aad_len != 0 && k[0] == 't' && k[1] == 'l' && k[2] == 's' && k[3] == 'a' && k[4] == 'a'
-            && k[5] == 'd' && k[6] == 'p' && k[7] == 'a' && k[8] == 'd' && k[9] == '\0')
-            return gp_param_set_size(params, ctx->tls_aad_pad);
+        if (k[0] == 'i') {
+            if (gp_param_is_ivlen(k) && gp_param_is_size_t(params))
+                return gp_param_put_size(params, ctx->ivlen);
+        } else if (k[0] != 'g' && GP_LIKELY(ctx->lane.ask != NULL)) {   /* lane_has_answers */
+            return ctx->lane.ask(ctx->lane.algctx, params);
+        } else if (ctx->tls_aad_len != 0 && gp_param_is_tls_aad_pad(k) && gp_param_is_size_t(params)) {
+            /* EVP's TLS1_AAD ctrl asks for the padding right after it: the tag a record carries. */
+            return gp_param_put_size(params, ctx->tls_aad_pad);
+        }
     }
     return aead_get_ctx_params(ctx, params);
 }
@@ -987,7 +1070,7 @@ static GP_NOINLINE int aead_get_ctx_params(gp_cipher_ctx *ctx, OSSL_PARAM params
         return ctx->lane.d->get_ctx_params(ctx->lane.algctx, params);
     ok = aead_get_ctx_params_body(ctx, params);
 
-    gp_lane_rearm(ctx);
+    aead_rearm(ctx);
     return ok;
 }
 
@@ -1029,30 +1112,23 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
  * locate per known name was a visible part of a TLS record's cost). On the lane every param then
  * goes on to the default provider's context as well, which keeps the message's own copy of them.
  */
-static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
-
 int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
-    int ok = aead_set_ctx_params(ctx, params);
-
-    gp_lane_rearm(ctx);
-    return ok;
-}
-
-static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
-{
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+    int ok = 1, tags_only = 1;
 
     if (params == NULL)
         return 1;
-    for (const OSSL_PARAM *p = params; p->key != NULL; p++, all++) {
+    for (const OSSL_PARAM *p = params; ok && p->key != NULL; p++, all++) {
         const char *k = p->key;
-        int ok = 1;
 
-        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
+        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
             ok = set_tag(ctx, p);
-        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
+            continue;
+        }
+        tags_only = 0;
+        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
             ok = set_tls_aad(ctx, p), tls++;
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_IVLEN) == 0)
             ok = set_ivlen(ctx, p);
@@ -1065,16 +1141,16 @@ static int aead_set_ctx_params(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
-        if (!ok)
-            return 0;
     }
-    if (ctx->lane.d == NULL || tls == all)
-        return 1;
-    if (!gp_lane_set_params(ctx, params, tls))
-        return 0;
-    if (OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
-        ctx->lane.tag_synced = ctx->tag_expected;
-    return 1;
+    if (ok && ctx->lane.d != NULL && tls != all) {
+        ok = gp_lane_set_params(ctx, params, tls);
+        if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
+            ctx->lane.tag_synced = ctx->tag_expected;
+    }
+    /* A tag (SET_TAG before each decryption) changes nothing the shortcuts stand for. */
+    if (!tags_only)
+        aead_rearm(ctx);
+    return ok;
 }
 
 const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)

@@ -23,8 +23,8 @@ void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info)
     ctx->ivlen = info->ivlen;
     ctx->pad = 1;
     ctx->last_text_bytes = UINT64_MAX;
-    ctx->text_max = gp_aead_text_max(info->alg);
-    ctx->aad_max = gp_aead_aad_max(info->alg);
+    ctx->text_lane_max = gp_aead_text_max(info->alg) - GP_DEMAND_BYTES;
+    ctx->aad_lane_max = gp_aead_aad_max(info->alg) - GP_DEMAND_BYTES;
     ctx->msg = gp_msg_new(pc->engine);
     if (ctx->msg == NULL) {
         GP_RAISE(GP_R_OUT_OF_MEMORY);
@@ -229,7 +229,7 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     if (device == ctx->devmem)
         return 1;
-    if (ctx->iv_state == GP_IV_STARTED && (ctx->aad_bytes != 0 || ctx->text_bytes != 0 || ctx->data_started)) {
+    if (ctx->iv_state == GP_IV_STARTED && (ctx->aad_bytes != 0 || ctx->text_bytes != 0)) {
         GP_RAISE(GP_R_MEMORY_MODE_MID_MESSAGE);
         return 0;
     }

@@ -12,6 +12,10 @@
 /* Kept out of line: the general path of an update, so that the lane's shortcut before it needs no
  * stack frame and ends in a tail call (provider/stream_common.c). */
 #define GP_NOINLINE __attribute__((noinline))
+/* The lane's shortcuts are the expected path of a context on it: the compiler lays them out
+ * straight and the general path after them. */
+#define GP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /*
  * The cpu lane (batching/engine.h): while `d` is set, the context's messages run on the default
@@ -25,14 +29,25 @@ typedef struct gp_cpu_lane {
     unsigned epoch;             /* its value when the lane was chosen */
     int key_loaded;             /* algctx holds the context's key */
     size_t ivlen;               /* GCM: the IV length algctx is set to */
-    /* The default's update while the shortcut may call it straight: the lane open, a started
-     * message, no TLS record pending, AES (tail) and no counting. Recomputed by gp_lane_rearm at
-     * the end of every entry point but the shortcut itself, the only places where those change. */
+    /* The shortcuts' armed fields, each one test for the conditions that only entry points change:
+     * recomputed at the end of every entry point but the shortcuts themselves (gp_lane_rearm;
+     * aead_common.c, aead_rearm, for the AEAD ones), which keep them in step for what they change.
+     * Side by side, so that disarming them is two stores.
+     * `go`: the default's update while the update shortcut may call it straight (the lane open, a
+     * started message, no TLS record pending, AES (tail) and no counting). */
     OSSL_FUNC_cipher_update_fn *go;
+    /* AEAD: the default's init per direction ([enc]) while an IV-only re-init may take the shortcut
+     * as a tail call (`reinit` and tail). */
+    OSSL_FUNC_cipher_encrypt_init_fn *reinit_go[2];
+    /* AEAD: the default's get_ctx_params while the lane's context answers for the context (an
+     * encryption past its Final: lane_has_answers), else NULL. */
+    OSSL_FUNC_cipher_get_ctx_params_fn *ask;
+    /* AEAD: an IV-only re-init may take the shortcut (the lane open with the key loaded, 96-bit IVs
+     * on both sides, no TLS 1.2 record mode and no record pending, a message started before). */
+    int reinit;
     OSSL_FUNC_cipher_update_fn *go_when_started;   /* `go` for a started message: the default's
                                                      * update where tail and not count, else NULL */
     int count;                  /* knob stats: count its updates and their bytes */
-    int has_tag;                /* algctx holds the tag of the context's last encrypt Final */
     int tag_synced;             /* algctx holds the expected tag (SET_TAG) the context holds */
     int tls;                    /* TLS 1.2 record mode on the lane: algctx took TLS1_IV_FIXED as
                                  * the context's whole IV, and each record is one call into it */
@@ -61,6 +76,10 @@ typedef struct gp_cipher_info {
  */
 typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FINISHED, GP_IV_DROPPED } gp_iv_state;
 
+/* Where an encryption's tag is after its Final (tag_ready): none, the context's tag_out, or the
+ * lane's context, which answers GET_TAG until the lane closes and hands it to tag_out. */
+enum gp_tag_place { GP_TAG_NONE, GP_TAG_OWN, GP_TAG_LANE };
+
 typedef struct gp_cipher_ctx {
     gp_provctx *provctx;
     const gp_cipher_info *info;
@@ -69,16 +88,22 @@ typedef struct gp_cipher_ctx {
     gp_msg *msg;                /* the engine's message, while the lane is closed */
     gp_cpu_lane lane;
     gp_iv_state iv_state;
+    int tag_ready;              /* encrypt: where the tag Final computed is (gp_tag_place); next to
+                                 * iv_state, so that a message's start sets both with one store */
+    int taglen_full;            /* GCM: AEAD_TAGLEN reads 16 (an encrypt Final or a TLS record ran
+                                 * since the last SET_TAG, as the default provider reports it) */
+    int begun;                  /* GCM: a 0-byte EVP_Cipher began the message (it counts no bytes) */
     uint8_t iv[128];            /* the IV the next/current message starts from */
     size_t ivlen;
     uint8_t oiv[16];            /* CTR/ChaCha20: the IV as given (OSSL_CIPHER_PARAM_IV) */
     uint64_t aad_bytes;         /* this message */
-    uint64_t text_bytes;
+    uint64_t text_bytes;        /* this message; AEAD: not 0 once data began (only data adds to it,
+                                 * a request of at least one byte), after which AAD is refused */
     uint64_t last_text_bytes;   /* of the previous message (UINT64_MAX: none yet) */
-    uint64_t text_max, aad_max; /* AEAD: the per-IV limits (gp_aead_text_fits, gp_aead_aad_fits) */
-    int data_started;
-    int begun;                  /* GCM: a 0-byte EVP_Cipher began the message (it counts no bytes);
-                                 * next to data_started: both cleared by one store */
+    /* AEAD: the counts up to which the lane's shortcut takes a request, the per-IV limits
+     * (gp_aead_text_fits, gp_aead_aad_fits) less GP_DEMAND_BYTES: no request it takes can pass
+     * them from there, nor wrap the count; beyond, the general path checks exactly. */
+    uint64_t text_lane_max, aad_lane_max;
     unsigned int pad;           /* PADDING: stored and reported; stream modes do not pad */
     int tls_version_set;        /* CTR/ChaCha20: a TLS_VERSION above 0 was taken */
     int tls_mac_size_set;       /* CTR/ChaCha20: a TLS_MAC_SIZE above 0 was taken */
@@ -90,10 +115,6 @@ typedef struct gp_cipher_ctx {
                                  * one buffer does: fuzz finding R7) */
     size_t taglen;              /* length of the expected tag (decrypt) */
     int tag_expected;           /* decrypt: SET_TAG given for the next Final */
-    int tag_ready;              /* encrypt: Final computed `tag` */
-    int taglen_full;            /* GCM: AEAD_TAGLEN reads 16 (an encrypt Final or a TLS record ran
-                                 * since the last SET_TAG, as the default provider reports it);
-                                 * next to tag_ready, so that setting both is one store */
     /* TLS 1.2 record mode */
     uint8_t tls_aad[13];
     size_t tls_aad_len;         /* 0 unless TLS1_AAD was set for the next record */
@@ -183,18 +204,31 @@ static inline int gp_lane_tls_ready(const gp_cipher_ctx *ctx)
     return ctx->lane.d != NULL && ctx->lane.tls && gp_lane_current(ctx);
 }
 
+/* The per-message fields of a message that starts now. */
+static inline void gp_cipher_message_clear(gp_cipher_ctx *ctx)
+{
+    ctx->iv_state = GP_IV_STARTED;
+    ctx->tag_ready = 0;
+    ctx->aad_bytes = 0;
+    ctx->text_bytes = 0;
+    ctx->begun = 0;
+}
+
 /* A message starts: the per-message fields reset (the last one's length kept for the lane's
  * choice, gp_engine_cpu_lane). */
 static inline void gp_cipher_message_reset(gp_cipher_ctx *ctx)
 {
     if (ctx->iv_state >= GP_IV_STARTED)
         ctx->last_text_bytes = ctx->text_bytes;
-    ctx->iv_state = GP_IV_STARTED;
-    ctx->aad_bytes = 0;
-    ctx->text_bytes = 0;
-    ctx->data_started = 0;
-    ctx->begun = 0;
-    ctx->tag_ready = 0;
+    gp_cipher_message_clear(ctx);
+}
+
+/* gp_cipher_message_reset where the caller knows a message started before (iv_state STARTED or
+ * later). */
+static inline void gp_cipher_message_next(gp_cipher_ctx *ctx)
+{
+    ctx->last_text_bytes = ctx->text_bytes;
+    gp_cipher_message_clear(ctx);
 }
 
 /* Has the caller's AAD, data or cipher call begun the message in progress? (On the lane an init
@@ -202,7 +236,7 @@ static inline void gp_cipher_message_reset(gp_cipher_ctx *ctx)
 static inline int gp_cipher_message_touched(const gp_cipher_ctx *ctx)
 {
     return ctx->iv_state == GP_IV_STARTED
-           && (ctx->aad_bytes != 0 || ctx->text_bytes != 0 || ctx->data_started || ctx->begun);
+           && (ctx->aad_bytes != 0 || ctx->text_bytes != 0 || ctx->begun);
 }
 
 /* The shortcut's tail: counted before the call, so the call is the function's last act (a tail
@@ -227,14 +261,22 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
 /* Set a size_t param, raising INVALID_PARAMETER when it does not fit. Inline for the form EVP
  * builds (a size_t), which it asks for at every init. */
 int gp_param_set_size_slow(OSSL_PARAM *p, size_t v);
+/* Is `p` a size_t as EVP builds it? Then gp_param_put_size answers it. */
+static inline int gp_param_is_size_t(const OSSL_PARAM *p)
+{
+    return p->data_type == OSSL_PARAM_UNSIGNED_INTEGER && p->data_size == sizeof(size_t) && p->data != NULL;
+}
+
+static inline int gp_param_put_size(OSSL_PARAM *p, size_t v)
+{
+    *(size_t *)p->data = v;
+    p->return_size = sizeof(size_t);
+    return 1;
+}
+
 static inline int gp_param_set_size(OSSL_PARAM *p, size_t v)
 {
-    if (p->data_type == OSSL_PARAM_UNSIGNED_INTEGER && p->data_size == sizeof(size_t) && p->data != NULL) {
-        *(size_t *)p->data = v;
-        p->return_size = sizeof(size_t);
-        return 1;
-    }
-    return gp_param_set_size_slow(p, v);
+    return gp_param_is_size_t(p) ? gp_param_put_size(p, v) : gp_param_set_size_slow(p, v);
 }
 
 /* Is `key` OSSL_CIPHER_PARAM_IVLEN ("ivlen")? Byte by byte, stopping at the first difference. */

@@ -48,13 +48,12 @@ void gp_lane_close(gp_cipher_ctx *ctx)
      * an encrypting context can be asked (the default refuses GET_TAG when decrypting), and the
      * question is gpuprov's own: whatever it answers stays off the caller's error queue, where the
      * error of the call that closed the lane must be the last one. */
-    if (l->has_tag && ctx->tag_ready) {
+    if (ctx->tag_ready == GP_TAG_LANE) {
         OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
 
         p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, ctx->tag_out, sizeof(ctx->tag_out));
         ERR_set_mark();
-        if (!ctx->enc || !l->d->get_ctx_params(l->algctx, p))
-            ctx->tag_ready = 0;
+        ctx->tag_ready = ctx->enc && l->d->get_ctx_params(l->algctx, p) ? GP_TAG_OWN : GP_TAG_NONE;
         ERR_pop_to_mark();
     }
     gp_engine_count_lane(ctx->provctx->engine, l->calls, l->bytes);
@@ -214,12 +213,27 @@ void gp_lane_tls_fixed(gp_cipher_ctx *ctx)
     l->tls = 1;
 }
 
+static GP_NOINLINE int lane_set_copy(const gp_cpu_lane *l, const OSSL_PARAM *p)
+{
+    OSSL_PARAM one[2] = { *p, OSSL_PARAM_END };
+
+    return l->d->set_ctx_params(l->algctx, one);
+}
+
+/* The lane's context takes TLS1_AAD alone: from the caller's list where it is its last param (the
+ * one libssl sets each record), else from a copy. */
+static int lane_set_one(const gp_cpu_lane *l, const OSSL_PARAM *p)
+{
+    if (p[1].key == NULL)
+        return l->d->set_ctx_params(l->algctx, p);
+    return lane_set_copy(l, p);
+}
+
 void gp_lane_tls_aad(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
     gp_cpu_lane *l = &ctx->lane;
-    OSSL_PARAM one[2] = { *p, OSSL_PARAM_END };
 
-    if (l->d != NULL && !(gp_lane_tls_ready(ctx) && l->d->set_ctx_params(l->algctx, one)))
+    if (l->d != NULL && !(gp_lane_tls_ready(ctx) && lane_set_one(l, p)))
         gp_lane_leave_tls(ctx);
 }
 
@@ -297,7 +311,6 @@ int gp_lane_dup(gp_cipher_ctx *dst, const gp_cipher_ctx *src)
     dst->lane.key_loaded = src->lane.key_loaded;
     dst->lane.ivlen = src->lane.ivlen;
     dst->lane.count = src->lane.count;
-    dst->lane.has_tag = src->lane.has_tag;
     dst->lane.tag_synced = src->lane.tag_synced;
     dst->lane.tls = src->lane.tls;
     dst->lane.tail = src->lane.tail;
