@@ -1055,6 +1055,7 @@ typedef struct gp_wave {
     /* issue and wait: */
     gp_batch_end end;
     uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
+    uint64_t t_grow;             /* stats: of t1 - t0, growing the slot's arenas (counted apart) */
     int ok;
 } gp_wave;
 
@@ -1193,8 +1194,15 @@ static int wave_layout(gp_wave *wv)
     wv->lists_off = ALIGN16(wv->total);
     wv->nout_cap = wv->staged_pieces + copy_pieces(wv->states_off - wv->keys_off) + copy_pieces(wv->part_off - wv->states_off)
                + copy_pieces(wv->stage_off - wv->part_off);
-    if (!arena_reserve(e, c, wv->lists_off + (wv->nin_cap + wv->nout_cap) * sizeof(gp_copy)))
-        return 0;
+    {
+        const size_t need = wv->lists_off + (wv->nin_cap + wv->nout_cap) * sizeof(gp_copy);
+        const uint64_t g0 = e->knobs.stats && need > c->cap ? gp_now_ns() : 0;
+
+        if (!arena_reserve(e, c, need))
+            return 0;
+        if (g0 != 0)
+            wv->t_grow = gp_now_ns() - g0;
+    }
     wv->in_list = (gp_copy *)(c->host + wv->lists_off);
     wv->out_list = wv->in_list + wv->nin_cap;
 
@@ -1797,7 +1805,7 @@ static void wave_wipe(gp_wave *wv)
         atomic_fetch_add_explicit(&g->st_batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_reqs, m, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_staged, wv->nstaged, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g->st_ns_in, wv->t1 - wv->t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_in, wv->t1 - wv->t0 - wv->t_grow, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_gpu, wv->t2 - wv->t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_issue, wv->t_issued - wv->t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_out, t3 - wv->t2, memory_order_relaxed);
