@@ -14,6 +14,8 @@
 #include <openssl/evp.h>
 #include <openssl/provider.h>
 
+#include "cuda_check.h"
+
 /*
  * Two measurements, each checked first against the default provider on host copies of the same
  * bytes (a benchmark of wrong answers is worthless):
@@ -30,15 +32,6 @@
 # define GP_BUILD_MODULE_DIR "build/provider"
 #endif
 #define AAD_LEN 13
-
-#define CHECK(call)                                                                                 \
-    do {                                                                                            \
-        cudaError_t err_ = (call);                                                                  \
-        if (err_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "devmem_bench: %s: %s\n", #call, cudaGetErrorString(err_));            \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
 
 static OSSL_LIB_CTX *libctx;
 static double seconds = 2.0;

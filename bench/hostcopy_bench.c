@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "batching/copy_crew.h"
+#include "cuda_check.h"
 
 /*
  * An EVP update hands gpuprov pageable memory; the GPU's DMA engines read and write only pinned
@@ -27,15 +28,6 @@
  * The pinned arena's own DMA rate (cudaHostAlloc) is the reference. Output: a table, and one CSV
  * line per figure: HOSTCOPY,<what>,<bytes>,<threads>,<value>,<unit>.
  */
-
-#define CHECK(call)                                                                                 \
-    do {                                                                                            \
-        cudaError_t err_ = (call);                                                                  \
-        if (err_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "hostcopy_bench: %s: %s\n", #call, cudaGetErrorString(err_));          \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
 
 #define MAX_THREADS 64
 #define MAX_REPS 64

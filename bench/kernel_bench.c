@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_check.h"
 #include "kernels/launch.h"
 
 /*
@@ -23,15 +24,6 @@ static unsigned int extra_flags;
 /* run() launches gp_lone_kernel (a small batch's one launch: its image brought from pinned memory,
  * its results taken back there) instead of the batch kernel. */
 static int lone_launch;
-
-#define CHECK(call)                                                                                 \
-    do {                                                                                            \
-        cudaError_t err_ = (call);                                                                  \
-        if (err_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "kernel_bench: %s: %s\n", #call, cudaGetErrorString(err_));            \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
 
 static int cmp_float(const void *a, const void *b)
 {
