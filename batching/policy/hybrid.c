@@ -252,7 +252,7 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     const size_t nlarge = real_gpu ? 8 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
     /* A lone caller's message at the round trip's length and 1, 4 and 8 times lone_big, on both
      * sides (the CPU's rate falls too once a message outgrows the caches). */
-    size_t lone_len[GP_LONE_POINTS] = { 16, lone_big, 4 * lone_big, 8 * lone_big };
+    const size_t lone_len[GP_LONE_POINTS] = { 16, lone_big, 4 * lone_big, 8 * lone_big };
     double t_lone[GP_LONE_POINTS], t_lone_cpu[GP_LONE_POINTS];
     calib cpu = { 0 }, cpu_lone = { 0 }, g = { 0 }, lone = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
     double t_cpu, t_small, t_big, t_large, a, b, a_large, b_large, cpu_nspb;
