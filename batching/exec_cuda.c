@@ -978,14 +978,16 @@ static size_t spread_piece(size_t len)
 
 /*
  * Does request r's output come back piece by piece, the copy crew taking each piece to the caller
- * as it lands (a DMA wave only)? Only where the output does not overlap the input: the caller's
- * output changes before the wave is known to have succeeded, and a request whose input is intact
- * can still be re-run on the host from its message's state, which moves only once every piece is
- * in. (An in-place request's output is copied once the whole wave is back.)
+ * as it lands (a DMA wave only)? The caller's output changes before the wave is known to have
+ * succeeded; the request can still be re-run on the host from its message's state, which moves
+ * only once every piece is in, because its input is intact: untouched where the output does not
+ * overlap it, or, in place, put back from the pinned arena's copy (deliver_pieces) before the
+ * request is handed back as failed. An output that overlaps its input partly is copied once the
+ * whole wave is back.
  */
 static int back_in_pieces(const gp_request *r)
 {
-    return spreads(r) && (r->out + r->len <= r->in || r->in + r->len <= r->out);
+    return spreads(r) && (r->out == r->in || r->out + r->len <= r->in || r->in + r->len <= r->out);
 }
 
 /* Pieces of a back_in_pieces request's output. */
@@ -1671,7 +1673,8 @@ static int piece_landed(void *arg, size_t k)
 }
 
 /* The states, statuses and outputs of the requests whose outputs come back in pieces, once every
- * piece is with its caller; 0 if one did not come (that request stays failed and untouched). */
+ * piece is with its caller; 0 if one did not come (that request stays failed, its message state
+ * untouched and, in place, its input put back: the engine re-runs it on the host from both). */
 static int deliver_pieces(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
@@ -1709,6 +1712,14 @@ static int deliver_pieces(gp_wave *wv)
         } else {
             ok = 0;
         }
+    }
+    /* In place, some pieces may have overwritten the input by now; the arena still holds it (the
+     * copy in wrote it there, and nothing of the wave writes the inputs' region). */
+    for (size_t i = 0; i < wv->m && !ok; i++) {
+        gp_request *r = &wv->reqs[wv->idx[i]];
+
+        if (back_in_pieces(r) && r->status != GP_REQ_OK && r->out == r->in)
+            memcpy(r->out, c->host + wv->work[i].in_off, r->len);
     }
     /* A piece whose wait failed is the GPU's failure like any other: said once (cuda_failed). */
     for (size_t j = 0; j < k; j++) {
