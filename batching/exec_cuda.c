@@ -111,7 +111,8 @@ typedef struct gp_cuda_keys {
 typedef struct gp_cuda {
     gp_cuda_slot *slots;
     int nslots;
-    atomic_uint next;            /* where the next batch looks for a free slot first */
+    atomic_uint next;            /* where the next batch looks for a free slot after `warm` */
+    atomic_uint warm;            /* the slot given back last (slot_give) */
 #if GP_TEST_HOOKS
     /* Test hook (cuda_fault_after = N): after N good batches, launch with an empty grid so the
      * runtime itself reports an error, to prove the fallback path. */
@@ -1870,15 +1871,20 @@ static void cuda_prepare(gp_engine *e, gp_request *r)
     }
 }
 
-/* A free slot, locked: the first free one from a rotating start, else wait for the start one;
- * gpu >= 0: one of that GPU's (device mode: the GPU that holds the data runs it). Slots are laid out
- * GPU by GPU, nslots / ngpus each (cuda_open). */
+/* A free slot, locked: the one given back last if it is free, else the first free one from a
+ * rotating start, else wait for the start one; gpu >= 0: one of that GPU's (device mode: the GPU
+ * that holds the data runs it). Slots are laid out GPU by GPU, nslots / ngpus each (cuda_open).
+ * A caller alone thus keeps one slot, whose arenas have grown to its requests, where a rotation
+ * would grow every slot's in turn. */
 static gp_cuda_slot *slot_take(gp_cuda *g, int gpu)
 {
     unsigned start = atomic_fetch_add(&g->next, 1);
+    const unsigned warm = atomic_load_explicit(&g->warm, memory_order_relaxed);
     int per = g->nslots / g->ngpus, from = gpu >= 0 ? (gpu - g->stage_device) * per : 0;
     int count = gpu >= 0 ? per : g->nslots;
 
+    if ((int)warm >= from && (int)warm < from + count && pthread_mutex_trylock(&g->slots[warm].lock) == 0)
+        return &g->slots[warm];
     for (int i = 0; i < count; i++) {
         gp_cuda_slot *sl = &g->slots[from + (int)((start + (unsigned)i) % (unsigned)count)];
 
@@ -1887,6 +1893,13 @@ static gp_cuda_slot *slot_take(gp_cuda *g, int gpu)
     }
     pthread_mutex_lock(&g->slots[from + (int)(start % (unsigned)count)].lock);
     return &g->slots[from + (int)(start % (unsigned)count)];
+}
+
+/* Unlock a slot taken by slot_take; the next batch tries it first. */
+static void slot_give(gp_cuda *g, gp_cuda_slot *sl)
+{
+    atomic_store_explicit(&g->warm, (unsigned)(sl - g->slots), memory_order_relaxed);
+    pthread_mutex_unlock(&sl->lock);
 }
 
 static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu);
@@ -2057,7 +2070,7 @@ static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu)
     c = slot_take(g, gpu);
 
     if (!scratch_reserve(c, n)) {
-        pthread_mutex_unlock(&c->lock);
+        slot_give(g, c);
         return 0;
     }
     for (size_t i = 0; i < n; i++)
@@ -2078,7 +2091,7 @@ static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu)
                 c->wave[m++] = i;
         ok = run_wave_bounded(e, c, reqs, c->wave, m);
     }
-    pthread_mutex_unlock(&c->lock);
+    slot_give(g, c);
     return ok;
 }
 
