@@ -97,11 +97,15 @@ def size_label(n):
     return "%d B" % n
 
 
+CPUS = ""    # --cpus: speed runs pinned to these cores (taskset -c)
+AA = False   # --aa: both configurations are the default provider (the host's noise floor)
+
+
 def clean_env(config, build, stats=False):
     """The environment of a run: the caller's, without any GPUPROV_* variable, plus the
     configuration's OpenSSL variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
-    if config == "default":
+    if config == "default" or AA:
         env["OPENSSL_CONF"] = "/dev/null"
         env.pop("OPENSSL_MODULES", None)
     else:
@@ -120,6 +124,8 @@ def speed_cmd(cell, seconds):
     # Not -propquery: 3.0.13's speed would fetch its DRBG with that query too and exit 1;
     # config/gpuprov.cnf prefers gpuprov and keeps the DRBG on the default provider.
     cmd = ["openssl", "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
+    if CPUS:
+        cmd = ["taskset", "-c", CPUS] + cmd
     if mode == "aead":
         cmd.append("-aead")
     if direction == "dec":
@@ -164,6 +170,9 @@ def verify_speed(args, groups):
     """One short stats run per (cipher, mode, dir, async) in the gpuprov configuration: gpuprov
     must have processed at least the bytes speed reports."""
     size = min(args.sizes)
+    if AA:
+        say("tax: A/A: no gpuprov check (both configurations are the default provider)")
+        return
     for cipher, mode, direction, async_jobs in groups:
         cell = (cipher, mode, direction, async_jobs, size)
         res = run_speed(cell, "gpuprov", 1, args.build, stats=True)
@@ -642,6 +651,13 @@ def main():
                     help="nginx runs per cell and configuration (default 2)")
     ap.add_argument("--tls-conns", type=int, default=0,
                     help="wrk connections (default: 16 per nginx worker)")
+    ap.add_argument("--cpus", default="", help="pin each speed run to these cores (taskset -c "
+                    "LIST), both configurations alike")
+    ap.add_argument("--aa", action="store_true",
+                    help="A/A: the second configuration is the default provider too, so the "
+                    "ratios show this host's run-to-run spread, the floor under any measured "
+                    "difference (implies --no-results; the tables' gpuprov column is the "
+                    "default again)")
     ap.add_argument("--note", default="", help="a sentence for the RESULTS section")
     ap.add_argument("--report-only", type=Path, metavar="CSV",
                     help="print the tables and rewrite the RESULTS section from an earlier "
@@ -650,6 +666,12 @@ def main():
 
     if args.report_only:
         return report_only(args)
+    global AA, CPUS
+    AA, CPUS = args.aa, args.cpus
+    if AA:
+        args.no_results = True
+        if "tls" in args.parts:
+            sys.exit("tax: --aa measures the speed part only (--parts speed)")
 
     bad = [c for c in args.ciphers if c not in CIPHERS] + \
           [m for m in args.modes if m not in MODES] + [d for d in args.dirs if d not in DIRS] + \
@@ -706,6 +728,11 @@ def main():
             args.tls_seconds))
     n_checks = len(groups) + (len(args.tls_suites) * len(CONFIGS) if do_tls else 0)
     say("tax: %s; %d checks first; about %s" % ("; ".join(plan), n_checks, fmt_dur(est)))
+    if AA:
+        say("tax: A/A: both configurations run the default provider; the gpuprov column below "
+            "is the default provider again")
+    if CPUS:
+        say("tax: speed runs pinned to cores %s (taskset)" % CPUS)
     if not cells and not do_tls:
         sys.exit("tax: nothing to run")
 
@@ -746,7 +773,7 @@ def main():
                 busy=max(load0, os.getloadavg()[0]) > 0.5 * host["cores"],
                 tls_layout=lay["text"] if lay else "", note=args.note, seconds=args.seconds,
                 repeat=args.repeat, tls_conns=args.tls_conns, tls_seconds=args.tls_seconds,
-                tls_rounds=args.tls_rounds)
+                tls_rounds=args.tls_rounds, aa=AA, cpus=CPUS)
     json.dump(dict(meta, csv=os.path.relpath(csv_path, ROOT)),
               open(outdir / "tax.json", "w"), indent=1)
     console_tables(speed_res, tls_res)
