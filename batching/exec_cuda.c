@@ -111,8 +111,7 @@ typedef struct gp_cuda_keys {
 typedef struct gp_cuda {
     gp_cuda_slot *slots;
     int nslots;
-    atomic_uint next;            /* where the next batch looks for a free slot after `warm` */
-    atomic_uint warm;            /* the slot given back last (slot_give) */
+    atomic_uint next;            /* which slot a batch waits for when none is free (slot_take) */
 #if GP_TEST_HOOKS
     /* Test hook (cuda_fault_after = N): after N good batches, launch with an empty grid so the
      * runtime itself reports an error, to prove the fallback path. */
@@ -978,17 +977,20 @@ static size_t spread_piece(size_t len)
 }
 
 /*
- * Does request r's output come back piece by piece, the copy crew taking each piece to the caller
- * as it lands (a DMA wave only)? The caller's output changes before the wave is known to have
- * succeeded; the request can still be re-run on the host from its message's state, which moves
- * only once every piece is in, because its input is intact: untouched where the output does not
- * overlap it, or, in place, put back from the pinned arena's copy (deliver_pieces) before the
- * request is handed back as failed. An output that overlaps its input partly is copied once the
- * whole wave is back.
+ * Does request r, of a wave of m requests, have its output come back piece by piece, the copy
+ * crew taking each piece to the caller as it lands (a DMA wave only)? The caller's output changes
+ * before the wave is known to have succeeded; the request can still be re-run on the host from
+ * its message's state, which moves only once every piece is in, because its input is intact:
+ * untouched where the output does not overlap it, or, in place, put back from the pinned arena's
+ * copy (deliver_pieces) before the request is handed back as failed. In place only where the
+ * request is the wave's only one: there its pieces overlap the copy out with the transfers, while
+ * in a wave of many (async jobs) the pieces' copies and waits cost more than they overlap
+ * (RESULTS, "A lone caller from pageable memory"), and such an output is copied once the whole
+ * wave is back, as one that overlaps its input partly always is.
  */
-static int back_in_pieces(const gp_request *r)
+static int back_in_pieces(const gp_request *r, size_t m)
 {
-    return spreads(r) && (r->out == r->in || r->out + r->len <= r->in || r->in + r->len <= r->out);
+    return spreads(r) && ((r->out == r->in && m == 1) || r->out + r->len <= r->in || r->in + r->len <= r->out);
 }
 
 /* Pieces of a back_in_pieces request's output. */
@@ -1448,14 +1450,14 @@ static cudaError_t issue_copy_out(gp_wave *wv)
     size_t pos = wv->states_off, npieces = 0;
 
     for (size_t i = 0; i < wv->m; i++)
-        if (back_in_pieces(&wv->reqs[wv->idx[i]]))
+        if (back_in_pieces(&wv->reqs[wv->idx[i]], wv->m))
             npieces += out_pieces(&wv->reqs[wv->idx[i]]);
     wv->pieces_back = npieces > 0 && piece_events(c, npieces);
     for (size_t i = 0; i < wv->m && wv->pieces_back && err == cudaSuccess; i++) {
         const gp_request *r = &wv->reqs[wv->idx[i]];
         const size_t start = wv->work[i].out_off;
 
-        if (!back_in_pieces(r))
+        if (!back_in_pieces(r, wv->m))
             continue;
         if (start > pos)
             err = cudaMemcpyAsync(c->host + pos, c->dev + pos, start - pos, cudaMemcpyDeviceToHost, c->stream);
@@ -1478,7 +1480,7 @@ static cudaError_t issue_pieces_back(gp_wave *wv)
         const gp_request *r = &wv->reqs[wv->idx[i]];
         const size_t start = wv->work[i].out_off, piece = spread_piece(r->len);
 
-        if (!back_in_pieces(r))
+        if (!back_in_pieces(r, wv->m))
             continue;
         for (size_t off = 0; off < r->len && err == cudaSuccess; off += piece) {
             const size_t len = r->len - off < piece ? r->len - off : piece;
@@ -1686,7 +1688,7 @@ static int deliver_pieces(gp_wave *wv)
     for (size_t i = 0; i < wv->m; i++) {
         gp_request *r = &wv->reqs[wv->idx[i]];
 
-        if (!back_in_pieces(r))
+        if (!back_in_pieces(r, wv->m))
             continue;
         if (src != NULL) {
             src[k].c = c;
@@ -1705,7 +1707,7 @@ static int deliver_pieces(gp_wave *wv)
     for (size_t i = 0, j = 0; i < wv->m; i++) {
         gp_request *r = &wv->reqs[wv->idx[i]];
 
-        if (!back_in_pieces(r))
+        if (!back_in_pieces(r, wv->m))
             continue;
         if (j < k && gp_copy_finish(&wv->g->crew, &c->runs[j++]) && ok) {
             memcpy(&r->msg->st, c->host + wv->work[i].state_off, sizeof(gp_msg_state));
@@ -1719,7 +1721,7 @@ static int deliver_pieces(gp_wave *wv)
     for (size_t i = 0; i < wv->m && !ok; i++) {
         gp_request *r = &wv->reqs[wv->idx[i]];
 
-        if (back_in_pieces(r) && r->status != GP_REQ_OK && r->out == r->in)
+        if (back_in_pieces(r, wv->m) && r->status != GP_REQ_OK && r->out == r->in)
             memcpy(r->out, c->host + wv->work[i].in_off, r->len);
     }
     /* A piece whose wait failed is the GPU's failure like any other: said once (cuda_failed). */
@@ -1750,7 +1752,7 @@ static int wave_deliver(gp_wave *wv)
         const gp_work *w = &wv->work[i];
         const uint8_t *res = c->host + w->out_off;
 
-        if (wv->pieces_back && back_in_pieces(r))
+        if (wv->pieces_back && back_in_pieces(r, wv->m))
             continue;              /* delivered above */
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
@@ -1871,35 +1873,27 @@ static void cuda_prepare(gp_engine *e, gp_request *r)
     }
 }
 
-/* A free slot, locked: the one given back last if it is free, else the first free one from a
- * rotating start, else wait for the start one; gpu >= 0: one of that GPU's (device mode: the GPU
- * that holds the data runs it). Slots are laid out GPU by GPU, nslots / ngpus each (cuda_open).
- * A caller alone thus keeps one slot, whose arenas have grown to its requests, where a rotation
- * would grow every slot's in turn. */
+/* A free slot, locked: the first free one in an order that alternates between the GPUs (slot 0 of
+ * each GPU, then slot 1 of each, ...), else wait for one from a rotating start; gpu >= 0: one of
+ * that GPU's (device mode: the GPU that holds the data runs it). Slots are laid out GPU by GPU,
+ * nslots / ngpus each (cuda_open). Batches at once thus spread over every GPU first, and a caller
+ * alone always takes the same slot, whose arenas have grown to its requests (a rotation would
+ * grow every slot's in turn). */
 static gp_cuda_slot *slot_take(gp_cuda *g, int gpu)
 {
-    unsigned start = atomic_fetch_add(&g->next, 1);
-    const unsigned warm = atomic_load_explicit(&g->warm, memory_order_relaxed);
-    int per = g->nslots / g->ngpus, from = gpu >= 0 ? (gpu - g->stage_device) * per : 0;
-    int count = gpu >= 0 ? per : g->nslots;
+    const int per = g->nslots / g->ngpus, from = gpu >= 0 ? (gpu - g->stage_device) * per : 0;
+    const int count = gpu >= 0 ? per : g->nslots, across = gpu >= 0 ? 1 : g->ngpus;
+    int at;
 
-    if ((int)warm >= from && (int)warm < from + count && pthread_mutex_trylock(&g->slots[warm].lock) == 0)
-        return &g->slots[warm];
     for (int i = 0; i < count; i++) {
-        gp_cuda_slot *sl = &g->slots[from + (int)((start + (unsigned)i) % (unsigned)count)];
-
-        if (pthread_mutex_trylock(&sl->lock) == 0)
-            return sl;
+        at = from + (i % across) * per + i / across;
+        if (pthread_mutex_trylock(&g->slots[at].lock) == 0)
+            return &g->slots[at];
     }
-    pthread_mutex_lock(&g->slots[from + (int)(start % (unsigned)count)].lock);
-    return &g->slots[from + (int)(start % (unsigned)count)];
-}
-
-/* Unlock a slot taken by slot_take; the next batch tries it first. */
-static void slot_give(gp_cuda *g, gp_cuda_slot *sl)
-{
-    atomic_store_explicit(&g->warm, (unsigned)(sl - g->slots), memory_order_relaxed);
-    pthread_mutex_unlock(&sl->lock);
+    at = (int)(atomic_fetch_add(&g->next, 1) % (unsigned)count);
+    at = from + (at % across) * per + at / across;
+    pthread_mutex_lock(&g->slots[at].lock);
+    return &g->slots[at];
 }
 
 static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu);
@@ -2070,7 +2064,7 @@ static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu)
     c = slot_take(g, gpu);
 
     if (!scratch_reserve(c, n)) {
-        slot_give(g, c);
+        pthread_mutex_unlock(&c->lock);
         return 0;
     }
     for (size_t i = 0; i < n; i++)
@@ -2091,7 +2085,7 @@ static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu)
                 c->wave[m++] = i;
         ok = run_wave_bounded(e, c, reqs, c->wave, m);
     }
-    slot_give(g, c);
+    pthread_mutex_unlock(&c->lock);
     return ok;
 }
 
