@@ -109,19 +109,31 @@ int gp_stream_dinit(void *vctx, const unsigned char *key, size_t keylen, const u
 static GP_NOINLINE int stream_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                      const unsigned char *in, size_t inl);
 
-/* Data of a message on the lane goes straight to the default provider's update (a tail call)
- * when every check of stream_update holds: a started message, 1 <= inl < GP_DEMAND_BYTES, both
- * buffers, room for the output. */
+/* Does the lane take this data request as it is: 1 <= inl < GP_DEMAND_BYTES, both buffers, room
+ * for the output (stream_update's checks)? Then it is counted here. */
+static inline int stream_lane_takes(gp_cipher_ctx *ctx, const unsigned char *out, size_t outsize,
+                                    const unsigned char *in, size_t inl)
+{
+    if (inl - 1 >= GP_DEMAND_BYTES - 1 || outsize < inl || in == NULL || out == NULL)
+        return 0;
+    ctx->text_bytes += inl;
+    return 1;
+}
+
+/* Data of a message on the lane goes straight to the default provider's update (a tail call where
+ * `go` is armed: a started message) when every check of stream_update holds; the rest takes
+ * stream_update. */
 int gp_stream_update(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
                      const unsigned char *in, size_t inl)
 {
     gp_cipher_ctx *ctx = vctx;
+    OSSL_FUNC_cipher_update_fn *go = ctx->lane.go;
 
-    if ((ctx->lane.go != NULL || (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED))
-        && inl - 1 < GP_DEMAND_BYTES - 1 && outsize >= inl && in != NULL && out != NULL) {
-        ctx->text_bytes += inl;
-        if (ctx->lane.go != NULL)
-            return ctx->lane.go(ctx->lane.algctx, out, outl, outsize, in, inl);
+    if (GP_LIKELY(go != NULL)) {
+        if (GP_LIKELY(stream_lane_takes(ctx, out, outsize, in, inl)))
+            return go(ctx->lane.algctx, out, outl, outsize, in, inl);
+    } else if (ctx->lane.d != NULL && ctx->iv_state == GP_IV_STARTED
+               && stream_lane_takes(ctx, out, outsize, in, inl)) {
         return gp_lane_tail(ctx, out, outl, outsize, in, inl);
     }
     return stream_update(ctx, out, outl, outsize, in, inl);
