@@ -1873,6 +1873,13 @@ static void cuda_prepare(gp_engine *e, gp_request *r)
     }
 }
 
+/* The i-th slot of [from, from + per * across) in the order slot_take tries them: slot 0 of each of
+ * `across` GPUs, then slot 1 of each, ... */
+static gp_cuda_slot *slot_nth(gp_cuda *g, int from, int per, int across, int i)
+{
+    return &g->slots[from + (i % across) * per + i / across];
+}
+
 /* A free slot, locked: the first free one in an order that alternates between the GPUs (slot 0 of
  * each GPU, then slot 1 of each, ...), else wait for one from a rotating start; gpu >= 0: one of
  * that GPU's (device mode: the GPU that holds the data runs it). Slots are laid out GPU by GPU,
@@ -1883,17 +1890,16 @@ static gp_cuda_slot *slot_take(gp_cuda *g, int gpu)
 {
     const int per = g->nslots / g->ngpus, from = gpu >= 0 ? (gpu - g->stage_device) * per : 0;
     const int count = gpu >= 0 ? per : g->nslots, across = gpu >= 0 ? 1 : g->ngpus;
-    int at;
+    gp_cuda_slot *sl;
 
     for (int i = 0; i < count; i++) {
-        at = from + (i % across) * per + i / across;
-        if (pthread_mutex_trylock(&g->slots[at].lock) == 0)
-            return &g->slots[at];
+        sl = slot_nth(g, from, per, across, i);
+        if (pthread_mutex_trylock(&sl->lock) == 0)
+            return sl;
     }
-    at = (int)(atomic_fetch_add(&g->next, 1) % (unsigned)count);
-    at = from + (at % across) * per + at / across;
-    pthread_mutex_lock(&g->slots[at].lock);
-    return &g->slots[at];
+    sl = slot_nth(g, from, per, across, (int)(atomic_fetch_add(&g->next, 1) % (unsigned)count));
+    pthread_mutex_lock(&sl->lock);
+    return sl;
 }
 
 static int cuda_run_on(gp_engine *e, gp_request *reqs, size_t n, int gpu);

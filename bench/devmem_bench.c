@@ -21,7 +21,8 @@
  * bytes (a benchmark of wrong answers is worthless):
  *   1. large: one context encrypts a --buffer-mib device buffer as one message, in updates of each
  *      --updates size (MiB), IV-only re-init per message, Final and GET_TAG (AEAD); GB/s of data
- *      over --seconds (--in-place: the timed messages write over their input, after the check). bench/devmem.sh puts kernel_bench's raw-kernel figure beside each row.
+ *      over --seconds (--in-place: the timed messages write over their input, after the check).
+ *      bench/devmem.sh puts kernel_bench's raw-kernel figure beside each row.
  *   2. threads: --threads threads, each with its own context and device region, encrypt
  *      --msg-kib messages synchronously as a TLS record would be (IV re-init, 13 bytes of host AAD,
  *      one device-memory update, Final, GET_TAG); GB/s in total.
