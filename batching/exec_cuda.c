@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 
 #include "batching/async_wait.h"
+#include "batching/chunk_plan.h"
 #include "batching/copy_crew.h"
 #include "batching/core/core.h"
 #include "batching/key_table.h"
@@ -47,9 +48,12 @@
  * that moves its inputs by DMA hands each piece to the GPU as soon as it is copied, so the host's
  * copies run on several cores at once and overlap the transfer. A request longer than a slice
  * (kstate.h, GP_SLICE_BYTES) runs as consecutive waves of a slice each on one slot
- * (run_leading_slices), which bounds a slot's arenas.
+ * (run_leading_slices), which bounds a slot's arenas. A request alone in its wave has its kernel
+ * launched in chunks (chunk_plan.h, issue_chunks), so that it runs under the copies.
  */
 #define SPREAD_MIN (256u << 10)
+/* Events of a chunked wave beside its output pieces' (issue_chunks). */
+#define CHUNK_EVENTS(nchunks) (2 * (nchunks) + 1)
 #define SPREAD_PIECE_MIN (128u << 10)
 #define SPREAD_PIECE_MAX (1u << 20)
 _Static_assert(sizeof(gp_mac_pows) <= GP_STAGE_POWS_BYTES, "a staging chunk holds a request's powers of r");
@@ -71,6 +75,9 @@ typedef struct gp_cuda_slot {
     int device;
     gp_kernel_shape shape;       /* block, AES table layout, grid cap (kernels/launch.h) */
     cudaStream_t stream;
+    /* A chunked wave's input pieces go ahead of its launches on `ahead`, and its output pieces
+     * come back behind them on `back`, each stream ordered after `stream` by events (issue_chunks). */
+    cudaStream_t ahead, back;
     cudaEvent_t copied;          /* a batch's results are back in `host` */
     cudaEvent_t callers;         /* device mode: the callers' work on the legacy default stream,
                                   * which this slot's batch waits for (issue_after_callers) */
@@ -646,6 +653,8 @@ static int cuda_open(gp_engine *e)
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
             || (err = gp_kernel_prepare(&sl->shape)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
+            || (err = cudaStreamCreateWithFlags(&sl->ahead, cudaStreamNonBlocking)) != cudaSuccess
+            || (err = cudaStreamCreateWithFlags(&sl->back, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
                    != cudaSuccess
             || (err = cudaEventCreateWithFlags(&sl->callers, cudaEventDisableTiming)) != cudaSuccess
@@ -815,6 +824,10 @@ static void cuda_close(gp_engine *e)
                 cudaEventDestroy(sl->step[k]);
         if (sl->stream != NULL)
             cudaStreamDestroy(sl->stream);
+        if (sl->ahead != NULL)
+            cudaStreamDestroy(sl->ahead);
+        if (sl->back != NULL)
+            cudaStreamDestroy(sl->back);
         OPENSSL_free(sl->order);
         OPENSSL_free(sl->rank);
         OPENSSL_free(sl->wave);
@@ -1057,6 +1070,15 @@ typedef struct gp_wave {
     size_t nruns;                /* the copy crew's runs in c->runs (inputs in fill, outputs in deliver) */
     int pieces_back;             /* issue: outputs back_in_pieces come back piece by piece, each with
                                   * its event (c->piece_ev, in request order) */
+    /* layout: the chunks of a request alone in its wave (chunk_plan.h; 1: one launch); fill: each
+     * chunk's refs, from chunk_ref[j], with the claim counter after them */
+    size_t nchunks;
+    gp_chunk chunk[GP_CHUNKS_MAX];
+    size_t chunk_ref[GP_CHUNKS_MAX], chunk_nref[GP_CHUNKS_MAX];
+    size_t pieces_early;         /* issue: output pieces sent back on the back stream, chunk by chunk */
+    struct piece_source *psrc;   /* the crew's runs taking output pieces to the callers (pieces_start) */
+    size_t npsrc;
+    int pieces_started;
     /* issue and wait: */
     gp_batch_end end;
     uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
@@ -1147,6 +1169,8 @@ static void wave_plan(gp_wave *wv)
  * wave folds its copies into the copy kernels, and room in the pinned arena for both copy lists,
  * sized for the most entries they can take. 0: no arena (nothing has been written).
  */
+static int piece_events(gp_cuda_slot *c, size_t n);
+
 static int wave_layout(gp_wave *wv)
 {
     gp_engine *e = wv->e;
@@ -1156,7 +1180,16 @@ static int wave_layout(gp_wave *wv)
     const size_t m = wv->m;
     size_t off;
 
-    wv->work_off = ALIGN16(wv->refs_off + (wv->nrefs + 1) * sizeof(gp_unit_ref));   /* + the claim counter */
+    wv->nchunks = 1;
+    if (m == 1 && back_in_pieces(&reqs[idx[0]], 1)) {
+        const gp_job *j = &c->jobs[0];
+
+        wv->nchunks = gp_chunk_plan(j->len, j->head_len, j->body_len, j->nunits, spread_piece(j->len), wv->chunk);
+        if (wv->nchunks > 1 && !piece_events(c, out_pieces(&reqs[idx[0]]) + CHUNK_EVENTS(wv->nchunks)))
+            wv->nchunks = 1;
+    }
+    /* + a claim counter per launch */
+    wv->work_off = ALIGN16(wv->refs_off + (wv->nrefs + wv->nchunks) * sizeof(gp_unit_ref));
     wv->spans_off = ALIGN16(wv->work_off + m * sizeof(gp_work));   /* copied in with the descriptors */
     wv->in_off = ALIGN16(wv->spans_off + wv->nspans * sizeof(uint32_t));
     off = wv->in_off;
@@ -1191,11 +1224,14 @@ static int wave_layout(gp_wave *wv)
     wv->total = off;
     /* The copy lists, sized for the most entries they can take. */
     wv->fold = wv->out_off <= FOLD_MAX && wv->part_off - wv->states_off <= FOLD_MAX;
+    if (wv->fold)
+        wv->nchunks = 1;   /* the copy kernels move a folded wave whole (never one of chunk size) */
     wv->gen_refs = wv->nrefs >= GEN_REFS_MIN;
     wv->nin_cap = (wv->fold ? copy_pieces(wv->out_off) : 0) + wv->staged_pieces + wv->nspows * copy_pieces(sizeof(gp_mac_pows))
               + wv->nup + wv->nwipes
-              /* a request's units in entries of GP_COPY_REFS_MAX, its lead, and the claim counter */
-              + (wv->gen_refs ? (wv->nrefs + GP_COPY_REFS_MAX - 1) / GP_COPY_REFS_MAX + 2 * m + 1 : 0);
+              /* a request's units in entries of GP_COPY_REFS_MAX, its lead, and the claim
+               * counters (each chunk's units may start a short entry of their own) */
+              + (wv->gen_refs ? (wv->nrefs + GP_COPY_REFS_MAX - 1) / GP_COPY_REFS_MAX + 2 * m + 2 * wv->nchunks : 0);
     wv->lists_off = ALIGN16(wv->total);
     wv->nout_cap = wv->staged_pieces + copy_pieces(wv->states_off - wv->keys_off) + copy_pieces(wv->part_off - wv->states_off)
                + copy_pieces(wv->stage_off - wv->part_off);
@@ -1336,12 +1372,25 @@ static void wave_fill(gp_wave *wv)
         part_pos += ALIGN128((size_t)gp_partials_bytes(&w->job));
         /* Units first, the lead last: a lane group's warp holds two groups, and a lead (one
          * lane of serial work) beside a unit in the same warp waited out the unit's whole
-         * lane work before running; the lone request's finish then waited for the lead. */
-        put_refs(wv, &ref, i, 0, w->job.nunits);
-        if (lead)
-            put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
+         * lane work before running; the lone request's finish then waited for the lead. A
+         * chunked wave (m == 1) has each chunk's units, then its claim counter, zero
+         * (kernels/batch_abi.h), and the lead in the first chunk, whose output piece it writes. */
+        if (wv->nchunks == 1) {
+            put_refs(wv, &ref, i, 0, w->job.nunits);
+            if (lead)
+                put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
+        }
+        for (size_t k = 0; k < wv->nchunks && wv->nchunks > 1; k++) {
+            wv->chunk_ref[k] = ref;
+            put_refs(wv, &ref, i, wv->chunk[k].unit_lo, wv->chunk[k].unit_hi - wv->chunk[k].unit_lo);
+            if (lead && k == 0)
+                put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
+            wv->chunk_nref[k] = ref - wv->chunk_ref[k];
+            put_refs(wv, &ref, 0, 0, 1);
+        }
     }
-    put_refs(wv, &ref, 0, 0, 1);   /* the claim counter, zero (kernels/batch_abi.h) */
+    if (wv->nchunks == 1)
+        put_refs(wv, &ref, 0, 0, 1);   /* the claim counter, zero (kernels/batch_abi.h) */
     for (size_t i = 0; i < wv->nwipes; i++)   /* freed keys' slots, cleared */
         copy_add(wv->in_list, &wv->nin, 0, gp_key_table_addr(&wv->kt->table, c->wipes[i]), KEY_STRIDE, 0);
     if (wv->fold) {
@@ -1485,11 +1534,99 @@ static cudaError_t issue_pieces_back(gp_wave *wv)
         for (size_t off = 0; off < r->len && err == cudaSuccess; off += piece) {
             const size_t len = r->len - off < piece ? r->len - off : piece;
 
+            if (ev < wv->pieces_early) {   /* back already (issue_chunks) */
+                ev++;
+                continue;
+            }
             if ((err = cudaMemcpyAsync(c->host + start + off, c->dev + start + off, len, cudaMemcpyDeviceToHost,
                                        c->stream)) == cudaSuccess)
                 err = cudaEventRecord(c->piece_ev[ev++], c->stream);
         }
     }
+    return err;
+}
+
+/* Launch the batch kernel over refs [first, first + n) of the wave, the claim counter after them
+ * (`broken`: with an empty grid, the fault_after test hook's failing launch). */
+static cudaError_t launch_refs(gp_wave *wv, size_t first, size_t n, int broken)
+{
+    gp_cuda_slot *c = wv->c;
+    gp_unit_ref *drefs = (gp_unit_ref *)(c->dev + wv->refs_off) + first;
+    gp_work *dwork = (gp_work *)(c->dev + wv->work_off);
+    unsigned int nr = (unsigned int)n;
+    uint8_t *darena = c->dev;
+    void *args[] = { &drefs, &nr, &dwork, &darena, &wv->flags };
+    dim3 grid, block;
+    size_t smem;
+    const void *kernel = gp_kernel_geometry(n, wv->flags, &c->shape, &grid, &block, &smem);
+
+    if (broken)
+        grid.x = 0;
+    return launch(c, kernel, grid, block, args, smem, 0);
+}
+
+/*
+ * A chunked wave (m == 1; chunk_plan.h) from its descriptors to its last launch. On the slot's
+ * stream: the arena's inputs but the request's data, the copy kernel in (the refs, key uploads),
+ * then each chunk's launch over its own refs, once its input pieces are in. On `ahead`, after the
+ * slot's earlier work (the last wave's device cleanse): the data's pieces, each as soon as the crew
+ * has copied it, so that they cross while the launches before run. On `back`, once a launch has run:
+ * the output pieces it completes, each followed by its event, which the crew waits for. Launches
+ * follow one another in stream order, so the units of every chunk are counted before the last
+ * launch's, where the request is finished (chunk_plan.h). Events in c->piece_ev: the output pieces'
+ * (first), then a launch's end per chunk, an input's arrival per chunk, the wave's start. The
+ * crew's run is finished on return, whatever happened.
+ */
+static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsigned int nc_in, int broken)
+{
+    gp_cuda_slot *c = wv->c;
+    const gp_request *r = &wv->reqs[wv->idx[0]];
+    gp_copy_run *run = wv->nruns > 0 ? &c->runs[0] : NULL;   /* NULL: fill copied the data itself */
+    const size_t start = wv->work[0].in_off, out = wv->work[0].out_off, piece = spread_piece(r->len);
+    const size_t npieces = out_pieces(r), pos = wv->gen_refs ? wv->work_off : 0;
+    cudaEvent_t *ran = c->piece_ev + npieces, *arrived = ran + wv->nchunks, began = arrived[wv->nchunks];
+    const dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
+    cudaError_t err;
+    size_t sent = 0, back = 0;
+
+    if ((err = cudaEventRecord(began, c->stream)) == cudaSuccess)
+        err = cudaStreamWaitEvent(c->ahead, began, 0);
+    if (err == cudaSuccess && start > pos)
+        err = cudaMemcpyAsync(c->dev + pos, c->host + pos, start - pos, cudaMemcpyHostToDevice, c->stream);
+    if (err == cudaSuccess && wv->out_off > start + r->len)
+        err = cudaMemcpyAsync(c->dev + start + r->len, c->host + start + r->len, wv->out_off - start - r->len,
+                              cudaMemcpyHostToDevice, c->stream);
+    if (err == cudaSuccess && nc_in > 0)
+        err = launch(c, (const void *)gp_copy_kernel, in_grid, copy_block, in_args, 0, 0);
+    if (err == cudaSuccess)
+        err = step_mark(c, 2);
+    for (size_t k = 0; k < wv->nchunks && err == cudaSuccess; k++) {
+        const gp_chunk *ch = &wv->chunk[k];
+
+        for (; sent < ch->in_pieces && err == cudaSuccess; sent++) {
+            const size_t off = sent * piece, len = r->len - off < piece ? r->len - off : piece;
+
+            if (run != NULL)
+                gp_copy_wait_piece(run, sent);
+            err = cudaMemcpyAsync(c->dev + start + off, c->host + start + off, len, cudaMemcpyHostToDevice, c->ahead);
+        }
+        if (err == cudaSuccess && (err = cudaEventRecord(arrived[k], c->ahead)) == cudaSuccess
+            && (err = cudaStreamWaitEvent(c->stream, arrived[k], 0)) == cudaSuccess)
+            err = launch_refs(wv, wv->chunk_ref[k], wv->chunk_nref[k], broken && k + 1 == wv->nchunks);
+        if (err != cudaSuccess || k + 1 == wv->nchunks || ch->out_pieces == back)
+            continue;   /* the last chunk's pieces follow the states (issue_pieces_back) */
+        if ((err = cudaEventRecord(ran[k], c->stream)) == cudaSuccess)
+            err = cudaStreamWaitEvent(c->back, ran[k], 0);
+        for (; back < ch->out_pieces && err == cudaSuccess; back++) {
+            const size_t off = back * piece, len = r->len - off < piece ? r->len - off : piece;
+
+            if ((err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, len, cudaMemcpyDeviceToHost, c->back))
+                == cudaSuccess)
+                err = cudaEventRecord(c->piece_ev[back], c->back);
+        }
+    }
+    wv->pieces_early = back;
+    runs_finish(wv);
     return err;
 }
 
@@ -1563,7 +1700,7 @@ static int wave_issue(gp_wave *wv)
         return 0;
     }
     if ((err = step_mark(c, 0)) != cudaSuccess
-        || (!wv->fold && (err = issue_copy_in(wv)) != cudaSuccess)
+        || (!wv->fold && wv->nchunks == 1 && (err = issue_copy_in(wv)) != cudaSuccess)
         || (err = step_mark(c, 1)) != cudaSuccess) {
         cuda_failed(e, "copy to the GPU", err);
         return 0;
@@ -1576,7 +1713,18 @@ static int wave_issue(gp_wave *wv)
     const int early = grid.x * 4 <= (wv->flags & GP_BATCH_AES ? c->shape.max_grid : c->shape.max_grid_plain)
                       && c->step[0] == NULL;
 
-    if (lone > 0) {
+    if (wv->nchunks > 1) {
+        /* The copy in and the kernel interleaved, chunk by chunk (the stats see the descriptors
+         * as the DMA in, the data's pieces and the launches as the kernel step). */
+        if ((err = issue_chunks(wv, in_args, in_grid, nc_in, grid.x == 0)) != cudaSuccess
+            || (err = step_mark(c, 3)) != cudaSuccess
+            || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0, 0))
+                                  != cudaSuccess)
+            || (err = step_mark(c, 4)) != cudaSuccess) {
+            cuda_failed(e, "chunked launch", err);
+            return 0;
+        }
+    } else if (lone > 0) {
         /* One launch: copy in, refs and copy out as the phases of one cluster (the stats see
          * it all as the kernel step). */
         const gp_lone_args la = { gpu_addr(c->dev), gpu_addr(c->host), wv->work_off, wv->out_off, wv->states_off,
@@ -1610,8 +1758,12 @@ static int wave_issue(gp_wave *wv)
         return 0;
     }
     /* Keys, states and partial MACs do not stay on the device after the batch (a folded batch's
-     * second copy kernel cleared them already). */
-    if (!wv->fold && (err = cudaMemsetAsync(c->dev + wv->keys_off, 0, wv->total - wv->keys_off, c->stream)) != cudaSuccess) {
+     * second copy kernel cleared them already); nor do the outputs, once the back stream has taken
+     * its pieces (the last one's event follows all of them there). */
+    if ((wv->pieces_early > 0 && (err = cudaStreamWaitEvent(c->stream, c->piece_ev[wv->pieces_early - 1], 0))
+                                     != cudaSuccess)
+        || (!wv->fold && (err = cudaMemsetAsync(c->dev + wv->keys_off, 0, wv->total - wv->keys_off, c->stream))
+                             != cudaSuccess)) {
         cuda_failed(e, "device cleanse", err);
         return 0;
     }
@@ -1662,6 +1814,7 @@ static int wave_wait(gp_wave *wv)
 typedef struct piece_source {
     gp_cuda_slot *c;
     size_t ev0;                  /* the request's first piece event */
+    size_t req;                  /* the request's index in the wave */
     _Atomic int err;             /* a cudaError_t from a wait that failed, for the log (any thread) */
 } piece_source;
 
@@ -1675,46 +1828,60 @@ static int piece_landed(void *arg, size_t k)
     return err == cudaSuccess;
 }
 
-/* The states, statuses and outputs of the requests whose outputs come back in pieces, once every
- * piece is with its caller; 0 if one did not come (that request stays failed, its message state
- * untouched and, in place, its input put back: the engine re-runs it on the host from both). */
-static int deliver_pieces(gp_wave *wv)
+/* The copy crew's runs that take the outputs back_in_pieces to their callers, each piece once its
+ * event says it has landed; only after a wave's issue, when every event is recorded. A run that
+ * cannot start (no memory) leaves its request to fail in pieces_end. */
+static void pieces_start(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
-    piece_source *src = OPENSSL_malloc(wv->m * sizeof(*src));
-    size_t ev = 0, k = 0;
-    int ok = 1;
+    size_t ev = 0;
+
+    wv->pieces_started = 1;
+    wv->npsrc = 0;
+    if ((wv->psrc = OPENSSL_malloc(wv->m * sizeof(*wv->psrc))) == NULL)
+        return;
+    for (size_t i = 0; i < wv->m; i++) {
+        gp_request *r = &wv->reqs[wv->idx[i]];
+        piece_source *ps = &wv->psrc[wv->npsrc];
+
+        if (!back_in_pieces(r, wv->m))
+            continue;
+        ps->c = c;
+        ps->ev0 = ev;
+        ps->req = i;
+        atomic_init(&ps->err, cudaSuccess);
+        if (gp_copy_start_when(&wv->g->crew, &c->runs[wv->npsrc], r->out, c->host + wv->work[i].out_off, r->len,
+                               spread_piece(r->len), 0, piece_landed, ps))
+            wv->npsrc++;
+        ev += out_pieces(r);
+    }
+}
+
+/*
+ * Once every piece is with its caller: the states and statuses of the requests whose outputs come
+ * back in pieces, where the wave got that far (`waited`: its results are in the pinned arena). 0 if
+ * a piece did not come or the wave failed: those requests stay failed, their message states
+ * untouched and, in place, their inputs put back, so the engine re-runs them on the host from both.
+ */
+static int pieces_end(gp_wave *wv, int waited)
+{
+    gp_cuda_slot *c = wv->c;
+    size_t j = 0;
+    int ok = waited && wv->psrc != NULL;
 
     for (size_t i = 0; i < wv->m; i++) {
         gp_request *r = &wv->reqs[wv->idx[i]];
 
         if (!back_in_pieces(r, wv->m))
             continue;
-        if (src != NULL) {
-            src[k].c = c;
-            src[k].ev0 = ev;
-            atomic_init(&src[k].err, cudaSuccess);
-            if (gp_copy_start_when(&wv->g->crew, &c->runs[k], r->out, c->host + wv->work[i].out_off, r->len,
-                                   spread_piece(r->len), 0, piece_landed, &src[k]))
-                k++;
-            else
-                ok = 0;
-        } else {
-            ok = 0;
+        if (j < wv->npsrc && wv->psrc[j].req == i) {
+            if (gp_copy_finish(&wv->g->crew, &c->runs[j++]) && ok) {
+                memcpy(&r->msg->st, c->host + wv->work[i].state_off, sizeof(gp_msg_state));
+                r->status = GP_REQ_OK;
+                continue;
+            }
         }
-        ev += out_pieces(r);
-    }
-    for (size_t i = 0, j = 0; i < wv->m; i++) {
-        gp_request *r = &wv->reqs[wv->idx[i]];
-
-        if (!back_in_pieces(r, wv->m))
-            continue;
-        if (j < k && gp_copy_finish(&wv->g->crew, &c->runs[j++]) && ok) {
-            memcpy(&r->msg->st, c->host + wv->work[i].state_off, sizeof(gp_msg_state));
-            r->status = GP_REQ_OK;
-        } else {
-            ok = 0;
-        }
+        ok = 0;
     }
     /* In place, some pieces may have overwritten the input by now; the arena still holds it (the
      * copy in wrote it there, and nothing of the wave writes the inputs' region). */
@@ -1725,15 +1892,18 @@ static int deliver_pieces(gp_wave *wv)
             memcpy(r->out, c->host + wv->work[i].in_off, r->len);
     }
     /* A piece whose wait failed is the GPU's failure like any other: said once (cuda_failed). */
-    for (size_t j = 0; j < k; j++) {
-        const int err = atomic_load_explicit(&src[j].err, memory_order_relaxed);
+    for (j = 0; j < wv->npsrc; j++) {
+        const int err = atomic_load_explicit(&wv->psrc[j].err, memory_order_relaxed);
 
         if (err != cudaSuccess) {
             cuda_failed(wv->e, "copy from the GPU", (cudaError_t)err);
             break;
         }
     }
-    OPENSSL_free(src);
+    OPENSSL_free(wv->psrc);
+    wv->psrc = NULL;
+    wv->npsrc = 0;
+    wv->pieces_started = 0;
     return ok;
 }
 
@@ -1745,8 +1915,11 @@ static int wave_deliver(gp_wave *wv)
     const size_t m = wv->m;
     int ok = 1;
 
-    if (wv->pieces_back)
-        ok = deliver_pieces(wv);   /* first: the crew takes them as they land */
+    if (wv->pieces_back) {   /* first: the crew takes them as they land */
+        if (!wv->pieces_started)
+            pieces_start(wv);
+        ok = pieces_end(wv, 1);
+    }
     for (size_t i = 0; i < m; i++) {
         gp_request *r = &reqs[idx[i]];
         const gp_work *w = &wv->work[i];
@@ -1798,6 +1971,8 @@ static void wave_wipe(gp_wave *wv)
          * pinned arena is cleared under it, then clear the device's copy (best effort: after a
          * sticky error neither can run). */
         (void)cudaStreamSynchronize(c->stream);
+        (void)cudaStreamSynchronize(c->ahead);
+        (void)cudaStreamSynchronize(c->back);
         (void)cudaMemsetAsync(c->dev, 0, wv->total, c->stream);
         (void)cudaGetLastError();
     }
@@ -1853,8 +2028,16 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
     wave_plan(&wv);
     if (wave_layout(&wv)) {
         wave_fill(&wv);
-        if (wave_issue(&wv) && wave_wait(&wv))
-            wv.ok = wave_deliver(&wv);
+        if (wave_issue(&wv)) {
+            /* A chunked wave's first pieces are back already: the crew takes them to the caller
+             * while the last chunk runs. */
+            if (wv.nchunks > 1 && wv.pieces_back)
+                pieces_start(&wv);
+            if (wave_wait(&wv))
+                wv.ok = wave_deliver(&wv);
+        }
+        if (wv.pieces_started)   /* the wave failed with the crew at its outputs */
+            (void)pieces_end(&wv, 0);
     }
     wave_wipe(&wv);
     return wv.ok;
