@@ -995,7 +995,7 @@ static size_t spread_piece(size_t len)
  * before the wave is known to have succeeded; the request can still be re-run on the host from
  * its message's state, which moves only once every piece is in, because its input is intact:
  * untouched where the output does not overlap it, or, in place, put back from the pinned arena's
- * copy (deliver_pieces) before the request is handed back as failed. In place only where the
+ * copy (pieces_end) before the request is handed back as failed. In place only where the
  * request is the wave's only one: there its pieces overlap the copy out with the transfers, while
  * in a wave of many (async jobs) the pieces' copies and waits cost more than they overlap
  * (RESULTS, "A lone caller from pageable memory"), and such an output is copied once the whole
@@ -1632,9 +1632,10 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
 
 /*
  * issue: every CUDA call of the wave, on the slot's stream, in stream order: the copy in (a call,
- * or the first copy kernel), the batch kernel (or the one lone launch), the copy out, the event,
- * and an unfolded wave's device clear. Every call checked: a failure (0) leaves the callers'
- * buffers and message states untouched, and the wipe phase lets the stream drain.
+ * or the first copy kernel), the batch kernel (or the one lone launch; a chunked wave's copy in
+ * and launches interleaved on three streams, issue_chunks), the copy out, the event, and an
+ * unfolded wave's device clear. Every call checked: a failure (0) leaves the callers' buffers and
+ * message states untouched, and the wipe phase lets the streams drain.
  */
 static int wave_issue(gp_wave *wv)
 {
