@@ -1006,6 +1006,12 @@ static int back_in_pieces(const gp_request *r, size_t m)
     return spreads(r) && ((r->out == r->in && m == 1) || r->out + r->len <= r->in || r->in + r->len <= r->out);
 }
 
+/* Bytes of the piece at `off` of a request's `len` bytes cut in pieces of `piece`: the last is short. */
+static size_t piece_len(size_t len, size_t off, size_t piece)
+{
+    return len - off < piece ? len - off : piece;
+}
+
 /* Pieces of a back_in_pieces request's output. */
 static size_t out_pieces(const gp_request *r)
 {
@@ -1379,14 +1385,15 @@ static void wave_fill(gp_wave *wv)
             put_refs(wv, &ref, i, 0, w->job.nunits);
             if (lead)
                 put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
-        }
-        for (size_t k = 0; k < wv->nchunks && wv->nchunks > 1; k++) {
-            wv->chunk_ref[k] = ref;
-            put_refs(wv, &ref, i, wv->chunk[k].unit_lo, wv->chunk[k].unit_hi - wv->chunk[k].unit_lo);
-            if (lead && k == 0)
-                put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
-            wv->chunk_nref[k] = ref - wv->chunk_ref[k];
-            put_refs(wv, &ref, 0, 0, 1);
+        } else {
+            for (size_t k = 0; k < wv->nchunks; k++) {
+                wv->chunk_ref[k] = ref;
+                put_refs(wv, &ref, i, wv->chunk[k].unit_lo, wv->chunk[k].unit_hi - wv->chunk[k].unit_lo);
+                if (lead && k == 0)
+                    put_refs(wv, &ref, i, GP_UNIT_LEAD, 1);
+                wv->chunk_nref[k] = ref - wv->chunk_ref[k];
+                put_refs(wv, &ref, 0, 0, 1);
+            }
         }
     }
     if (wv->nchunks == 1)
@@ -1532,7 +1539,7 @@ static cudaError_t issue_pieces_back(gp_wave *wv)
         if (!back_in_pieces(r, wv->m))
             continue;
         for (size_t off = 0; off < r->len && err == cudaSuccess; off += piece) {
-            const size_t len = r->len - off < piece ? r->len - off : piece;
+            const size_t len = piece_len(r->len, off, piece);
 
             if (ev < wv->pieces_early) {   /* back already (issue_chunks) */
                 ev++;
@@ -1604,7 +1611,7 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
         const gp_chunk *ch = &wv->chunk[k];
 
         for (; sent < ch->in_pieces && err == cudaSuccess; sent++) {
-            const size_t off = sent * piece, len = r->len - off < piece ? r->len - off : piece;
+            const size_t off = sent * piece, len = piece_len(r->len, off, piece);
 
             if (run != NULL)
                 gp_copy_wait_piece(run, sent);
@@ -1618,7 +1625,7 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
         if ((err = cudaEventRecord(ran[k], c->stream)) == cudaSuccess)
             err = cudaStreamWaitEvent(c->back, ran[k], 0);
         for (; back < ch->out_pieces && err == cudaSuccess; back++) {
-            const size_t off = back * piece, len = r->len - off < piece ? r->len - off : piece;
+            const size_t off = back * piece, len = piece_len(r->len, off, piece);
 
             if ((err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, len, cudaMemcpyDeviceToHost, c->back))
                 == cudaSuccess)
