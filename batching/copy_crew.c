@@ -276,6 +276,12 @@ void gp_copy_wait_piece(gp_copy_run *run, size_t k)
     }
 }
 
+void gp_copy_help(gp_copy_run *run)
+{
+    if (run->started)
+        run_pieces(run);
+}
+
 int gp_copy_finish(gp_copy_crew *cr, gp_copy_run *run)
 {
     if (!run->started)

@@ -81,6 +81,8 @@ int gp_copy_start_when(gp_copy_crew *cr, gp_copy_run *run, uint8_t *dst, const u
 void gp_copy_piece_range(const gp_copy_run *run, size_t k, size_t *off, size_t *len);
 /* Until piece k is copied; the caller copies unclaimed pieces meanwhile. */
 void gp_copy_wait_piece(gp_copy_run *run, size_t k);
+/* Copy unclaimed pieces until none is left to claim (others may still be copying theirs). */
+void gp_copy_help(gp_copy_run *run);
 /* Until every piece is copied and no crew thread touches the run any more; then the run's memory
  * may go. 1: every piece was copied (a run's `ready` said yes to each). A run that was not started,
  * or finished already, answers 1. */

@@ -52,8 +52,9 @@
  * launched in chunks (chunk_plan.h, issue_chunks), so that it runs under the copies.
  */
 #define SPREAD_MIN (256u << 10)
-/* Events of a chunked wave beside its output pieces' (issue_chunks). */
-#define CHUNK_EVENTS(nchunks) (2 * (nchunks) + 1)
+/* Events of a chunked wave (issue_chunks): per chunk, its output back, its launch run, its input
+ * arrived; then the wave's start. */
+#define CHUNK_EVENTS(nchunks) (3 * (nchunks) + 1)
 #define SPREAD_PIECE_MIN (128u << 10)
 #define SPREAD_PIECE_MAX (1u << 20)
 _Static_assert(sizeof(gp_mac_pows) <= GP_STAGE_POWS_BYTES, "a staging chunk holds a request's powers of r");
@@ -100,7 +101,8 @@ typedef struct gp_cuda_slot {
     uint32_t *kslot;             /* per request: its key's table slot, where it has one */
     uint32_t *uploads;           /* a batch's UPLOAD slots */
     gp_copy_run *runs;           /* a wave's copy crew runs (in, then out), one per large request */
-    /* Events after each piece of the outputs that come back piece by piece (back_in_pieces). */
+    /* Events after each piece of the outputs that come back piece by piece (back_in_pieces); a
+     * chunked wave's, CHUNK_EVENTS of them (issue_chunks). */
     cudaEvent_t *piece_ev;
     size_t piece_ev_n;
     uint32_t wipes[WIPES_PER_BATCH];
@@ -1012,6 +1014,12 @@ static size_t piece_len(size_t len, size_t off, size_t piece)
     return len - off < piece ? len - off : piece;
 }
 
+/* The end of pieces [0, n) of a request's `len` bytes cut in pieces of `piece`. */
+static size_t pieces_end_byte(size_t len, size_t n, size_t piece)
+{
+    return n * piece < len ? n * piece : len;
+}
+
 /* Pieces of a back_in_pieces request's output. */
 static size_t out_pieces(const gp_request *r)
 {
@@ -1075,13 +1083,15 @@ typedef struct gp_wave {
     size_t nin, nout;
     size_t nruns;                /* the copy crew's runs in c->runs (inputs in fill, outputs in deliver) */
     int pieces_back;             /* issue: outputs back_in_pieces come back piece by piece, each with
-                                  * its event (c->piece_ev, in request order) */
+                                  * its event (c->piece_ev, in request order), or a chunked wave's
+                                  * chunk by chunk, each chunk's pieces with one event */
     /* layout: the chunks of a request alone in its wave (chunk_plan.h; 1: one launch); fill: each
      * chunk's refs, from chunk_ref[j], with the claim counter after them */
     size_t nchunks;
     gp_chunk chunk[GP_CHUNKS_MAX];
     size_t chunk_ref[GP_CHUNKS_MAX], chunk_nref[GP_CHUNKS_MAX];
     size_t pieces_early;         /* issue: output pieces sent back on the back stream, chunk by chunk */
+    size_t early_ev;             /* issue: 1 + the index of the last of their events; 0: none */
     struct piece_source *psrc;   /* the crew's runs taking output pieces to the callers (pieces_start) */
     size_t npsrc;
     int pieces_started;
@@ -1191,7 +1201,7 @@ static int wave_layout(gp_wave *wv)
         const gp_job *j = &c->jobs[0];
 
         wv->nchunks = gp_chunk_plan(j->len, j->head_len, j->body_len, j->nunits, spread_piece(j->len), wv->chunk);
-        if (wv->nchunks > 1 && !piece_events(c, out_pieces(&reqs[idx[0]]) + CHUNK_EVENTS(wv->nchunks)))
+        if (wv->nchunks > 1 && !piece_events(c, CHUNK_EVENTS(wv->nchunks)))
             wv->nchunks = 1;
     }
     /* + a claim counter per launch */
@@ -1525,12 +1535,23 @@ static cudaError_t issue_copy_out(gp_wave *wv)
 }
 
 /* The outputs back_in_pieces, after `copied`: each piece, then its event (c->piece_ev in request
- * order), which the copy crew waits for before taking the piece to the caller. */
+ * order), which the copy crew waits for before taking the piece to the caller. A chunked wave's
+ * pieces not back yet (issue_chunks) cross in one call, then the last chunk's event. */
 static cudaError_t issue_pieces_back(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
     cudaError_t err = cudaSuccess;
     size_t ev = 0;
+
+    if (wv->nchunks > 1) {
+        const gp_request *r = &wv->reqs[wv->idx[0]];
+        const size_t off = wv->pieces_early * spread_piece(r->len), out = wv->work[0].out_off;
+
+        if (off < r->len)
+            err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, r->len - off, cudaMemcpyDeviceToHost,
+                                  c->stream);
+        return err == cudaSuccess ? cudaEventRecord(c->piece_ev[wv->nchunks - 1], c->stream) : err;
+    }
 
     for (size_t i = 0; i < wv->m && err == cudaSuccess; i++) {
         const gp_request *r = &wv->reqs[wv->idx[i]];
@@ -1576,13 +1597,16 @@ static cudaError_t launch_refs(gp_wave *wv, size_t first, size_t n, int broken)
  * A chunked wave (m == 1; chunk_plan.h) from its descriptors to its last launch. On the slot's
  * stream: the arena's inputs but the request's data, the copy kernel in (the refs, key uploads),
  * then each chunk's launch over its own refs, once its input pieces are in. On `ahead`, after the
- * slot's earlier work (the last wave's device cleanse): the data's pieces, each as soon as the crew
- * has copied it, so that they cross while the launches before run. On `back`, once a launch has run:
- * the output pieces it completes, each followed by its event, which the crew waits for. Launches
- * follow one another in stream order, so the units of every chunk are counted before the last
- * launch's, where the request is finished (chunk_plan.h). Events in c->piece_ev: the output pieces'
- * (first), then a launch's end per chunk, an input's arrival per chunk, the wave's start. The
- * crew's run is finished on return, whatever happened.
+ * slot's earlier work (the last wave's device cleanse): each chunk's new input pieces in one call,
+ * as soon as the crew has copied them, so that they cross while the launches before run. On
+ * `back`, once a launch has run: the output pieces it completes in one call, then the chunk's
+ * event, which the crew waits for before taking them to the caller. A call per chunk, not per
+ * piece: each CUDA call costs the issuing thread microseconds, which a lone caller waits through
+ * (bench/RESULTS.md, "Chunked launches"). Launches follow one another in stream order, so the
+ * units of every chunk are counted before the last launch's, where the request is finished
+ * (chunk_plan.h). Events in c->piece_ev (CHUNK_EVENTS): per chunk its output back, then per chunk
+ * its launch run, then per chunk its input arrived, then the wave's start. The crew's run is
+ * finished on return, whatever happened.
  */
 static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsigned int nc_in, int broken)
 {
@@ -1590,8 +1614,8 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
     const gp_request *r = &wv->reqs[wv->idx[0]];
     gp_copy_run *run = wv->nruns > 0 ? &c->runs[0] : NULL;   /* NULL: fill copied the data itself */
     const size_t start = wv->work[0].in_off, out = wv->work[0].out_off, piece = spread_piece(r->len);
-    const size_t npieces = out_pieces(r), pos = wv->gen_refs ? wv->work_off : 0;
-    cudaEvent_t *ran = c->piece_ev + npieces, *arrived = ran + wv->nchunks, began = arrived[wv->nchunks];
+    const size_t pos = wv->gen_refs ? wv->work_off : 0;
+    cudaEvent_t *ran = c->piece_ev + wv->nchunks, *arrived = ran + wv->nchunks, began = arrived[wv->nchunks];
     const dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
     cudaError_t err;
     size_t sent = 0, back = 0;
@@ -1610,26 +1634,29 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
     for (size_t k = 0; k < wv->nchunks && err == cudaSuccess; k++) {
         const gp_chunk *ch = &wv->chunk[k];
 
-        for (; sent < ch->in_pieces && err == cudaSuccess; sent++) {
-            const size_t off = sent * piece, len = piece_len(r->len, off, piece);
+        if (ch->in_pieces > sent) {
+            const size_t off = sent * piece, end = pieces_end_byte(r->len, ch->in_pieces, piece);
 
-            if (run != NULL)
+            for (; run != NULL && sent < ch->in_pieces; sent++)
                 gp_copy_wait_piece(run, sent);
-            err = cudaMemcpyAsync(c->dev + start + off, c->host + start + off, len, cudaMemcpyHostToDevice, c->ahead);
+            sent = ch->in_pieces;
+            err = cudaMemcpyAsync(c->dev + start + off, c->host + start + off, end - off, cudaMemcpyHostToDevice,
+                                  c->ahead);
         }
         if (err == cudaSuccess && (err = cudaEventRecord(arrived[k], c->ahead)) == cudaSuccess
             && (err = cudaStreamWaitEvent(c->stream, arrived[k], 0)) == cudaSuccess)
             err = launch_refs(wv, wv->chunk_ref[k], wv->chunk_nref[k], broken && k + 1 == wv->nchunks);
         if (err != cudaSuccess || k + 1 == wv->nchunks || ch->out_pieces == back)
             continue;   /* the last chunk's pieces follow the states (issue_pieces_back) */
-        if ((err = cudaEventRecord(ran[k], c->stream)) == cudaSuccess)
-            err = cudaStreamWaitEvent(c->back, ran[k], 0);
-        for (; back < ch->out_pieces && err == cudaSuccess; back++) {
-            const size_t off = back * piece, len = piece_len(r->len, off, piece);
+        if ((err = cudaEventRecord(ran[k], c->stream)) == cudaSuccess
+            && (err = cudaStreamWaitEvent(c->back, ran[k], 0)) == cudaSuccess) {
+            const size_t off = back * piece, end = pieces_end_byte(r->len, ch->out_pieces, piece);
 
-            if ((err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, len, cudaMemcpyDeviceToHost, c->back))
-                == cudaSuccess)
-                err = cudaEventRecord(c->piece_ev[back], c->back);
+            if ((err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, end - off, cudaMemcpyDeviceToHost,
+                                       c->back)) == cudaSuccess
+                && (err = cudaEventRecord(c->piece_ev[k], c->back)) == cudaSuccess)
+                wv->early_ev = k + 1;
+            back = ch->out_pieces;
         }
     }
     wv->pieces_early = back;
@@ -1768,7 +1795,7 @@ static int wave_issue(gp_wave *wv)
     /* Keys, states and partial MACs do not stay on the device after the batch (a folded batch's
      * second copy kernel cleared them already); nor do the outputs, once the back stream has taken
      * its pieces (the last one's event follows all of them there). */
-    if ((wv->pieces_early > 0 && (err = cudaStreamWaitEvent(c->stream, c->piece_ev[wv->pieces_early - 1], 0))
+    if ((wv->early_ev > 0 && (err = cudaStreamWaitEvent(c->stream, c->piece_ev[wv->early_ev - 1], 0))
                                      != cudaSuccess)
         || (!wv->fold && (err = cudaMemsetAsync(c->dev + wv->keys_off, 0, wv->total - wv->keys_off, c->stream))
                              != cudaSuccess)) {
@@ -1823,13 +1850,26 @@ typedef struct piece_source {
     gp_cuda_slot *c;
     size_t ev0;                  /* the request's first piece event */
     size_t req;                  /* the request's index in the wave */
+    const gp_wave *chunked;      /* a chunked wave's: an event per chunk (issue_chunks) */
     _Atomic int err;             /* a cudaError_t from a wait that failed, for the log (any thread) */
 } piece_source;
+
+/* The event after output piece k of a chunked wave: its chunk's, the first whose launch completes
+ * it (the last chunk's for the pieces that follow the states, issue_pieces_back). */
+static size_t chunk_event(const gp_wave *wv, size_t k)
+{
+    size_t j = 0;
+
+    while (j + 1 < wv->nchunks && wv->chunk[j].out_pieces <= k)
+        j++;
+    return j;
+}
 
 static int piece_landed(void *arg, size_t k)
 {
     piece_source *ps = arg;
-    cudaError_t err = cudaEventSynchronize(ps->c->piece_ev[ps->ev0 + k]);
+    const size_t ev = ps->chunked != NULL ? chunk_event(ps->chunked, k) : ps->ev0 + k;
+    cudaError_t err = cudaEventSynchronize(ps->c->piece_ev[ev]);
 
     if (err != cudaSuccess)
         atomic_store_explicit(&ps->err, (int)err, memory_order_relaxed);
@@ -1857,6 +1897,7 @@ static void pieces_start(gp_wave *wv)
         ps->c = c;
         ps->ev0 = ev;
         ps->req = i;
+        ps->chunked = wv->nchunks > 1 ? wv : NULL;
         atomic_init(&ps->err, cudaSuccess);
         if (gp_copy_start_when(&wv->g->crew, &c->runs[wv->npsrc], r->out, c->host + wv->work[i].out_off, r->len,
                                spread_piece(r->len), 0, piece_landed, ps))
@@ -2038,9 +2079,12 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
         wave_fill(&wv);
         if (wave_issue(&wv)) {
             /* A chunked wave's first pieces are back already: the crew takes them to the caller
-             * while the last chunk runs. */
-            if (wv.nchunks > 1 && wv.pieces_back)
+             * while the last chunk runs, and so does this thread, which would only wait. */
+            if (wv.nchunks > 1 && wv.pieces_back) {
                 pieces_start(&wv);
+                for (size_t j = 0; j < wv.npsrc; j++)
+                    gp_copy_help(&c->runs[j]);
+            }
             if (wave_wait(&wv))
                 wv.ok = wave_deliver(&wv);
         }
