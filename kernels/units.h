@@ -1028,7 +1028,7 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
     gp_fold_plan f;
     gp_lane_mac e, s;
 
-    if (j->nspans != 0) {   /* the spans' values are made (gp_unit_spans; on the GPU batch_ref_count) */
+    if (j->nspans != 0) {   /* the spans' values are made (gp_unit_span; on the GPU batch_ref_count) */
         gp_spans_fold_lane(alg, j, pw, partials, i, t);
         return;
     }
