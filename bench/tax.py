@@ -556,9 +556,8 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
     dev = meta["gpu"] if meta["gpu"] != "none" else "no GPU"
     rel = os.path.relpath(meta["csv"], results_path.parent)
     s = [BEGIN,
-         "### %s \u2014 %s, %s, gpuprov %s" % (meta["date"], dev,
-                                              short_version(meta["openssl"]),
-                                              meta["gpuprov_commit"]), "",
+         # No date in the heading: dated headings belong to bench/history/ (the date is in the text).
+         "### %s, %s, gpuprov %s" % (dev, short_version(meta["openssl"]), meta["gpuprov_commit"]), "",
          "Written by `bench/tax` from one run; do not edit between the markers (the next run "
          "replaces it). Device: **%s**; CPU: %s, %d cores; %s; %s; gpuprov %s." % (
              dev, meta["host_cpu"], meta["cores"], short_version(meta["openssl"]),

@@ -246,11 +246,11 @@ GP_KFN void gp_aes_tt_ctr_rounds12(const uint8_t *tb, uint32_t wide, uint32_t o0
  * blocks one apart, in order (rounds 1 and 2 then share lookups, gp_aes_ctr_shared, where they
  * may). The four blocks go through
  * each round together, so their independent lookups overlap. The round loop stays rolled, one
- * round a pass: unrolled, 14 rounds of 64 lookups are ~50 KB of straight code, and warps then
- * stalled on instruction fetch (ncu). One round a pass costs 16 register moves but keeps the
- * smallest code beside GCM's GHASH, which AES-GCM needs more than AES-CTR gains from two rounds a
- * pass. Loading the next round's key a round
- * ahead measured no faster (the loads hit L1 and other warps cover them).
+ * round a pass: unrolled, 14 rounds of 64 lookups are more straight code than the instruction
+ * cache holds, and warps stall on instruction fetch. One round a pass costs 16 register moves but
+ * keeps the smallest code beside GCM's GHASH, which shares that cache: AES-GCM needs the room more
+ * than AES-CTR gains from two rounds a pass. Each round's key is loaded in the round that uses it,
+ * not a round ahead: the loads hit L1, and other warps cover their latency.
  */
 GP_KFN void gp_aes_tt_encrypt4(const uint8_t *tb, uint32_t wide, uint32_t lane, const uint32_t *ek, uint32_t nr,
                                uint32_t ctr, uint32_t w[16])
@@ -300,8 +300,9 @@ GP_KFN void gp_aes_tt_row(uint32_t *row, uint32_t te0, uint32_t lane, uint32_t w
 #if defined(__CUDACC__)
 /*
  * The layout a GPU's code reads, fixed when it is compiled (kernels/launch.h reads it back from the
- * kernel's launch bounds): with both round loops in the code and a launch-time switch, GCM's lane
- * code grew by 3 KB and AES-256-GCM lost throughput (the instruction cache again), and the second loop out of line cost every cipher its call's register spills. Wide
+ * kernel's launch bounds), not switched at launch: a switch needs both round loops in the code,
+ * either inline, where the larger lane code crowds GCM's GHASH out of the instruction cache, or
+ * the second out of line, where every cipher pays the call's register spills. Wide
  * except on SMs none of whose GPUs holds 128 KiB in a block (sm_86, sm_89, sm_120 and its
  * consumer kin), with gpu_min_blocks 1 (one block of 256 threads per SM is too few warps) and
  * above 4 (a block holds at most 1024 threads).

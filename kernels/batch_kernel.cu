@@ -69,7 +69,8 @@ static __device__ __noinline__ void batch_finish(gp_msg_state *st, const gp_key_
                                                  const gp_lane_mac *t, const uint8_t *in, uint8_t *out)
 {
     /* The state from L2 in 8-byte loads, all issued before the first is used (states are
-     * 128-byte aligned; byte-wise dependent loads cost one L2 latency each, ~30 us in all). */
+     * 128-byte aligned): byte-wise loads, each dependent on the last, would wait one L2 latency apiece
+ * in series on the request's finishing path. */
     enum { NW = sizeof(gp_msg_state) / 8 };
     gp_msg_state local;
     uint2 tmp[NW];
@@ -427,10 +428,11 @@ gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *a
 /*
  * The same for a batch the GPU runs all at once a warp per ref (kernels/launch.h,
  * gp_kernel_geometry): blocks of GP_LATENCY_BLOCK threads, one per SM. Such a batch's time is the
- * latency of its refs' chains, not the issue rate of many warps, and with the registers of a
- * 256-thread block (199 here, against the batch kernel's 64) a warp keeps its table lookups and
- * products in flight (gp_lone_kernel below). $GPUPROV_SMALL_REFS=N caps the batches that take it
- * (0: none), for A/B runs.
+ * latency of its refs' chains, not the issue rate of many warps, and with the register budget of
+ * a GP_LATENCY_BLOCK-thread block alone on its SM (__launch_bounds__(GP_LATENCY_BLOCK, 1) below;
+ * the batch kernel's GP_KERNEL_BOUNDS budgets for 256 x gpu_min_blocks threads an SM,
+ * kernels/kdefs.h) a warp keeps its table lookups and products in flight (gp_lone_kernel below).
+ * $GPUPROV_SMALL_REFS=N caps the batches that take it (0: none), for A/B runs.
  */
 extern "C" __global__ void __launch_bounds__(GP_LATENCY_BLOCK, 1)
 gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags)
@@ -540,11 +542,12 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uin
  * with the cluster's hardware barrier between them: its blocks are resident together (one GPC),
  * so the barrier cannot wait on a block that never starts, and its release/acquire makes one
  * phase's global writes visible to the next. A block per SM (each holds the wide AES table), so
- * a message's units still spread over SMs (packed into one, a lone message's lane work took twice
- * as long, kernels/launch.h), but of GP_LATENCY_BLOCK threads, not the batch kernel's 1024: here a
- * unit's warp runs alone on its SM, its time is the latency of its chains, and with the batch
- * kernel's 64 registers a lane kept only a few of a round's 64 table lookups in flight. With the
- * registers of a 256-thread block (ptxas: 167, no spills) a lone call's chains are shorter.
+ * a message's units still spread over SMs rather than share one SM's issue slots (kernels/launch.h),
+ * but of GP_LATENCY_BLOCK threads, not the batch kernel's block: here a unit's warp runs alone on
+ * its SM and its time is the latency of its chains. Under the batch kernel's register budget
+ * (sized for 256 x gpu_min_blocks threads an SM, kernels/kdefs.h) a lane keeps only a few of a
+ * round's 64 table lookups in flight; with the budget of one GP_LATENCY_BLOCK-thread block an SM
+ * (launch bounds below) it keeps more, and a lone call's chains are shorter.
  *   1. Each block loads its slice of the image [0, in_len) from the pinned arena, fills its AES
  *      table while those loads cross PCIe, then stores the slice into the device arena.
  *   2. The refs, dealt over the blocks as gp_batch_kernel's first pass deals them (the grid covers

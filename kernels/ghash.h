@@ -19,7 +19,7 @@
  * carries into another's, and the bit at 4n + i + j is c_n's low bit, the XOR of the terms. The four part-products whose i + j
  * fall in one residue class mod 4 are XORed, and each class keeps its own bit positions.
  * 32x32 -> 64 is one IMAD.WIDE.U32 on the GPU (and constant-time on x86-64 and sm_80+): 16 per
- * product, against 48 IMADs and three bit reversals for the 64-bit-word version this replaced.
+ * product, where the same product on 64-bit words takes 48 IMADs and three bit reversals.
  */
 /* 32 x 32 -> 64. On the GPU as PTX mul.wide.u32: written in C, the compiler widened the masked
  * parts back to 64 bits and ptxas spent an add on each product's (zero) high cross terms. */

@@ -147,10 +147,10 @@ GP_KFN void gp_ghash_mma_apply(const gp_ghash_mma *t, const uint32_t c[16], gp_l
 #if defined(GP_GHASH_MMA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && GP_UNIT_LANES == 32
 # define GP_GHASH_MMA_DEVICE 1
 
-/* The n-tile loop fully unrolled: rolled, each iteration waited on its fragment load and then on two
- * chained MMAs. Unrolled fully it was faster in bench/kernel_bench at every message size;
- * unrolling by 2, 4 or 8 gave less, and an L1 prefetch of the table at the unit's start cost a
- * little. GP_GHASH_MMA_UNROLL stays an A/B knob. */
+/* The n-tile loop fully unrolled: rolled, each iteration waits on its fragment load and then on two
+ * chained MMAs; unrolled, the later tiles' loads issue while the earlier tiles' MMAs run, and a
+ * partial unroll (by 2, 4 or 8) leaves part of that wait. GP_GHASH_MMA_UNROLL stays a knob for A/B
+ * runs (bench/kernel_variant.sh, GPU_DEFS). */
 # ifndef GP_GHASH_MMA_UNROLL
 #  define GP_GHASH_MMA_UNROLL 16
 # endif

@@ -7,9 +7,10 @@
 #include <stdint.h>
 
 /* Blocks of 256 threads per SM the kernel's register budget must allow (build option
- * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more, ptxas -v), 3 at 80,
- * 4 at 64 (a few spills in the lanes, but 32 warps per SM: with the wide AES table and 2 KiB
- * units ChaCha20-Poly1305 gains against 3, AES is the same; bench/kernel_bench). */
+ * gpu_min_blocks): 2 caps a thread at 128 registers (the lanes need no more: ptxas -v reports
+ * their use), 3 at 80, 4 at 64. The default is 4: a few spills in the lanes, but 32 warps per SM
+ * to cover the table lookups' and loads' latency; the default build's figures are in
+ * bench/RESULTS.md, "Device-resident kernels" (bench/kernel_variant.sh compares the others). */
 #ifndef GP_KERNEL_MIN_BLOCKS
 # define GP_KERNEL_MIN_BLOCKS 4
 #endif

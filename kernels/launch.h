@@ -165,13 +165,15 @@ static inline uint64_t gp_kernel_warps_at_once(const gp_kernel_shape *ks)
  * Which kernel, and its blocks, threads and dynamic shared memory, for a launch over `nrefs` refs.
  * A batch the GPU holds whole in blocks of GP_LATENCY_BLOCK (at most small_refs refs) takes
  * gp_batch_kernel_small: each ref has a warp of its own either way, so what counts is how fast
- * one warp gets through its chain, and there it has 199 registers rather than 64. Larger batches
- * take gp_batch_kernel: the AES shape with AES work, blocks of GP_KERNEL_BLOCK without
- * (ChaCha20-Poly1305 lost throughput in the wide shape's blocks of 768). A block per ref up to what the GPU holds (at least
+ * one warp gets through its chain, and there it has the register budget of one block an SM
+ * (batch_kernel.cu) rather than the batch kernel's. Larger batches take gp_batch_kernel: the AES
+ * shape with AES work, blocks of GP_KERNEL_BLOCK without (the wide shape's one large block an SM
+ * exists to hold the AES table; work without AES is better served by the several independent
+ * blocks an SM of GP_KERNEL_BLOCK holds). A block per ref up to what the GPU holds (at least
  * one block, which only fills the table and returns when there are none). The kernel deals the
  * first refs out across blocks (batch_kernel.cu), so a small batch's units run on as many SMs as
- * there are units: packed 16 to a block, a lone 16 KiB message's units shared one SM and its lane
- * work took twice as long.
+ * there are units: packed into one block, a lone message's units would share one SM's issue slots
+ * and its lane work would run in series there.
  */
 static inline const void *gp_kernel_geometry(size_t nrefs, unsigned int flags, const gp_kernel_shape *ks,
                                              dim3 *grid, dim3 *block, size_t *smem)

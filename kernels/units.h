@@ -474,9 +474,9 @@ GP_KFN void gp_lane_crypt(const gp_job *j, const gp_key_sched *k, uint64_t chunk
  * AES-CTR (no MAC) lane `lane` of body unit u by blocks a warp step apart: the lane takes the
  * unit's 16-byte blocks lane, lane + L, lane + 2L and lane + 3L (L = GP_UNIT_LANES) rather than its
  * own 64-byte chunk, so each of the warp's 16-byte loads and stores covers 16L contiguous bytes.
- * The chunk layout's accesses, 16 bytes per lane 64 bytes apart, touched four times the cache lines
- * per instruction, and the L1 data pipe that carries them also carries the table lookups, which
- * set the pace (ncu: that pipe is the busiest). The four counter blocks
+ * The chunk layout's accesses, 16 bytes per lane 64 bytes apart, would touch four times the cache
+ * lines per instruction, and the L1 data pipe that carries them also carries the table lookups,
+ * which set the pace (ncu shows that pipe the busiest). The four counter blocks
  * still agree on bytes 0-13 unless a carry leaves the low 16 bits inside the unit
  * (gp_aes_ctr_shared checks; the cached rounds only need the agreement, not adjacency). A short
  * (last) unit's blocks are the first 4 * nch of the unit; lanes past them skip their loads and
@@ -1028,7 +1028,7 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
     gp_fold_plan f;
     gp_lane_mac e, s;
 
-    if (j->nspans != 0) {   /* the spans' values are made (gp_unit_spans; on the GPU batch_ref_count) */
+    if (j->nspans != 0) {   /* the spans' values are made (gp_unit_span; on the GPU batch_ref_count) */
         gp_spans_fold_lane(alg, j, pw, partials, i, t);
         return;
     }

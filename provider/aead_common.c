@@ -90,9 +90,11 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
     if (ctx->tls_aad_len != 0 && ctx->lane.tls)
         gp_lane_leave_tls(ctx);
     /* A finished encryption turning to decryption without a new IV: its tag, still there for a
-     * GET_TAG once it encrypts again, lives in the lane's context, where a decryption's SET_TAG
-     * would overwrite it (the default provider's one buffer: fuzz finding R2). It comes over
-     * (tag_out) and the lane closes. */
+     * GET_TAG once it encrypts again, lives in the lane's context, which is a default-provider
+     * context: that provider keeps the computed tag and a SET_TAG's bytes in one buffer, so a
+     * decryption's SET_TAG would overwrite it and a later GET_TAG would return the wrong bytes.
+     * It comes over (tag_out) and the lane closes (regression input:
+     * tests/fuzz/regress/fr2-ccp-settag-dec-clobbers-computed-tag). */
     if (iv == NULL && ctx->enc && !enc && ctx->tag_ready == GP_TAG_LANE)
         gp_lane_close(ctx);
     ctx->enc = enc;

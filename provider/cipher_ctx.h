@@ -111,8 +111,10 @@ typedef struct gp_cipher_ctx {
     uint8_t tag[16];            /* decrypt: the expected tag (SET_TAG) */
     uint8_t tag_out[16];        /* encrypt: the tag Final computed, apart from the expected one: an
                                  * encryption between a SET_TAG and its decrypt Final must not
-                                 * change what that Final checks against (the default provider's
-                                 * one buffer does: fuzz finding R7) */
+                                 * change what that Final checks against, or a decryption would be
+                                 * verified against a tag it did not receive (the default provider
+                                 * keeps both in one buffer and has that fault; gpuprov does not
+                                 * copy it: tests/fuzz/regress/fr7-gcm-enc-final-clobbers-expected-tag) */
     size_t taglen;              /* length of the expected tag (decrypt) */
     int tag_expected;           /* decrypt: SET_TAG given for the next Final */
     /* TLS 1.2 record mode */

@@ -12,8 +12,8 @@
  * the lane keeps one default-provider context per gpuprov context and gives it every init, update,
  * final and parameter of the message, so a TLS record is the same calls into the default provider
  * that EVP makes without gpuprov (one per record in TLS 1.2 record mode). The provider's own checks
- * (README, "Behaviour worth knowing") run before each call, on the context's own fields: the lane
- * takes no lock and touches no memory another thread writes.
+ * (docs/limitations.md, "Stricter than the default provider") run before each call, on the
+ * context's own fields: the lane takes no lock and touches no memory another thread writes.
  *
  * The lane is chosen when a message starts (gp_engine_cpu_lane): a new context, a new IV, or a
  * new key. A context on the lane asks again only when the engine's routing changed since it chose

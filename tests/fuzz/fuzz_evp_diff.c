@@ -347,8 +347,8 @@ static int ok_rc(int rc)
 static void resync(fz *f, const char *why);
 
 /*
- * gpuprov refused where the default provider went on. Known deliberate cases (README "Behaviour
- * worth knowing"; tests/evp/test_badinput.c STRICT_RC) are recognised from the calls made, and the
+ * gpuprov refused where the default provider went on. Known deliberate cases (docs/limitations.md,
+ * "Stricter than the default provider"; tests/evp/test_badinput.c STRICT_RC) are recognised from the calls made, and the
  * refusal must carry the matching reason; then both sides restart (the message ends) and 1 is
  * returned. Anything else is a difference.
  */
@@ -381,7 +381,7 @@ static const char *stricter_case(const fz *f, enum op op, const duo_rc *d)
         if (f->ai->kind == K_CCP && !f->key_set && reason == GP_R_NO_KEY_SET
             && (op == OP_AAD || data_op || op == OP_FINAL || op == OP_TLS_RECORD))
             return "ChaCha20-Poly1305 without a key (test_badinput test_no_key)";
-        /* README names CTR/ChaCha20; ChaCha20-Poly1305 refuses for the same reason (the default
+        /* docs/limitations.md names CTR/ChaCha20; ChaCha20-Poly1305 refuses for the same reason (the default
          * runs from an all-zero nonce), aead_common.c ensure_started */
         if (f->ai->kind == K_CCP && f->msg == MSG_NONE && reason == GP_R_NO_IV_SET
             && (op == OP_AAD || data_op || op == OP_FINAL || op == OP_TLS_RECORD))

@@ -215,7 +215,7 @@ def main():
             get_state(), reinit(None), data(bytes(33), 1), final(), reinit(0, iv=REPLAY),
             data(bytes(160), 4, replay=True))
 
-    # The refusals gpuprov makes on purpose (README "Behaviour worth knowing"), one each.
+    # The refusals gpuprov makes on purpose (docs/limitations.md, "Stricter than the default provider"), one each.
     seeds["strict-aad-after-data"] = seq_file(
         "ChaCha20-Poly1305", cipher_init(1, key=key32, iv=iv12), aad(b"a" * 5), data(b"d" * 20), aad(b"b" * 5), final())
     seeds["strict-update-after-final"] = seq_file(
