@@ -1090,8 +1090,8 @@ typedef struct gp_wave {
     size_t nchunks;
     gp_chunk chunk[GP_CHUNKS_MAX];
     size_t chunk_ref[GP_CHUNKS_MAX], chunk_nref[GP_CHUNKS_MAX];
-    size_t pieces_early;         /* issue: output pieces sent back on the back stream, chunk by chunk */
-    size_t early_ev;             /* issue: 1 + the index of the last of their events; 0: none */
+    size_t early_ev;             /* issue: 1 + the index of the last event after output pieces sent
+                                  * back on the back stream, chunk by chunk; 0: none */
     struct piece_source *psrc;   /* the crew's runs taking output pieces to the callers (pieces_start) */
     size_t npsrc;
     int pieces_started;
@@ -1536,22 +1536,15 @@ static cudaError_t issue_copy_out(gp_wave *wv)
 
 /* The outputs back_in_pieces, after `copied`: each piece, then its event (c->piece_ev in request
  * order), which the copy crew waits for before taking the piece to the caller. A chunked wave's
- * pieces not back yet (issue_chunks) cross in one call, then the last chunk's event. */
+ * are back on the back stream already (issue_chunks). */
 static cudaError_t issue_pieces_back(gp_wave *wv)
 {
     gp_cuda_slot *c = wv->c;
     cudaError_t err = cudaSuccess;
     size_t ev = 0;
 
-    if (wv->nchunks > 1) {
-        const gp_request *r = &wv->reqs[wv->idx[0]];
-        const size_t off = wv->pieces_early * spread_piece(r->len), out = wv->work[0].out_off;
-
-        if (off < r->len)
-            err = cudaMemcpyAsync(c->host + out + off, c->dev + out + off, r->len - off, cudaMemcpyDeviceToHost,
-                                  c->stream);
-        return err == cudaSuccess ? cudaEventRecord(c->piece_ev[wv->nchunks - 1], c->stream) : err;
-    }
+    if (wv->nchunks > 1)
+        return cudaSuccess;
 
     for (size_t i = 0; i < wv->m && err == cudaSuccess; i++) {
         const gp_request *r = &wv->reqs[wv->idx[i]];
@@ -1562,10 +1555,6 @@ static cudaError_t issue_pieces_back(gp_wave *wv)
         for (size_t off = 0; off < r->len && err == cudaSuccess; off += piece) {
             const size_t len = piece_len(r->len, off, piece);
 
-            if (ev < wv->pieces_early) {   /* back already (issue_chunks) */
-                ev++;
-                continue;
-            }
             if ((err = cudaMemcpyAsync(c->host + start + off, c->dev + start + off, len, cudaMemcpyDeviceToHost,
                                        c->stream)) == cudaSuccess)
                 err = cudaEventRecord(c->piece_ev[ev++], c->stream);
@@ -1600,7 +1589,8 @@ static cudaError_t launch_refs(gp_wave *wv, size_t first, size_t n, int broken)
  * slot's earlier work (the last wave's device cleanse): each chunk's new input pieces in one call,
  * as soon as the crew has copied them, so that they cross while the launches before run. On
  * `back`, once a launch has run: the output pieces it completes in one call, then the chunk's
- * event, which the crew waits for before taking them to the caller. A call per chunk, not per
+ * event, which the crew waits for before taking them to the caller; the last launch completes
+ * every piece left, which come back beside the states (no launch after it writes them). A call per chunk, not per
  * piece: each CUDA call costs the issuing thread microseconds, which a lone caller waits through
  * (bench/RESULTS.md, "Chunked launches"). Launches follow one another in stream order, so the
  * units of every chunk are counted before the last launch's, where the request is finished
@@ -1646,8 +1636,8 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
         if (err == cudaSuccess && (err = cudaEventRecord(arrived[k], c->ahead)) == cudaSuccess
             && (err = cudaStreamWaitEvent(c->stream, arrived[k], 0)) == cudaSuccess)
             err = launch_refs(wv, wv->chunk_ref[k], wv->chunk_nref[k], broken && k + 1 == wv->nchunks);
-        if (err != cudaSuccess || k + 1 == wv->nchunks || ch->out_pieces == back)
-            continue;   /* the last chunk's pieces follow the states (issue_pieces_back) */
+        if (err != cudaSuccess || ch->out_pieces == back)
+            continue;
         if ((err = cudaEventRecord(ran[k], c->stream)) == cudaSuccess
             && (err = cudaStreamWaitEvent(c->back, ran[k], 0)) == cudaSuccess) {
             const size_t off = back * piece, end = pieces_end_byte(r->len, ch->out_pieces, piece);
@@ -1659,7 +1649,6 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
             back = ch->out_pieces;
         }
     }
-    wv->pieces_early = back;
     runs_finish(wv);
     return err;
 }
@@ -1855,7 +1844,7 @@ typedef struct piece_source {
 } piece_source;
 
 /* The event after output piece k of a chunked wave: its chunk's, the first whose launch completes
- * it (the last chunk's for the pieces that follow the states, issue_pieces_back). */
+ * it. */
 static size_t chunk_event(const gp_wave *wv, size_t k)
 {
     size_t j = 0;
