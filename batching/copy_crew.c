@@ -141,6 +141,8 @@ static void unlist(gp_copy_crew *cr, gp_copy_run *run)
     run->listed = 0;
 }
 
+/* A clock of its own, not base's gp_now_ns: the crew also builds alone, into bench/hostcopy_bench and
+ * tests/unit/test_copy_crew. */
 static uint64_t now_ns(void)
 {
     struct timespec ts;
