@@ -306,9 +306,9 @@ static int pool_ensure(gp_engine *e)
     p->started = 1;
     p->pid = getpid();
     if (want <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        long n = gp_online_cpus();
 
-        want = n > 1 ? (int)(n < 64 ? n : 64) : 1;
+        want = (int)(n < 64 ? n : 64);
     }
     want -= 1;                      /* the submitting thread works too */
     if (want <= 0)

@@ -13,7 +13,6 @@
 #include <openssl/async.h>
 
 #include "batching/base/base.h"
-#include "batching/engine.h"
 
 uint64_t gp_now_ns(void)
 {
@@ -28,6 +27,13 @@ void gp_sleep_1ms(void)
     struct timespec ms = { 0, 1000000 };
 
     nanosleep(&ms, NULL);
+}
+
+long gp_online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n > 1 ? n : 1;
 }
 
 /*

@@ -16,6 +16,8 @@
 uint64_t gp_now_ns(void);
 /* Sleep one millisecond (the polls for a GPU being opened or a warm-up finishing). */
 void gp_sleep_1ms(void);
+/* The CPUs online (sysconf(_SC_NPROCESSORS_ONLN)); at least 1, also where the system cannot say. */
+long gp_online_cpus(void);
 
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -123,7 +123,7 @@ static void cpu_identity(char *out, size_t n)
     }
     if (f != NULL)
         fclose(f);
-    snprintf(out, n, "%s x%ld", model, sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(out, n, "%s x%ld", model, gp_online_cpus());
 }
 
 static int cmp_names(const void *a, const void *b)

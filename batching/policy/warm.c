@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <openssl/async.h>
 
@@ -34,7 +33,7 @@ static int cpus_saturated(gp_engine *e)
     const int t = atomic_load(&gp_test_cpus_saturated);
     unsigned run = 0, all = 0;
     double l1, l5, l15;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = gp_online_cpus();
     cpu_set_t set;
     FILE *f;
     int n;
