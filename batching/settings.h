@@ -196,5 +196,9 @@ void gp_settings_defaults(gp_knobs *k);
  * default. A value that cannot be parsed is reported on stderr and the default is used.
  */
 void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg);
+/* The knob whose gp_knobs field is at `offset` (offsetof), from its variable again: a hook read
+ * anew at each use (batching/cuda_fault.c). 1 when the variable is set and parses; else 0, the
+ * field untouched. Silent: gp_settings_load reported a bad value once already. */
+int gp_settings_reread(gp_knobs *k, size_t offset);
 
 #endif
