@@ -333,13 +333,11 @@ const char *gp_engine_backend_name(gp_engine *e)
 /* Does the NVIDIA driver show a GPU to this process? Its control node, or a GPU under /proc. */
 static int nvidia_gpu_present(void)
 {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     DIR *d;
     struct dirent *ent;
     int found = 0;
 
-    /* The CUDA runtime's rule: an empty list, or one starting with an invalid index, hides all. */
-    if (vis != NULL && (vis[0] == '\0' || vis[0] == '-'))
+    if (gp_settings_cuda_hides_all())
         return 0;
     if (access("/dev/nvidiactl", F_OK) == 0)
         return 1;

@@ -351,3 +351,32 @@ int gp_settings_reread(gp_knobs *k, size_t offset)
     return 0;
 }
 
+/* ---- the environment gpuprov reads besides its knobs' variables ---- */
+
+const char *gp_settings_cuda_visible(void)
+{
+    return getenv("CUDA_VISIBLE_DEVICES");
+}
+
+int gp_settings_cuda_hides_all(void)
+{
+    const char *vis = gp_settings_cuda_visible();
+
+    /* The CUDA runtime's rule: an empty list, or one starting with an invalid index, hides all. */
+    return vis != NULL && (vis[0] == '\0' || vis[0] == '-');
+}
+
+int gp_settings_user_cache_dir(char *out, size_t n)
+{
+    const char *base;
+    int len;
+
+    /* secure_getenv: a set-user-ID program takes no directory from its caller's environment. */
+    if ((base = secure_getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
+        len = snprintf(out, n, "%s/gpuprov", base);
+    else if ((base = secure_getenv("HOME")) != NULL && base[0] == '/')
+        len = snprintf(out, n, "%s/.cache/gpuprov", base);
+    else
+        return 0;
+    return len > 0 && (size_t)len < n;
+}

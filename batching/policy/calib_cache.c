@@ -143,7 +143,7 @@ static int gpu_identity(char *out, size_t n)
     size_t nn = 0, used = 0;
     struct dirent *d;
     DIR *dp = opendir(dir);
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    const char *vis = gp_settings_cuda_visible();
 
     if (dp == NULL)
         return 0;
@@ -211,20 +211,14 @@ static uint64_t key_hash(const char *s)
 /* The cache directory per the knob calib_cache; 0 when it is off or unknown. */
 static int cache_dir(gp_engine *e, char *out, size_t n)
 {
-    const char *knob = e->knobs.calib_cache, *base;
+    const char *knob = e->knobs.calib_cache;
     int len;
 
     if (strcmp(knob, "off") == 0)
         return 0;
-    /* secure_getenv: a set-user-ID program takes no directory from its caller's environment. */
-    if (knob[0] == '/')
-        len = snprintf(out, n, "%s", knob);
-    else if ((base = secure_getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
-        len = snprintf(out, n, "%s/gpuprov", base);
-    else if ((base = secure_getenv("HOME")) != NULL && base[0] == '/')
-        len = snprintf(out, n, "%s/.cache/gpuprov", base);
-    else
-        return 0;
+    if (knob[0] != '/')
+        return gp_settings_user_cache_dir(out, n);
+    len = snprintf(out, n, "%s", knob);
     return len > 0 && (size_t)len < n;
 }
 
