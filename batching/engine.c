@@ -358,13 +358,17 @@ int gp_engine_gpu_possible(const gp_engine *e)
 
 /*
  * The executor that takes device memory here, or NULL: the cuda executor with a usable GPU, whatever
- * the hybrid policy would do (device memory has no CPU side); with the test hook host_devmem, the
- * host executor and its registry of fake allocations instead (exec_host.c), so that CI runs the
- * mode without a GPU. backend=cpu and backend=host (without the hook) have none.
+ * the hybrid policy would do (device memory has no CPU side); in test builds, where the host
+ * executor's mem_check says it stands in (test hook host_devmem: a registry of fake allocations,
+ * exec_host.c), the host executor instead, so that CI runs the mode without a GPU. backend=cpu and
+ * backend=host (without the hook) have none.
  */
 static const gp_executor *devmem_executor(gp_engine *e)
 {
-    if (e->knobs.test.host_devmem)   /* always 0 outside test builds (settings.c) */
+    int gpu = -1;
+
+    /* Production builds' host executor has no mem_check: the hook is not compiled there. */
+    if (gp_exec_host.mem_check != NULL && gp_exec_host.mem_check(e, NULL, 0, &gpu) != GP_MEM_NO_EXECUTOR)
         return gp_engine_executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
     if (executors[GP_EXEC_CUDA] == NULL || e->knobs.backend == GP_BACKEND_CPU || e->knobs.backend == GP_BACKEND_HOST)
         return NULL;

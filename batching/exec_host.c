@@ -189,7 +189,7 @@ void gpuprov_test_devmem_free(void *p)
 }
 
 /* gp_executor.mem_check of the stand-in: the allocation that holds p, as cuda_mem_check asks the
- * driver. */
+ * driver; GP_MEM_NO_EXECUTOR without the hook (the engine asks with p NULL whether it stands in). */
 static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     const uint8_t *b = p;

@@ -40,7 +40,8 @@ typedef struct gp_executor {
      * NULL: nothing kept. May run on an async job's stack. */
     void (*key_forget)(gp_engine *e, gp_key *k);
     /* Device mode (engine.h): may this executor take [p, p + len) as device memory? enum
-     * gp_mem_status; *gpu: the GPU that holds it. NULL: it takes none. */
+     * gp_mem_status; *gpu: the GPU that holds it. GP_MEM_NO_EXECUTOR (p NULL included): it takes
+     * none in this engine now; NULL: it never takes any. */
     int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu);
 } gp_executor;
 
