@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The engine, the top of batching/: the public API of engine.h (keys and messages aside, which are
- * batching/core/'s), executor choice, routing through the policy, submission and the stats line. */
+/* The engine, the top of batching/: the public API of engine.h but keys and messages (core/'s). */
+/* Executor choice, routing through the policy, submission and the stats line. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

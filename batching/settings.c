@@ -77,8 +77,8 @@ static const gp_setting registry[] = {
       .expected = "a number from 0 to 16",
       .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
                  "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
-    /* Four slots a GPU: each step from 2 to 4 gained, more lost at one thread and in openssl
-     * speed (measured with bench/evp_bench and bench/compare). */
+    /* The default is where more slots a GPU stop paying: fewer leave the GPU idle between
+     * batches, more cost one thread and openssl speed throughput (bench/evp_bench, bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
       FIELD(streams), .dflt = 4, .min = 0, .max = 8, .floor = 1, .expected = "a number from 1 to 8",
       .meaning = "cuda: batches in flight per GPU, each with its own stream, arenas and dispatcher "

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The bottom of batching/: clock, log line, name matching, fork generation, stats shard index,
- * off-stack calls, the exit-time wait and the CPU's AVX flag. */
+/* The bottom of batching/: the helpers every unit may call (base.h). */
+/* Clock, online CPUs, log line, name matching, fork generation, stats shard index, off-stack calls,
+ * the exit-time wait and the CPU's AVX flag. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The engine's objects (batching/core/): the engine, key and message structs, the stats counters,
- * and what the layers above share of them: keys (key.c), messages (msg.c), executor opening
- * (open.c). Calls only batching/base/; the executor tables are reached through gp_engine.exec. */
+/* The engine's objects (batching/core/): the engine, key and message structs and the stats counters. */
+/* What the layers above share of them: keys (key.c), messages (msg.c), executor opening (open.c).
+ * Calls only batching/base/; the executor tables are reached through gp_engine.exec. */
 #ifndef GP_CORE_H
 #define GP_CORE_H
 

@@ -14,7 +14,8 @@
 
 /*
  * Why a policy: the GPU path costs a round trip (docs/performance.md, "The costs that decide") and two memcpys per
- * message, the default provider's AES-GCM runs at ~16 GB/s per core. So gpuprov must keep small
+ * message, and one core running the default provider's code finishes a small message sooner than
+ * that round trip (bench/RESULTS.md, "Lone-call latency through EVP"). So gpuprov must keep small
  * messages and lone synchronous callers on the CPU and send the GPU only work it can win: large
  * messages, and many messages in flight at once (threads, async jobs). The rules, in order, for a
  * message whose first data request is `len` bytes:

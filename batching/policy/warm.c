@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The GPU's warm-up (backend=auto): once the process shows demand, a thread of its own opens the GPU
- * when some CPU is free and measures the hybrid policy (hybrid.c), so no caller waits for either. */
+/* The GPU's warm-up (backend=auto): a thread of its own opens the GPU and measures the policy. */
+/* It starts once the process shows demand and opens when some CPU is free; the hybrid policy
+ * (hybrid.c) measures in it, so no caller waits for either. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
