@@ -42,8 +42,8 @@ typedef struct gp_policy_ops {
     /* Where messages go may have changed (the warm-up is over): contexts on the cpu lane ask again
      * (gp_engine_route_epoch). */
     void (*route_changed)(gp_engine *e);
-    /* Keep the module mapped until the process exits (gp_async_pin_module): the warm-up thread may
-     * outlive the engine's free. */
+    /* Keep the module mapped until the process exits (gp_async_pin_module): gp_warm_finish may
+     * leave the warm-up thread running. */
     void (*pin_module)(void);
 } gp_policy_ops;
 
