@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Async jobs: one eventfd per ASYNC_WAIT_CTX (or the application's wait-context callback), the pause
- * loop on the job's side and the wake-up on the completer's side. */
+/* Async jobs' waits: the pause loop on the job's side and the wake-up on the completer's side. */
+/* One eventfd per ASYNC_WAIT_CTX, or the application's wait-context callback. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>

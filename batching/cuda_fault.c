@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #define GP_CUDA_FAULT_TABLE_ONLY 1   /* the schedule needs no CUDA header */
 #include "batching/cuda_fault.h"
@@ -33,11 +32,11 @@ static uint64_t matched;              /* calls that matched the schedule since i
 static gp_cuda_fault_site sites[MAX_SITES];
 static size_t nsites;
 
-/* Read here again from their variables (test hooks have no config key); a value that cannot be
- * parsed keeps its default silently: the provider's own load of the settings said so once. */
-static const char *const fault_vars[] = {
-    "GPUPROV_TEST_CUDA_FAULT_CALL", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
-    "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE",
+/* The schedule's knobs (batching/settings.c), read again from their variables at each arming. */
+static const size_t fault_fields[] = {
+    offsetof(gp_knobs, test.cuda_fault_call), offsetof(gp_knobs, test.cuda_fault_line),
+    offsetof(gp_knobs, test.cuda_fault_skip), offsetof(gp_knobs, test.cuda_fault_times),
+    offsetof(gp_knobs, test.cuda_fault_device),
 };
 
 void gp_cuda_fault_arm(void)
@@ -45,13 +44,8 @@ void gp_cuda_fault_arm(void)
     gp_knobs k;
 
     gp_settings_defaults(&k);
-    for (size_t i = 0; i < sizeof(fault_vars) / sizeof(fault_vars[0]); i++) {
-        const gp_setting *s = gp_settings_find(fault_vars[i]);
-        const char *v = getenv(fault_vars[i]);
-
-        if (s != NULL && v != NULL && *v != '\0')
-            (void)gp_settings_parse(&k, s, v);
-    }
+    for (size_t i = 0; i < sizeof(fault_fields) / sizeof(fault_fields[0]); i++)
+        (void)gp_settings_reread(&k, fault_fields[i]);
     pthread_mutex_lock(&lock);
     schedule = k.test;
     matched = 0;

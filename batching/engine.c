@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The engine, the top of batching/: the public API of engine.h (keys and messages aside, which are
- * batching/core/'s), executor choice, routing through the policy, submission and the stats line. */
+/* The engine, the top of batching/: the public API of engine.h but keys and messages (core/'s). */
+/* Executor choice, routing through the policy, submission and the stats line. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 
 #include <openssl/crypto.h>
 
+#include "batching/async_wait.h"
 #include "batching/core/core.h"
 #include "batching/exec_cpu.h"
 #include "batching/exec_host.h"
@@ -62,6 +63,68 @@ static void queue_fork_child(void *ctx)
     pthread_cond_init(&p->done, NULL);
 }
 
+/* ---- what the policy is given (gp_policy_ops): it never calls the engine's units itself ---- */
+
+/* A calibration message: started on x, encrypting under k with an all-zero IV. */
+static gp_msg *policy_msg_start_on(gp_engine *e, const gp_executor *x, gp_key *k, size_t ivlen)
+{
+    gp_msg *m = gp_msg_new(e);
+
+    if (m == NULL)
+        return NULL;
+    m->key = k;
+    m->enc = 1;
+    m->ivlen = ivlen;
+    m->exec = x;
+    m->routed = 1;
+    if (!x->msg_start(e, m)) {
+        gp_msg_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int policy_run(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
+{
+    return x->run(e, reqs, n);
+}
+
+/* The queue's counters are atomic so that these may read them without its lock. */
+static int policy_queue_idle(gp_engine *e)
+{
+    return atomic_load_explicit(&e->queue.active, memory_order_relaxed) == 0
+           && atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) == 0;
+}
+
+static int policy_queue_full(gp_engine *e)
+{
+    return atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) > 0
+           && atomic_load_explicit(&e->queue.pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes;
+}
+
+static void policy_route_changed(gp_engine *e)
+{
+    atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
+}
+
+static const gp_policy_ops policy_ops = {
+    .cpu = &gp_exec_cpu,
+    .host = &gp_exec_host,
+#ifdef GPUPROV_HAVE_CUDA
+    .cuda = &gp_exec_cuda,
+#endif
+    .usable = gp_engine_executor_usable,
+    .key_new = gp_key_new,
+    .key_free = gp_key_free,
+    .msg_start_on = policy_msg_start_on,
+    .msg_free = gp_msg_free,
+    .run = policy_run,
+    .queue_idle = policy_queue_idle,
+    .queue_full = policy_queue_full,
+    .route_changed = policy_route_changed,
+    .pin_module = gp_async_pin_module,
+};
+
 gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
 {
     /* Its alignment: the stats' shards and the queue's lock-free fields have cache lines of
@@ -90,7 +153,7 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
         return NULL;
     }
     pthread_mutex_init(&e->open_lock, NULL);
-    gp_hybrid_init(&e->hy);
+    gp_policy_init(&e->policy, e, &e->knobs, &policy_ops);
     pthread_mutex_init(&e->pool.lock, NULL);
     pthread_mutex_init(&e->pool.submit, NULL);
     pthread_cond_init(&e->pool.wake, NULL);
@@ -152,10 +215,10 @@ void gp_engine_free(gp_engine *e)
                 (unsigned long long)s.spec_tags, (unsigned long long)s.staged,
                 s.async_ops ? (double)s.notify_ns / 1e3 / (double)s.async_ops : 0.0);
         print_async_stats(e);
-        gp_hybrid_print(e);
-        gp_warm_print(e);
+        gp_hybrid_print(&e->policy);
+        gp_warm_print(&e->policy);
     }
-    if (!gp_warm_finish(e))
+    if (!gp_warm_finish(&e->policy))
         return;   /* the warm-up thread keeps the engine */
     gp_host_pool_stop(&e->pool);
     pthread_mutex_lock(&e->open_lock);
@@ -165,7 +228,7 @@ void gp_engine_free(gp_engine *e)
         if (executors[i] != NULL && (e->opened[i] == 1 || e->opened[i] == GP_EXEC_FAILED))
             executors[i]->close(e);   /* a failed one too: what it opened is still held */
     gp_queue_cleanup(&e->queue);
-    gp_hybrid_cleanup(&e->hy);
+    gp_policy_cleanup(&e->policy);
     pthread_mutex_destroy(&e->open_lock);
     pthread_mutex_destroy(&e->pool.lock);
     pthread_mutex_destroy(&e->pool.submit);
@@ -223,7 +286,7 @@ static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
         want = &gp_exec_host;
         break;
     case GP_BACKEND_AUTO:
-        if (gp_warm_gpu(e) != NULL && !gp_warm_start(e, new_msg && gp_warm_demand(e)))
+        if (gp_warm_gpu(&e->policy) != NULL && !gp_warm_start(&e->policy, new_msg && gp_warm_demand(&e->policy)))
             /* Not remembered: asked again until the warm-up is over. */
             return gp_engine_executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
         /* fall through */
@@ -264,7 +327,7 @@ const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keyle
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed)) {
         /* Rule 1 of the hybrid policy holds for every caller: a context whose last message was
          * shorter than the GPU's threshold keeps its next one on the CPU too (TLS records). */
-        if (!gp_hybrid_cpu_only(e, alg) && !(last_bytes < gp_hybrid_cpu_below(e, alg)))
+        if (!gp_hybrid_cpu_only(&e->policy, alg) && !(last_bytes < gp_hybrid_cpu_below(&e->policy, alg)))
             return NULL;
     } else if (x != &gp_exec_cpu) {
         return NULL;
@@ -279,8 +342,8 @@ const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e)
 
 void gp_engine_note_large(gp_engine *e, size_t len)
 {
-    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && gp_warm_gpu(e) != NULL)
-        (void)gp_warm_start(e, 1);   /* later messages this large may go to the GPU */
+    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && gp_warm_gpu(&e->policy) != NULL)
+        (void)gp_warm_start(&e->policy, 1);   /* later messages this large may go to the GPU */
 }
 
 int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
@@ -288,28 +351,28 @@ int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
     if (len < GP_DEMAND_BYTES)
         return 0;
     if (!atomic_load_explicit(&e->hybrid, memory_order_relaxed)) {
-        const gp_executor *gpu = gp_warm_gpu(e);
+        const gp_executor *gpu = gp_warm_gpu(&e->policy);
 
         if (e->knobs.backend != GP_BACKEND_AUTO || gpu == NULL)
             return 0;
-        if (!gp_warm_start(e, 0)) {
+        if (!gp_warm_start(&e->policy, 0)) {
             /* The GPU is not open yet. A message's first data may wait for it where the numbers
              * (persisted, or the prior) send it there: an AEAD message cannot move later. A stream
              * in progress goes on where it runs and moves once the warm-up is over. */
-            if (!first || !gp_hybrid_prior(e, gpu, alg, len, gp_warm_lone_caller(e))) {
+            if (!first || !gp_hybrid_prior(&e->policy, gpu, alg, len, gp_warm_lone_caller(&e->policy))) {
                 gp_engine_note_large(e, len);
                 return 0;
             }
-            atomic_store(&e->warm_urgent, 1);
-            (void)gp_warm_start(e, 1);
-            if (!gp_warm_wait(e))
+            gp_warm_urge(&e->policy);
+            (void)gp_warm_start(&e->policy, 1);
+            if (!gp_warm_wait(&e->policy))
                 return 0;
         }
         (void)preferred_executor(e, 1);   /* the warm-up is over: the policy's mode, resolved */
         if (!atomic_load_explicit(&e->hybrid, memory_order_relaxed))
             return 0;
     }
-    return gp_hybrid_gpu_eligible(e, alg, len);
+    return gp_hybrid_gpu_eligible(&e->policy, alg, len);
 }
 
 int gp_msg_on_cpu(const gp_msg *m)
@@ -333,13 +396,11 @@ const char *gp_engine_backend_name(gp_engine *e)
 /* Does the NVIDIA driver show a GPU to this process? Its control node, or a GPU under /proc. */
 static int nvidia_gpu_present(void)
 {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     DIR *d;
     struct dirent *ent;
     int found = 0;
 
-    /* The CUDA runtime's rule: an empty list, or one starting with an invalid index, hides all. */
-    if (vis != NULL && (vis[0] == '\0' || vis[0] == '-'))
+    if (gp_settings_cuda_hides_all())
         return 0;
     if (access("/dev/nvidiactl", F_OK) == 0)
         return 1;
@@ -360,13 +421,17 @@ int gp_engine_gpu_possible(const gp_engine *e)
 
 /*
  * The executor that takes device memory here, or NULL: the cuda executor with a usable GPU, whatever
- * the hybrid policy would do (device memory has no CPU side); with the test hook host_devmem, the
- * host executor and its registry of fake allocations instead (exec_host.c), so that CI runs the
- * mode without a GPU. backend=cpu and backend=host (without the hook) have none.
+ * the hybrid policy would do (device memory has no CPU side); in test builds, where the host
+ * executor's mem_check says it stands in (test hook host_devmem: a registry of fake allocations,
+ * exec_host.c), the host executor instead, so that CI runs the mode without a GPU. backend=cpu and
+ * backend=host (without the hook) have none.
  */
 static const gp_executor *devmem_executor(gp_engine *e)
 {
-    if (e->knobs.test.host_devmem)   /* always 0 outside test builds (settings.c) */
+    int gpu = -1;
+
+    /* Production builds' host executor has no mem_check: the hook is not compiled there. */
+    if (gp_exec_host.mem_check != NULL && gp_exec_host.mem_check(e, NULL, 0, &gpu) != GP_MEM_NO_EXECUTOR)
         return gp_engine_executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
     if (executors[GP_EXEC_CUDA] == NULL || e->knobs.backend == GP_BACKEND_CPU || e->knobs.backend == GP_BACKEND_HOST)
         return NULL;
@@ -397,7 +462,7 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     memcpy(m->iv, iv, ivlen);
     m->aad_hold_len = 0;
     if (!m->devmem && atomic_load_explicit(&m->engine->hybrid, memory_order_relaxed)) {
-        if (!gp_hybrid_cpu_only(m->engine, k->alg)) {
+        if (!gp_hybrid_cpu_only(&m->engine->policy, k->alg)) {
             /* Routed at its first data request, when the size is known (batching/policy/hybrid.c). */
             m->exec = NULL;
             m->routed = 0;
@@ -438,7 +503,7 @@ static int route_now(gp_msg *m, size_t len)
     const gp_executor *x = preferred_executor(e, 1);
 
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed))
-        x = gp_hybrid_route(e, x, m, len);
+        x = gp_hybrid_route(&e->policy, x, m->key->alg, m->key->keylen, len);
     m->exec = x;
     m->routed = 1;
     if (!x->msg_start(e, m)) {

@@ -14,7 +14,7 @@
 
 /*
  * The provider turns EVP calls into requests on messages; the engine runs them on an executor:
- *   cuda : kernels/ on the GPU (issue 3)
+ *   cuda : kernels/ on the GPU
  *   host : the same kernel code on CPU threads (how CI proves the kernels; last-resort fallback)
  *   cpu  : OpenSSL's default provider through a child library context
  * A message is owned by the executor chosen when it starts (the cpu executor keeps its own
@@ -133,10 +133,10 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
  * with the upper halves of the YMM registers in use (XGETBV(1) bit 2 stays set after a 16-byte
  * update; AES-GCM's code clears them). Intel cores then make every legacy-SSE instruction that runs
  * next (the compiler's paddq for two counters, say) pay a state transition, and the provider's AVX
- * code the way back, which made a 16-byte ChaCha20-Poly1305 update cost twice the default
- * provider's own. VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code
- * that leaves AVX; it costs about a cycle. Right after a call every vector register is clobbered
- * anyway, so the clobber list costs nothing.
+ * code the way back, which every short ChaCha20-Poly1305 update on the cpu lane would pay.
+ * VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code that leaves
+ * AVX; it costs about a cycle. Right after a call every vector register is clobbered anyway, so
+ * the clobber list costs nothing.
  */
 extern int gp_cpu_has_avx;   /* batching/base/base.c, at load: the CPU and the OS enable AVX */
 static inline void gp_cpu_clean_upper_state(void)

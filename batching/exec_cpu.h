@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The cpu executor (exec_cpu.c): the OpenSSL default provider's code, called directly; what the
- * engine calls of it besides its table. */
+/* The cpu executor (exec_cpu.c): what the engine's cpu lane calls of it besides its table. */
+/* Direct calls, not the table's (batching/executor.h): a 16-byte update pays no indirect call. */
 #ifndef GP_EXEC_CPU_H
 #define GP_EXEC_CPU_H
 

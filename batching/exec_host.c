@@ -80,7 +80,8 @@ static void host_lead_only(gp_msg *m, const gp_key_sched *ks, gp_request *r, uin
     OPENSSL_cleanse(&j, sizeof(j));
 }
 
-void gp_host_run_one(gp_request *r)
+/* One request with the kernel code (the pool's workers and a batch run inline). */
+static void host_run_one(gp_request *r)
 {
     gp_msg *m = r->msg;
     const gp_key_sched *ks = &m->key->sched;   /* made by gp_kstate_msg_start */
@@ -189,7 +190,7 @@ void gpuprov_test_devmem_free(void *p)
 }
 
 /* gp_executor.mem_check of the stand-in: the allocation that holds p, as cuda_mem_check asks the
- * driver. */
+ * driver; GP_MEM_NO_EXECUTOR without the hook (the engine asks with p NULL whether it stands in). */
 static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     const uint8_t *b = p;
@@ -262,7 +263,7 @@ static void pool_drain(gp_host_pool *p)
         if (g >= p->ngroups)
             return;
         for (size_t i = p->group_start[g]; i < p->group_start[g + 1]; i++)
-            gp_host_run_one(&p->reqs[p->order[i]]);
+            host_run_one(&p->reqs[p->order[i]]);
     }
 }
 
@@ -306,9 +307,9 @@ static int pool_ensure(gp_engine *e)
     p->started = 1;
     p->pid = getpid();
     if (want <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        long n = gp_online_cpus();
 
-        want = n > 1 ? (int)(n < 64 ? n : 64) : 1;
+        want = (int)(n < 64 ? n : 64);
     }
     want -= 1;                      /* the submitting thread works too */
     if (want <= 0)
@@ -402,7 +403,7 @@ static int host_run(gp_engine *e, gp_request *reqs, size_t n)
     if (n > 1 && bytes >= HOST_SPREAD_MIN_BYTES && pool_run(e, reqs, n))
         return 1;
     for (size_t i = 0; i < n; i++)
-        gp_host_run_one(&reqs[i]);
+        host_run_one(&reqs[i]);
     return 1;
 }
 

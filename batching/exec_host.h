@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The host executor (exec_host.c): its worker pool and its one-request entry. */
+/* The host executor (exec_host.c): its worker pool, which the engine holds and stops. */
 #ifndef GP_EXEC_HOST_H
 #define GP_EXEC_HOST_H
 
@@ -26,8 +26,8 @@ typedef struct gp_host_pool {
     int active;                  /* workers inside the current batch */
 } gp_host_pool;
 
-/* host executor: runs one request with the kernel code (used by the pool and for fallbacks). */
-void gp_host_run_one(gp_request *r);
+/* Stop the pool's workers: gp_engine_free, whether or not the host executor was opened (the
+ * messages that fall back to it from a failed executor run there without an opening). */
 void gp_host_pool_stop(gp_host_pool *p);
 
 #endif

@@ -14,8 +14,12 @@ typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_C
 _Static_assert(GP_EXEC_COUNT == GP_ST_EXECUTORS, "one stats counter per executor");
 
 /*
- * One table of callbacks per executor: the batching layer calls nothing else. `open` runs once per
- * process, lazily (after a fork too), and says whether the executor can serve here.
+ * One table of callbacks per executor: the units below the engine and the engine's batches reach an
+ * executor only through it. The engine alone also calls two executors' own functions (exec_cpu.h,
+ * exec_host.h), downward calls that a table entry would only slow or obscure: the cpu lane runs a
+ * request, an update and the lane's lookup on the cpu executor directly (a 16-byte call pays no
+ * indirect call), and gp_engine_free stops the host executor's pool. `open` runs once per process,
+ * lazily (after a fork too), and says whether the executor can serve here.
  */
 typedef struct gp_executor {
     const char *name;
@@ -40,7 +44,8 @@ typedef struct gp_executor {
      * NULL: nothing kept. May run on an async job's stack. */
     void (*key_forget)(gp_engine *e, gp_key *k);
     /* Device mode (engine.h): may this executor take [p, p + len) as device memory? enum
-     * gp_mem_status; *gpu: the GPU that holds it. NULL: it takes none. */
+     * gp_mem_status; *gpu: the GPU that holds it. GP_MEM_NO_EXECUTOR (p NULL included): it takes
+     * none in this engine now; NULL: it never takes any. */
     int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu);
 } gp_executor;
 

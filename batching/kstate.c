@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kernel state shared by the host and cuda executors: a message's start (J0, E_K(J0)) and the MAC
- * powers its requests read. Neither executor calls into the other; both call this. */
+/* Kernel state shared by the host and cuda executors: a message's start and its MAC powers. */
+/* The start is J0 and E_K(J0); the powers are the ones its requests read. Neither executor calls
+ * into the other; both call this. */
 #include <string.h>
 
 #include <openssl/crypto.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kernel state shared by the host and cuda executors (kstate.c): they share the state format, so a
- * message starts the same way on both and moves between them mid-stream. */
+/* Kernel state shared by the host and cuda executors (kstate.c), in one format for both. */
+/* So a message starts the same way on both and moves between them mid-stream. */
 #ifndef GP_KSTATE_H
 #define GP_KSTATE_H
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The process-wide queue: requests from any thread or async job gather into one batch, flushed by
- * size, time, or when nobody else could join, and run by a synchronous submitter that flushes it or
- * by the dispatcher thread. */
+/* The process-wide queue: requests from any thread or async job gathered into batches. */
+/* A batch flushes by size, time, or when nobody else could join, and is run by the synchronous
+ * submitter that flushes it or by a dispatcher thread. */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The process-wide queue (queue.c): it gathers requests into batches and runs each batch through
- * the function it was given at init; it calls nothing above it. */
+/* The process-wide queue (queue.c): requests gathered into batches, run as its owner says. */
+/* Each batch runs through the function the queue was given at init; it calls nothing above it. */
 #ifndef GP_QUEUE_H
 #define GP_QUEUE_H
 

@@ -53,8 +53,6 @@ _Static_assert(GP_CF_COUNT == 22, "every gp_cuda_fault_call has its word in cuda
 static const gp_setting_word any_device_words[] = { { "any", -1 }, { NULL, 0 } };
 #endif
 
-#define CALIBRATE (-1)   /* the default of the hybrid policy's knobs: measured at first use */
-
 static const gp_setting registry[] = {
     /* user */
     { .key = "backend", .env = "GPUPROV_BACKEND", .cls = GP_SETTING_USER, .syntax = GP_SYNTAX_WORD,
@@ -79,8 +77,8 @@ static const gp_setting registry[] = {
       .expected = "a number from 0 to 16",
       .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
                  "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
-    /* Four slots a GPU: each step from 2 to 4 gained, more lost at one thread and in openssl
-     * speed (measured with bench/evp_bench and bench/compare). */
+    /* The default is where more slots a GPU stop paying: fewer leave the GPU idle between
+     * batches, more cost one thread and openssl speed throughput (bench/evp_bench, bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
       FIELD(streams), .dflt = 4, .min = 0, .max = 8, .floor = 1, .expected = "a number from 1 to 8",
       .meaning = "cuda: batches in flight per GPU, each with its own stream, arenas and dispatcher "
@@ -104,11 +102,11 @@ static const gp_setting registry[] = {
       FIELD(spin_us), .dflt = 50, .min = 0, .max = 1000000, .expected = "a number from 0 to 1000000",
       .meaning = "wait adaptive: spin this long before blocking" },
     { .key = "min_gpu_bytes", .env = "GPUPROV_MIN_GPU_BYTES", .cls = GP_SETTING_TUNING,
-      .syntax = GP_SYNTAX_BYTES, FIELD(min_gpu_bytes), .dflt = CALIBRATE, .min = 0, .max = 1ll << 40,
+      .syntax = GP_SYNTAX_BYTES, FIELD(min_gpu_bytes), .dflt = (long long)GP_KNOB_CALIBRATE, .min = 0, .max = 1ll << 40,
       .expected = "a byte count such as 4096, 16k or 1m",
       .meaning = "hybrid: messages whose first data request is shorter stay on the CPU (default: measured)" },
     { .key = "lone_gpu_bytes", .env = "GPUPROV_LONE_GPU_BYTES", .cls = GP_SETTING_TUNING,
-      .syntax = GP_SYNTAX_BYTES, FIELD(lone_gpu_bytes), .dflt = CALIBRATE, .min = 0, .max = 1ll << 40,
+      .syntax = GP_SYNTAX_BYTES, FIELD(lone_gpu_bytes), .dflt = (long long)GP_KNOB_CALIBRATE, .min = 0, .max = 1ll << 40,
       .expected = "a byte count such as 4096, 16k or 1m",
       .meaning = "hybrid: the same for a lone synchronous caller (default: measured)" },
     { .key = "gpu_share", .env = "GPUPROV_GPU_SHARE", .cls = GP_SETTING_TUNING,
@@ -216,7 +214,7 @@ static void store(gp_knobs *k, const gp_setting *s, long long v, double d)
     if (s->syntax == GP_SYNTAX_FRACTION)
         *(double *)field = d;
     else if (s->size == sizeof(size_t) && s->size != sizeof(int))
-        *(size_t *)field = (size_t)v;   /* CALIBRATE (-1) becomes GP_KNOB_CALIBRATE */
+        *(size_t *)field = (size_t)v;   /* GP_KNOB_CALIBRATE round-trips through long long */
     else
         *(int *)field = (int)v;
 }
@@ -317,19 +315,68 @@ void gp_settings_defaults(gp_knobs *k)
         store(k, &registry[i], registry[i].dflt, registry[i].dflt_fraction);
 }
 
+/* s's variable, NULL when it is unset or empty (an empty variable is unset). */
+static const char *env_value(const gp_setting *s)
+{
+    const char *v = getenv(s->env);
+
+    return v != NULL && *v != '\0' ? v : NULL;
+}
+
 void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg)
 {
     gp_settings_defaults(k);
     for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++) {
         const gp_setting *s = &registry[i];
-        const char *v = getenv(s->env);
+        const char *v = env_value(s);
 
-        if (v != NULL && *v == '\0')
-            v = NULL;   /* an empty variable is unset */
         if (v == NULL && s->key != NULL && config != NULL)
             v = config(arg, s->key);
         if (v != NULL && !gp_settings_parse(k, s, v))
             fprintf(stderr, "gpuprov: ignoring %s = '%s' (expected %s)\n",
                     s->key != NULL ? s->key : s->env, v, s->expected);
     }
+}
+
+int gp_settings_reread(gp_knobs *k, size_t offset)
+{
+    for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++) {
+        const char *v;
+
+        if (registry[i].offset != offset)
+            continue;
+        v = env_value(&registry[i]);
+        return v != NULL && gp_settings_parse(k, &registry[i], v);
+    }
+    return 0;
+}
+
+/* ---- the environment gpuprov reads besides its knobs' variables ---- */
+
+const char *gp_settings_cuda_visible(void)
+{
+    return getenv("CUDA_VISIBLE_DEVICES");
+}
+
+int gp_settings_cuda_hides_all(void)
+{
+    const char *vis = gp_settings_cuda_visible();
+
+    /* The CUDA runtime's rule: an empty list, or one starting with an invalid index, hides all. */
+    return vis != NULL && (vis[0] == '\0' || vis[0] == '-');
+}
+
+int gp_settings_user_cache_dir(char *out, size_t n)
+{
+    const char *base;
+    int len;
+
+    /* secure_getenv: a set-user-ID program takes no directory from its caller's environment. */
+    if ((base = secure_getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
+        len = snprintf(out, n, "%s/gpuprov", base);
+    else if ((base = secure_getenv("HOME")) != NULL && base[0] == '/')
+        len = snprintf(out, n, "%s/.cache/gpuprov", base);
+    else
+        return 0;
+    return len > 0 && (size_t)len < n;
 }

@@ -196,5 +196,18 @@ void gp_settings_defaults(gp_knobs *k);
  * default. A value that cannot be parsed is reported on stderr and the default is used.
  */
 void gp_settings_load(gp_knobs *k, gp_settings_config_fn *config, void *arg);
+/* The knob whose gp_knobs field is at `offset` (offsetof), from its variable again: a hook read
+ * anew at each use (batching/cuda_fault.c). 1 when the variable is set and parses; else 0, the
+ * field untouched. Silent: gp_settings_load reported a bad value once already. */
+int gp_settings_reread(gp_knobs *k, size_t offset);
+
+/* The environment gpuprov reads besides its knobs' variables, each read here only. */
+/* CUDA_VISIBLE_DEVICES, the CUDA runtime's choice of GPUs: its value, NULL when unset. */
+const char *gp_settings_cuda_visible(void);
+/* Does CUDA_VISIBLE_DEVICES hide every GPU from this process (as the CUDA runtime reads it)? */
+int gp_settings_cuda_hides_all(void);
+/* gpuprov's per-user cache directory: $XDG_CACHE_HOME/gpuprov, else $HOME/.cache/gpuprov (absolute
+ * values only, read with secure_getenv); 0 when neither is usable or it does not fit out[n]. */
+int gp_settings_user_cache_dir(char *out, size_t n);
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The bottom of batching/: clock, log line, name matching, fork generation, stats shard index,
- * off-stack calls, the exit-time wait and the CPU's AVX flag. */
+/* The bottom of batching/: the helpers every unit may call (base.h). */
+/* Clock, online CPUs, log line, name matching, fork generation, stats shard index, off-stack calls,
+ * the exit-time wait and the CPU's AVX flag. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -13,7 +14,6 @@
 #include <openssl/async.h>
 
 #include "batching/base/base.h"
-#include "batching/engine.h"
 
 uint64_t gp_now_ns(void)
 {
@@ -28,6 +28,13 @@ void gp_sleep_1ms(void)
     struct timespec ms = { 0, 1000000 };
 
     nanosleep(&ms, NULL);
+}
+
+long gp_online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n > 1 ? n : 1;
 }
 
 /*

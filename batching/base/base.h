@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The bottom of batching/: the clock, the log line, algorithm-name matching, the fork generation,
- * the stats shard index, calls off an async job's stack and the exit-time wait. Calls nothing else
- * in batching/. */
+/* The bottom of batching/: helpers every unit may call; it calls nothing else in batching/. */
+/* The clock, the online CPUs, the log line, algorithm-name matching, the fork generation, the stats
+ * shard index, calls off an async job's stack and the exit-time wait. */
 #ifndef GP_BASE_H
 #define GP_BASE_H
 
@@ -16,6 +16,8 @@
 uint64_t gp_now_ns(void);
 /* Sleep one millisecond (the polls for a GPU being opened or a warm-up finishing). */
 void gp_sleep_1ms(void);
+/* The CPUs online (sysconf(_SC_NPROCESSORS_ONLN)); at least 1, also where the system cannot say. */
+long gp_online_cpus(void);
 
 /* printf-style, one line to stderr in a single write (whole even when processes share the fd). */
 void gp_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -31,8 +33,8 @@ unsigned gp_fork_generation(void);
 void gp_fork_watch(void);
 
 /*
- * Stats counters (knob stats=1), sharded by thread: 16 threads adding into one set of counters
- * bounced its cache lines between cores and cut 16-byte throughput several-fold. A thread adds into
+ * Stats counters (knob stats=1), sharded by thread: threads adding into one set of counters would
+ * bounce its cache lines between cores at every request. A thread adds into
  * its own shard (picked from its pthread_t; threads may share one); reading sums the shards.
  */
 enum gp_stat {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The engine's objects (batching/core/): the engine, key and message structs, the stats counters,
- * and what the layers above share of them: keys (key.c), messages (msg.c), executor opening
- * (open.c). Calls only batching/base/; the executor tables are reached through gp_engine.exec. */
+/* The engine's objects (batching/core/): the engine, key and message structs and the stats counters. */
+/* What the layers above share of them: keys (key.c), messages (msg.c), executor opening (open.c).
+ * Calls only batching/base/; the executor tables are reached through gp_engine.exec. */
 #ifndef GP_CORE_H
 #define GP_CORE_H
 
@@ -87,28 +87,9 @@ struct gp_engine {
     _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use; in
                                                * hybrid mode the GPU-side executor */
     _Atomic int hybrid;          /* preferred is shared with the cpu executor by the hybrid policy */
-    /* backend=auto: the GPU opens and the policy measures in the background (batching/policy/warm.c). */
-    int warm_started;            /* under open_lock */
-    _Atomic unsigned warm_started_gen;   /* fork generation + 1 of the process it started in */
-    _Atomic uintptr_t first_caller;   /* pthread_self() of the first thread to start a message */
-    _Atomic unsigned caller_gen;      /* ... in this process: its fork generation + 1 (0: none yet) */
-    _Atomic unsigned other_caller_gen;   /* a second thread started a message in this process:
-                                          * its fork generation + 1 */
-    _Atomic unsigned warm_gen;   /* the process it was started in */
-    pthread_t warm_thread;
-    _Atomic int warm_done;
-    _Atomic int warm_stop;       /* gp_engine_free: stop at the next step */
-    _Atomic int warm_urgent;     /* a caller waits for the warm-up: look at the CPUs at once */
-    _Atomic unsigned warm_wait_expired_gen;   /* a caller's wait for the warm-up ran out in this
-                                               * process (fork generation + 1): none waits again */
-    _Atomic int warm_opening;    /* 1: the warm-up found a free CPU and opens or measures (a
-                                  * caller may wait for it); -1: every CPU was busy at its last
-                                  * look (no caller waits for it); 0: it has not looked yet */
-    /* Knob stats: the warm-up's steps, wall and thread CPU nanoseconds: opening the GPU (context,
-     * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
-     * before warm_done. */
-    uint64_t warm_open_ns, warm_open_cpu_ns, warm_calib_ns, warm_calib_cpu_ns;
-    gp_hybrid hy;
+    /* The hybrid policy's numbers and the GPU's warm-up (batching/policy/), given the engine's
+     * functions it uses at gp_engine_new. */
+    gp_policy policy;
     EVP_CIPHER *cpu_ciphers[8];  /* cpu executor: fetched once from provider=default */
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;

@@ -41,8 +41,8 @@ const gp_key_sched *gp_key_sched_get(gp_key *k)
 const gp_ghash_mma *gp_key_ghmma_get(gp_key *k)
 {
     if (k->ghmma == NULL) {
-        /* 512 columns and 64 bit transposes, ~10 us on a 2-core VM: once per key, and only for
-         * keys whose long requests reach the GPU in large batches (build option ghash_mma). */
+        /* 512 columns and 64 bit transposes, far more work than a message start: once per key, and
+         * only for keys whose long requests reach the GPU in large batches (build option ghash_mma). */
         gp_ghash_mma *t = OPENSSL_secure_malloc(sizeof(*t));
 
         if (t == NULL)

@@ -15,7 +15,7 @@
 
 #include <openssl/crypto.h>
 
-#include "batching/core/core.h"
+#include "batching/base/base.h"
 #include "batching/policy/internal.h"
 
 #ifndef GPUPROV_VERSION
@@ -123,7 +123,7 @@ static void cpu_identity(char *out, size_t n)
     }
     if (f != NULL)
         fclose(f);
-    snprintf(out, n, "%s x%ld", model, sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(out, n, "%s x%ld", model, gp_online_cpus());
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -143,7 +143,7 @@ static int gpu_identity(char *out, size_t n)
     size_t nn = 0, used = 0;
     struct dirent *d;
     DIR *dp = opendir(dir);
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    const char *vis = gp_settings_cuda_visible();
 
     if (dp == NULL)
         return 0;
@@ -177,21 +177,21 @@ static int gpu_identity(char *out, size_t n)
 }
 
 /* The key of the numbers this process would measure with `gpu`; 0 when it cannot be known. */
-static int cache_key(gp_engine *e, const gp_executor *gpu, char *out, size_t n)
+static int cache_key(gp_policy *p, const gp_executor *gpu, char *out, size_t n)
 {
     build_id_find b = { .addr = (const void *)cache_key, .hex = "none" };
     char cpu[320], g[1024];
     int len;
 
-    if (gpu == &gp_exec_host)
-        snprintf(g, sizeof(g), "the host executor (threads %d)", e->knobs.host_threads);
+    if (gpu == p->ops->host)
+        snprintf(g, sizeof(g), "the host executor (threads %d)", p->knobs->host_threads);
     else if (!gpu_identity(g, sizeof(g)))
         return 0;
     (void)dl_iterate_phdr(build_id_cb, &b);
     cpu_identity(cpu, sizeof(cpu));
     len = snprintf(out, n, "gpuprov %s build %s; %s; cpu %s; gpu %s; device %d streams %d",
-                   GPUPROV_VERSION, b.hex, OpenSSL_version(OPENSSL_VERSION), cpu, g, e->knobs.device,
-                   e->knobs.streams);
+                   GPUPROV_VERSION, b.hex, OpenSSL_version(OPENSSL_VERSION), cpu, g, p->knobs->device,
+                   p->knobs->streams);
     if (len < 0 || (size_t)len >= n)
         return 0;
     printable(out);
@@ -209,31 +209,25 @@ static uint64_t key_hash(const char *s)
 }
 
 /* The cache directory per the knob calib_cache; 0 when it is off or unknown. */
-static int cache_dir(gp_engine *e, char *out, size_t n)
+static int cache_dir(gp_policy *p, char *out, size_t n)
 {
-    const char *knob = e->knobs.calib_cache, *base;
+    const char *knob = p->knobs->calib_cache;
     int len;
 
     if (strcmp(knob, "off") == 0)
         return 0;
-    /* secure_getenv: a set-user-ID program takes no directory from its caller's environment. */
-    if (knob[0] == '/')
-        len = snprintf(out, n, "%s", knob);
-    else if ((base = secure_getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
-        len = snprintf(out, n, "%s/gpuprov", base);
-    else if ((base = secure_getenv("HOME")) != NULL && base[0] == '/')
-        len = snprintf(out, n, "%s/.cache/gpuprov", base);
-    else
-        return 0;
+    if (knob[0] != '/')
+        return gp_settings_user_cache_dir(out, n);
+    len = snprintf(out, n, "%s", knob);
     return len > 0 && (size_t)len < n;
 }
 
-int gp_calib_cache_file(gp_engine *e, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn)
+int gp_calib_cache_file(gp_policy *p, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn)
 {
     char dir[512];
     int len;
 
-    if (!cache_dir(e, dir, sizeof(dir)) || !cache_key(e, gpu, key, keyn))
+    if (!cache_dir(p, dir, sizeof(dir)) || !cache_key(p, gpu, key, keyn))
         return 0;
     len = snprintf(path, n, "%s/calib-%016llx.txt", dir, (unsigned long long)key_hash(key));
     return len > 0 && (size_t)len < n;
@@ -301,7 +295,7 @@ static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now)
     return 1;
 }
 
-int gp_calib_cache_read(gp_engine *e, const gp_executor *gpu, gp_calib_numbers out[5])
+int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5])
 {
     char path[1024], key[2048], buf[GP_CALIB_MAX_FILE + 1], *line, *next;
     gp_calib_numbers got[5] = { 0 };
@@ -311,7 +305,7 @@ int gp_calib_cache_read(gp_engine *e, const gp_executor *gpu, gp_calib_numbers o
     time_t now = time(NULL);
 
     memset(out, 0, 5 * sizeof(out[0]));
-    if (!gp_calib_cache_file(e, gpu, path, sizeof(path), key, sizeof(key)))
+    if (!gp_calib_cache_file(p, gpu, path, sizeof(path), key, sizeof(key)))
         return 0;
     if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return 0;
@@ -380,13 +374,13 @@ static int make_dirs(const char *dir)
     return 1;
 }
 
-int gp_calib_cache_write(gp_engine *e, const gp_executor *gpu, const gp_calib_numbers in[5])
+int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_numbers in[5])
 {
     char path[1024], key[2048], tmp[1100], *slash;
     FILE *f;
     int fd, ok;
 
-    if (!gp_calib_cache_file(e, gpu, path, sizeof(path), key, sizeof(key)))
+    if (!gp_calib_cache_file(p, gpu, path, sizeof(path), key, sizeof(key)))
         return 0;
     slash = strrchr(path, '/');
     *slash = '\0';

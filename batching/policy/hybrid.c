@@ -9,12 +9,13 @@
 #include <openssl/async.h>
 #include <openssl/crypto.h>
 
-#include "batching/core/core.h"
+#include "batching/base/base.h"
 #include "batching/policy/internal.h"
 
 /*
  * Why a policy: the GPU path costs a round trip (docs/performance.md, "The costs that decide") and two memcpys per
- * message, the default provider's AES-GCM runs at ~16 GB/s per core. So gpuprov must keep small
+ * message, and one core running the default provider's code finishes a small message sooner than
+ * that round trip (bench/RESULTS.md, "Lone-call latency through EVP"). So gpuprov must keep small
  * messages and lone synchronous callers on the CPU and send the GPU only work it can win: large
  * messages, and many messages in flight at once (threads, async jobs). The rules, in order, for a
  * message whose first data request is `len` bytes:
@@ -48,16 +49,21 @@
  * of the executor's slots.
  */
 
-void gp_hybrid_init(gp_hybrid *h)
+void gp_policy_init(gp_policy *p, gp_engine *e, const gp_knobs *knobs, const gp_policy_ops *ops)
 {
-    memset(h, 0, sizeof(*h));
-    pthread_mutex_init(&h->lock, NULL);
-    h->fork_gen = gp_fork_generation();
+    memset(p, 0, sizeof(*p));
+    p->e = e;
+    p->ops = ops;
+    p->knobs = knobs;
+    pthread_mutex_init(&p->hy.lock, NULL);
+    p->hy.fork_gen = gp_fork_generation();
+    pthread_mutex_init(&p->warm.lock, NULL);
 }
 
-void gp_hybrid_cleanup(gp_hybrid *h)
+void gp_policy_cleanup(gp_policy *p)
 {
-    pthread_mutex_destroy(&h->lock);
+    pthread_mutex_destroy(&p->hy.lock);
+    pthread_mutex_destroy(&p->warm.lock);
 }
 
 /* Calibration messages: a public all-zero key and IV (nothing secret is measured). */
@@ -69,47 +75,41 @@ typedef struct calib {
     size_t nmsgs;
 } calib;
 
-static void calib_free(calib *c)
+static void calib_free(gp_policy *p, calib *c)
 {
     for (size_t i = 0; c->msgs != NULL && i < c->nmsgs; i++)
-        gp_msg_free(c->msgs[i]);
+        if (c->msgs[i] != NULL)
+            p->ops->msg_free(c->msgs[i]);
     free(c->msgs);
     free(c->reqs);
     free(c->buf);
-    gp_key_free(c->key);
+    if (c->key != NULL)
+        p->ops->key_free(c->key);
 }
 
-static int calib_new(calib *c, gp_engine *e, const gp_executor *x, const gp_key *like, size_t nmsgs,
+/* `nmsgs` messages of alg (a key of keylen bytes) started on x, with `bytes` of buffer each. */
+static int calib_new(gp_policy *p, calib *c, const gp_executor *x, uint32_t alg, size_t keylen, size_t nmsgs,
                      size_t bytes)
 {
     static const uint8_t zero[32];
+    const size_t ivlen = alg == GP_ALG_AES_GCM || alg == GP_ALG_CHACHA20_POLY1305 ? 12 : 16;
 
     memset(c, 0, sizeof(*c));
     c->nmsgs = nmsgs;
-    c->key = gp_key_new(e, like->alg, zero, like->keylen);
+    c->key = p->ops->key_new(p->e, alg, zero, keylen);
     c->msgs = calloc(nmsgs, sizeof(*c->msgs));
     c->reqs = calloc(nmsgs, sizeof(*c->reqs));
     c->buf = calloc(nmsgs, bytes);
     if (c->key == NULL || c->msgs == NULL || c->reqs == NULL || c->buf == NULL)
         return 0;
-    for (size_t i = 0; i < nmsgs; i++) {
-        gp_msg *m = c->msgs[i] = gp_msg_new(e);
-
-        if (m == NULL)
+    for (size_t i = 0; i < nmsgs; i++)
+        if ((c->msgs[i] = p->ops->msg_start_on(p->e, x, c->key, ivlen)) == NULL)
             return 0;
-        m->key = c->key;
-        m->enc = 1;
-        m->ivlen = like->alg == GP_ALG_AES_GCM || like->alg == GP_ALG_CHACHA20_POLY1305 ? 12 : 16;
-        m->exec = x;
-        m->routed = 1;
-        if (!x->msg_start(e, m))
-            return 0;
-    }
     return 1;
 }
 
 /* Best of `reps` runs of every message encrypting `len` bytes (in place) as one batch, in ns. */
-static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t len, int reps)
+static double calib_time(gp_policy *p, const gp_executor *x, calib *c, size_t len, int reps)
 {
     double best = 0;
 
@@ -121,7 +121,7 @@ static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t le
             c->reqs[i] = (gp_request){ .msg = c->msgs[i], .kind = GP_REQ_CRYPT, .in = c->buf + i * len,
                                        .out = c->buf + i * len, .len = len, .status = GP_REQ_FAILED };
         t0 = gp_now_ns();
-        if (!x->run(e, c->reqs, c->nmsgs))
+        if (!p->ops->run(p->e, x, c->reqs, c->nmsgs))
             return -1;
         t = (double)(gp_now_ns() - t0);
         for (size_t i = 0; i < c->nmsgs; i++)
@@ -137,7 +137,7 @@ static double calib_time(gp_engine *e, const gp_executor *x, calib *c, size_t le
  * one among them) each run `reps` batches of the set they are given at once. The best of two
  * trials (the first grows the GPU's staging memory) of the wall time, per message, in ns. */
 typedef struct calib_lane {
-    gp_engine *e;
+    gp_policy *p;
     const gp_executor *x;
     calib *c;
     size_t len;
@@ -148,13 +148,13 @@ static void *calib_lane_main(void *v)
 {
     calib_lane *l = v;
 
-    l->ok = calib_time(l->e, l->x, l->c, l->len, l->reps) > 0;
+    l->ok = calib_time(l->p, l->x, l->c, l->len, l->reps) > 0;
     return NULL;
 }
 
 #define GP_CALIB_LANES 4   /* the cuda executor's slots on one GPU by default (settings.c: streams) */
 
-static double calib_time_overlapped(gp_engine *e, const gp_executor *x, calib *sets, size_t len, int reps)
+static double calib_time_overlapped(gp_policy *p, const gp_executor *x, calib *sets, size_t len, int reps)
 {
     double best = -1;
 
@@ -166,7 +166,7 @@ static double calib_time_overlapped(gp_engine *e, const gp_executor *x, calib *s
         double t;
 
         for (int i = 0; i < GP_CALIB_LANES; i++)
-            lanes[i] = (calib_lane){ e, x, &sets[i], len, reps, 0 };
+            lanes[i] = (calib_lane){ p, x, &sets[i], len, reps, 0 };
         for (int i = 1; i < GP_CALIB_LANES; i++)
             started[i] = pthread_create(&th[i], NULL, calib_lane_main, &lanes[i]) == 0;
         calib_lane_main(&lanes[0]);
@@ -243,10 +243,11 @@ size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const dou
 }
 
 /* Measure one algorithm (with the key length of the message that asks). 0 if a run failed. */
-static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, gp_hybrid_alg *h)
+static int calibrate(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, gp_hybrid_alg *h)
 {
+    const gp_executor *cpu_x = p->ops->cpu;
     /* The host executor standing in for the GPU (tests) is slow: measure it on less. */
-    const int real_gpu = gpu != &gp_exec_host;
+    const int real_gpu = gpu != p->ops->host;
     const size_t nmsgs = real_gpu ? 64 : 8, big = real_gpu ? 16384 : 4096, small = 1024;
     const size_t lone_big = nmsgs * big;   /* one large message alone: 1 MiB on a GPU */
     const size_t nlarge = real_gpu ? 8 : 2, large = real_gpu ? (size_t)1 << 20 : 65536;
@@ -257,24 +258,25 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
     calib cpu = { 0 }, cpu_lone = { 0 }, g = { 0 }, lone = { 0 }, lg[GP_CALIB_LANES] = { { 0 } };
     double t_cpu, t_small, t_big, t_large, a, b, a_large, b_large, cpu_nspb;
     size_t min_small, min_large;
-    int ok = 0, sets = calib_new(&cpu, e, &gp_exec_cpu, like, 1, 65536) && calib_new(&g, e, gpu, like, nmsgs, big)
-                       && calib_new(&lone, e, gpu, like, 1, lone_len[GP_LONE_POINTS - 1])
-                       && calib_new(&cpu_lone, e, &gp_exec_cpu, like, 1, lone_len[GP_LONE_POINTS - 1]);
+    int ok = 0, sets = calib_new(p, &cpu, cpu_x, alg, keylen, 1, 65536)
+                       && calib_new(p, &g, gpu, alg, keylen, nmsgs, big)
+                       && calib_new(p, &lone, gpu, alg, keylen, 1, lone_len[GP_LONE_POINTS - 1])
+                       && calib_new(p, &cpu_lone, cpu_x, alg, keylen, 1, lone_len[GP_LONE_POINTS - 1]);
 
     for (int i = 0; i < GP_CALIB_LANES; i++)
-        sets = sets && calib_new(&lg[i], e, gpu, like, nlarge, large);
+        sets = sets && calib_new(p, &lg[i], gpu, alg, keylen, nlarge, large);
     if (sets) {
-        t_cpu = calib_time(e, &gp_exec_cpu, &cpu, 65536, 3);
+        t_cpu = calib_time(p, cpu_x, &cpu, 65536, 3);
         /* One message alone: the lone caller's round trip (the first run warms up), then longer. */
-        t_lone[0] = calib_time(e, gpu, &lone, lone_len[0], 4);
+        t_lone[0] = calib_time(p, gpu, &lone, lone_len[0], 4);
         t_lone_cpu[0] = t_cpu * (double)lone_len[0] / 65536.0;
         for (int i = 1; i < GP_LONE_POINTS; i++) {
-            t_lone[i] = calib_time(e, gpu, &lone, lone_len[i], 2);
-            t_lone_cpu[i] = calib_time(e, &gp_exec_cpu, &cpu_lone, lone_len[i], 2);
+            t_lone[i] = calib_time(p, gpu, &lone, lone_len[i], 2);
+            t_lone_cpu[i] = calib_time(p, cpu_x, &cpu_lone, lone_len[i], 2);
         }
-        t_small = calib_time(e, gpu, &g, small, 2) / (double)nmsgs;
-        t_big = calib_time(e, gpu, &g, big, 2) / (double)nmsgs;
-        t_large = calib_time_overlapped(e, gpu, lg, large, 2);
+        t_small = calib_time(p, gpu, &g, small, 2) / (double)nmsgs;
+        t_big = calib_time(p, gpu, &g, big, 2) / (double)nmsgs;
+        t_large = calib_time_overlapped(p, gpu, lg, large, 2);
         int lone_ok = 1;
 
         for (int i = 0; i < GP_LONE_POINTS; i++)
@@ -300,19 +302,20 @@ static int calibrate(gp_engine *e, const gp_executor *gpu, const gp_key *like, g
             ok = 1;
         }
     }
-    calib_free(&cpu);
-    calib_free(&cpu_lone);
-    calib_free(&g);
-    calib_free(&lone);
+    calib_free(p, &cpu);
+    calib_free(p, &cpu_lone);
+    calib_free(p, &g);
+    calib_free(p, &lone);
     for (int i = 0; i < GP_CALIB_LANES; i++)
-        calib_free(&lg[i]);
+        calib_free(p, &lg[i]);
     return ok;
 }
 
 typedef struct calib_call {
-    gp_engine *e;
+    gp_policy *p;
     const gp_executor *gpu;
-    const gp_key *like;
+    uint32_t alg;
+    size_t keylen;
     gp_hybrid_alg *h;
 } calib_call;
 
@@ -320,13 +323,13 @@ static int calibrate_main(void *v)
 {
     calib_call *c = v;
 
-    return calibrate(c->e, c->gpu, c->like, c->h);
+    return calibrate(c->p, c->gpu, c->alg, c->keylen, c->h);
 }
 
 /* The cache file's read and write keep paths, the key and the file's text on the stack (~16 KiB
  * with stdio's): inside an async job they run on a thread of their own (gp_call_off_job_stack). */
 typedef struct cache_call {
-    gp_engine *e;
+    gp_policy *p;
     const gp_executor *gpu;
 } cache_call;
 
@@ -334,21 +337,21 @@ static int cache_read_main(void *v)
 {
     cache_call *c = v;
 
-    return gp_calib_cache_read(c->e, c->gpu, c->e->hy.cache);
+    return gp_calib_cache_read(c->p, c->gpu, c->p->hy.cache);
 }
 
 static int cache_write_main(void *v)
 {
     cache_call *c = v;
 
-    return gp_calib_cache_write(c->e, c->gpu, c->e->hy.cache);
+    return gp_calib_cache_write(c->p, c->gpu, c->p->hy.cache);
 }
 
 /* Read the cache for `gpu` once (under hy->lock). */
-static void cache_load(gp_engine *e, const gp_executor *gpu)
+static void cache_load(gp_policy *p, const gp_executor *gpu)
 {
-    gp_hybrid *hy = &e->hy;
-    cache_call c = { e, gpu };
+    gp_hybrid *hy = &p->hy;
+    cache_call c = { p, gpu };
 
     if (hy->cache_gpu == gpu)
         return;
@@ -358,12 +361,12 @@ static void cache_load(gp_engine *e, const gp_executor *gpu)
 }
 
 /* alg's numbers from the cache into h, where it has them; 1 if so (under hy->lock). */
-static int from_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, gp_hybrid_alg *h)
+static int from_cache(gp_policy *p, const gp_executor *gpu, uint32_t alg, gp_hybrid_alg *h)
 {
     const gp_calib_numbers *c;
 
-    cache_load(e, gpu);
-    c = &e->hy.cache[alg];
+    cache_load(p, gpu);
+    c = &p->hy.cache[alg];
     if (!c->have)
         return 0;
     h->cpu_gbps = c->cpu_gbps;
@@ -376,30 +379,31 @@ static int from_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, gp_hyb
 }
 
 /* Keep h's fresh measurement for the next process (under hy->lock; never fatal). */
-static void to_cache(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t keylen, const gp_hybrid_alg *h)
+static void to_cache(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, const gp_hybrid_alg *h)
 {
-    gp_hybrid *hy = &e->hy;
+    gp_hybrid *hy = &p->hy;
 
-    cache_load(e, gpu);
+    cache_load(p, gpu);
     hy->cache[alg] = (gp_calib_numbers){
         .have = 1, .keylen = keylen, .at = (long long)time(NULL), .cpu_gbps = h->cpu_gbps,
         .gpu_gbps = h->gpu_gbps, .gpu_rt_us = h->gpu_rt_us, .min_gpu_bytes = h->min_gpu_bytes,
         .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share,
     };
     {
-        cache_call cc = { e, gpu };
+        cache_call cc = { p, gpu };
 
         (void)gp_call_off_job_stack(cache_write_main, &cc);
     }
 }
 
-/* The numbers for m's algorithm, measuring them if needed; NULL while another thread measures. */
-static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg *m)
+/* The numbers for `key_alg` (measured with a key of keylen bytes), measuring them if needed; NULL
+ * while another thread measures. */
+static gp_hybrid_alg *numbers(gp_policy *p, const gp_executor *gpu, uint32_t key_alg, size_t keylen)
 {
-    gp_hybrid *hy = &e->hy;
-    const uint32_t alg = m->key->alg < 5 ? m->key->alg : 0;
+    gp_hybrid *hy = &p->hy;
+    const uint32_t alg = key_alg < 5 ? key_alg : 0;
     gp_hybrid_alg *h = &hy->alg[alg];
-    const gp_knobs *k = &e->knobs;
+    const gp_knobs *k = p->knobs;
     unsigned gen = gp_fork_generation();
 
     if (atomic_load_explicit(&h->ready, memory_order_acquire)
@@ -415,16 +419,16 @@ static gp_hybrid_alg *numbers(gp_engine *e, const gp_executor *gpu, const gp_msg
     if (!h->ready) {
         int all_set = k->min_gpu_bytes != GP_KNOB_CALIBRATE && k->lone_gpu_bytes != GP_KNOB_CALIBRATE
                       && k->gpu_share >= 0;
-        calib_call cc = { e, gpu, m->key, h };
+        calib_call cc = { p, gpu, key_alg, keylen, h };
 
         h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
         hy->from_cache[alg] = 0;
         if (all_set) {
             /* the knobs below decide */
-        } else if (from_cache(e, gpu, alg, h)) {
+        } else if (from_cache(p, gpu, alg, h)) {
             hy->from_cache[alg] = 1;
         } else if (gp_call_off_job_stack(calibrate_main, &cc)) {
-            to_cache(e, gpu, alg, m->key->keylen, h);
+            to_cache(p, gpu, alg, keylen, h);
         } else {
             /* Could not measure: keep everything on the CPU unless the knobs say otherwise. */
             h->min_gpu_bytes = h->lone_gpu_bytes = GP_KNOB_CALIBRATE;
@@ -450,39 +454,39 @@ static int rules_send_to_gpu(const gp_hybrid_alg *h, size_t len, int lone)
 }
 
 /* A caller that would wait a whole round trip alone (rule 2). */
-static int lone_now(gp_engine *e)
+static int lone_now(gp_policy *p)
 {
-    return ASYNC_get_current_job() == NULL && atomic_load_explicit(&e->queue.active, memory_order_relaxed) == 0
-           && atomic_load_explicit(&e->queue.inflight, memory_order_relaxed) == 0;
+    return ASYNC_get_current_job() == NULL && p->ops->queue_idle(p->e);
 }
 
-int gp_hybrid_gpu_eligible(gp_engine *e, uint32_t alg, size_t len)
+int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len)
 {
-    const gp_hybrid_alg *h = &e->hy.alg[alg < 5 ? alg : 0];
+    const gp_hybrid_alg *h = &p->hy.alg[alg < 5 ? alg : 0];
 
     if (!atomic_load_explicit(&h->ready, memory_order_acquire)
-        || atomic_load_explicit(&e->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
+        || atomic_load_explicit(&p->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
         return 0;
-    return rules_send_to_gpu(h, len, lone_now(e));
+    return rules_send_to_gpu(h, len, lone_now(p));
 }
 
-int gp_hybrid_prior(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t len, int lone)
+int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t len, int lone)
 {
-    gp_hybrid *hy = &e->hy;
+    gp_hybrid *hy = &p->hy;
+    const gp_knobs *k = p->knobs;
     gp_hybrid_alg cached = { 0 };
-    int have, knobs_set = e->knobs.min_gpu_bytes != GP_KNOB_CALIBRATE;
+    int have, knobs_set = k->min_gpu_bytes != GP_KNOB_CALIBRATE;
 
     if (gpu == NULL || alg >= 5)
         return 0;
     pthread_mutex_lock(&hy->lock);
-    have = from_cache(e, gpu, alg, &cached);
+    have = from_cache(p, gpu, alg, &cached);
     pthread_mutex_unlock(&hy->lock);
-    if (e->knobs.min_gpu_bytes != GP_KNOB_CALIBRATE)
-        cached.min_gpu_bytes = e->knobs.min_gpu_bytes;
-    if (e->knobs.lone_gpu_bytes != GP_KNOB_CALIBRATE)
-        cached.lone_gpu_bytes = e->knobs.lone_gpu_bytes;
-    if (e->knobs.gpu_share >= 0)
-        cached.gpu_share = e->knobs.gpu_share;
+    if (k->min_gpu_bytes != GP_KNOB_CALIBRATE)
+        cached.min_gpu_bytes = k->min_gpu_bytes;
+    if (k->lone_gpu_bytes != GP_KNOB_CALIBRATE)
+        cached.lone_gpu_bytes = k->lone_gpu_bytes;
+    if (k->gpu_share >= 0)
+        cached.gpu_share = k->gpu_share;
     if (have || knobs_set)
         return rules_send_to_gpu(&cached, len, lone);
     /*
@@ -494,71 +498,61 @@ int gp_hybrid_prior(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t l
     return !lone && len >= GP_DEMAND_BYTES;
 }
 
-int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg)
+int gp_hybrid_cpu_only(gp_policy *p, uint32_t alg)
 {
-    const gp_hybrid_alg *h = &e->hy.alg[alg < 5 ? alg : 0];
+    const gp_hybrid_alg *h = &p->hy.alg[alg < 5 ? alg : 0];
 
     return atomic_load_explicit(&h->ready, memory_order_acquire)
-           && atomic_load_explicit(&e->hy.fork_gen, memory_order_relaxed) == gp_fork_generation()
+           && atomic_load_explicit(&p->hy.fork_gen, memory_order_relaxed) == gp_fork_generation()
            && (h->min_gpu_bytes == GP_KNOB_CALIBRATE || h->gpu_share <= 0.0);
 }
 
-size_t gp_hybrid_cpu_below(gp_engine *e, uint32_t alg)
+size_t gp_hybrid_cpu_below(gp_policy *p, uint32_t alg)
 {
-    const gp_hybrid_alg *h = &e->hy.alg[alg < 5 ? alg : 0];
+    const gp_hybrid_alg *h = &p->hy.alg[alg < 5 ? alg : 0];
 
     if (!atomic_load_explicit(&h->ready, memory_order_acquire)
-        || atomic_load_explicit(&e->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
+        || atomic_load_explicit(&p->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
         return 0;
     return h->min_gpu_bytes;
 }
 
-const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len)
+const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len)
 {
-    gp_hybrid_alg *h = numbers(e, gpu, m);
-    gp_queue *q = &e->queue;
-    int inflight, in_job, lone;
+    gp_hybrid_alg *h = numbers(p, gpu, alg, keylen);
+    const gp_executor *cpu = p->ops->cpu;
+    int in_job, lone;
 
     if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
-        return &gp_exec_cpu;
-    inflight = atomic_load_explicit(&q->inflight, memory_order_relaxed);
+        return cpu;
     in_job = ASYNC_get_current_job() != NULL;
-    lone = !in_job && atomic_load_explicit(&q->active, memory_order_relaxed) == 0 && inflight == 0;
+    lone = !in_job && p->ops->queue_idle(p->e);
     if (lone && len < h->lone_gpu_bytes)                                          /* rule 2 */
-        return &gp_exec_cpu;
-    if (in_job || (lone && e->knobs.gpu_share < 0))                               /* rules 3, 4: not in a job, */
+        return cpu;
+    if (in_job || (lone && p->knobs->gpu_share < 0))                              /* rules 3, 4: not in a job, */
         return gpu;                                                               /* nor for a lone caller */
-    if (inflight > 0                                                              /* rule 3 */
-        && atomic_load_explicit(&q->pending_bytes, memory_order_relaxed) >= e->knobs.max_batch_bytes)
-        return &gp_exec_cpu;
+    if (p->ops->queue_full(p->e))                                                 /* rule 3 */
+        return cpu;
     if (h->gpu_share < 1.0) {                                                     /* rule 4 */
         /* Message n goes to the GPU when round((n+1)*share) steps past round(n*share): the split
          * starts on the side that takes more than half, which matters where few messages come. */
         uint64_t n = atomic_fetch_add_explicit(&h->share_n, 1, memory_order_relaxed);
 
         if ((uint64_t)((double)(n + 1) * h->gpu_share + 0.5) == (uint64_t)((double)n * h->gpu_share + 0.5))
-            return &gp_exec_cpu;
+            return cpu;
     }
     return gpu;
 }
 
-void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu)
+void gp_hybrid_warm(gp_policy *p, const gp_executor *gpu)
 {
-    static const uint8_t zero[32];
     static const struct { uint32_t alg; size_t keylen; } algs[] = {
         { GP_ALG_AES_CTR, 16 }, { GP_ALG_AES_GCM, 32 }, { GP_ALG_CHACHA20, 32 },
         { GP_ALG_CHACHA20_POLY1305, 32 },
     };
 
-    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]) && !gp_warm_stopping(e); i++) {
-        gp_msg m = { .engine = e };
-
-        m.key = gp_key_new(e, algs[i].alg, zero, algs[i].keylen);
-        if (m.key == NULL)
-            return;
-        (void)numbers(e, gpu, &m);
-        gp_key_free(m.key);
-    }
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]) && !gp_warm_stopping(p); i++)
+        (void)numbers(p, gpu, algs[i].alg, algs[i].keylen);
 }
 
 static const char *const alg_names[5] = { "?", "aes-ctr", "aes-gcm", "chacha20", "chacha20-poly1305" };
@@ -571,10 +565,10 @@ static void print_size(char *buf, size_t n, size_t v)
         snprintf(buf, n, "%zu B", v);
 }
 
-void gp_hybrid_print(gp_engine *e)
+void gp_hybrid_print(gp_policy *p)
 {
     for (int i = 1; i < 5; i++) {
-        const gp_hybrid_alg *h = &e->hy.alg[i];
+        const gp_hybrid_alg *h = &p->hy.alg[i];
         char mn[32], lone[32];
 
         if (!h->ready)
@@ -584,7 +578,7 @@ void gp_hybrid_print(gp_engine *e)
         if (h->cpu_gbps > 0)
             gp_log_line("gpuprov hybrid: %s %s cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
                         " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f\n", alg_names[i],
-                        e->hy.from_cache[i] ? "from the cache:" : "measured", h->cpu_gbps, h->gpu_gbps,
+                        p->hy.from_cache[i] ? "from the cache:" : "measured", h->cpu_gbps, h->gpu_gbps,
                         h->gpu_rt_us, mn, lone, h->gpu_share);
         else
             gp_log_line("gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"

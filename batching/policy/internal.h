@@ -6,16 +6,16 @@
 #include "batching/policy/policy.h"
 
 /* Measure every algorithm now (the warm-up thread); `gpu` is the GPU-side executor. */
-void gp_hybrid_warm(gp_engine *e, const gp_executor *gpu);
+void gp_hybrid_warm(gp_policy *p, const gp_executor *gpu);
 
 /* The persisted numbers (calib_cache.c). The file for the numbers `gpu` would measure here, and
  * its key; 0 when the cache is off or the key cannot be known (no GPU reported by the driver). */
-int gp_calib_cache_file(gp_engine *e, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn);
+int gp_calib_cache_file(gp_policy *p, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn);
 /* Read the valid entries into out[alg] (the rest zeroed); the number read, 0 when the file is
  * absent, unreadable, not this machine's, corrupt or stale as a whole. */
-int gp_calib_cache_read(gp_engine *e, const gp_executor *gpu, gp_calib_numbers out[5]);
+int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5]);
 /* Replace the file with in[] (entries with `have`); 0 when it could not (never fatal). */
-int gp_calib_cache_write(gp_engine *e, const gp_executor *gpu, const gp_calib_numbers in[5]);
+int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_numbers in[5]);
 
 /* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t_gpu[i] and
  * t_cpu[i] ns for one message of len[i] bytes alone on each side (n >= 2 points, len increasing),
@@ -26,6 +26,6 @@ int gp_calib_cache_write(gp_engine *e, const gp_executor *gpu, const gp_calib_nu
 size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const double *t_cpu, int n, double b_floor);
 
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
-int gp_warm_stopping(gp_engine *e);
+int gp_warm_stopping(gp_policy *p);
 
 #endif

@@ -1,16 +1,51 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The policy (batching/policy/): where a message runs (hybrid.c) and the GPU's warm-up (warm.c).
- * It sits above the executors, the queue and the engine's objects (batching/core/) and below
- * batching/engine.c, which alone calls it. */
+/* The policy (batching/policy/): where a message runs (hybrid.c) and the GPU's warm-up (warm.c). */
+/* It knows the engine only by engine.h and the gp_policy_ops the engine gives it at init (as the
+ * queue knows it by gp_queue_owner); batching/engine.c alone calls it. */
 #ifndef GP_POLICY_H
 #define GP_POLICY_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "batching/engine.h"
-#include "batching/executor.h"
+
+/* An executor (batching/executor.h): the policy compares them and hands them back, never calls one. */
+typedef struct gp_executor gp_executor;
+
+/*
+ * What the engine gives the policy at init: the executors it chooses among, and the functions the
+ * calibration measures with and the warm-up opens with. The policy calls nothing else of the
+ * engine's units; each function takes the engine the policy belongs to.
+ */
+typedef struct gp_policy_ops {
+    /* The cpu executor (the CPU side of each choice) and the two that may play the GPU's part:
+     * host (tests, knob hybrid_gpu) and cuda (NULL: not built). */
+    const gp_executor *cpu, *host, *cuda;
+    /* Can x serve in this process? Opens it the first time (gp_engine_executor_usable). */
+    int (*usable)(gp_engine *e, const gp_executor *x);
+    /* The calibration's keys and messages: gp_key_new and gp_key_free (engine.h); a message started
+     * on x, encrypting under k with an all-zero IV of ivlen bytes (NULL: it could not start), and
+     * its free (gp_msg_free). */
+    gp_key *(*key_new)(gp_engine *e, uint32_t alg, const uint8_t *key, size_t keylen);
+    void (*key_free)(gp_key *k);
+    gp_msg *(*msg_start_on)(gp_engine *e, const gp_executor *x, gp_key *k, size_t ivlen);
+    void (*msg_free)(gp_msg *m);
+    /* Run a batch of those messages' requests on x (its gp_executor.run). */
+    int (*run)(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n);
+    /* The queue: is it idle (no synchronous submitter in it, no batch running)? Is the GPU side
+     * saturated (a batch running and a full one gathering)? Read without its lock. */
+    int (*queue_idle)(gp_engine *e);
+    int (*queue_full)(gp_engine *e);
+    /* Where messages go may have changed (the warm-up is over): contexts on the cpu lane ask again
+     * (gp_engine_route_epoch). */
+    void (*route_changed)(gp_engine *e);
+    /* Keep the module mapped until the process exits (gp_async_pin_module): gp_warm_finish may
+     * leave the warm-up thread running. */
+    void (*pin_module)(void);
+} gp_policy_ops;
 
 /*
  * The hybrid policy's numbers for one algorithm (hybrid.c): measured once per process,
@@ -47,25 +82,61 @@ typedef struct gp_hybrid {
     int from_cache[5];           /* alg's numbers in this process came from the cache */
 } gp_hybrid;
 
-void gp_hybrid_init(gp_hybrid *h);
-void gp_hybrid_cleanup(gp_hybrid *h);
-/* The executor for a message whose first data request is `len` bytes; `gpu` is the GPU-side
- * executor (cuda, or host when knob hybrid_gpu says so). */
-const gp_executor *gp_hybrid_route(gp_engine *e, const gp_executor *gpu, const gp_msg *m, size_t len);
+/* The warm-up (warm.c): its thread, the callers it has seen, and its knob-stats times. */
+typedef struct gp_warm {
+    pthread_mutex_t lock;        /* starting and finishing it */
+    int started;                 /* under `lock` */
+    _Atomic unsigned started_gen;   /* fork generation + 1 of the process it started in */
+    _Atomic uintptr_t first_caller;   /* pthread_self() of the first thread to start a message */
+    _Atomic unsigned caller_gen;      /* ... in this process: its fork generation + 1 (0: none yet) */
+    _Atomic unsigned other_caller_gen;   /* a second thread started a message in this process:
+                                          * its fork generation + 1 */
+    _Atomic unsigned gen;        /* the process it was started in */
+    pthread_t thread;
+    _Atomic int done;
+    _Atomic int stop;            /* gp_warm_finish: stop at the next step */
+    _Atomic int urgent;          /* a caller waits for the warm-up: look at the CPUs at once */
+    _Atomic unsigned wait_expired_gen;   /* a caller's wait for the warm-up ran out in this process
+                                          * (fork generation + 1): none waits again */
+    _Atomic int opening;         /* 1: the warm-up found a free CPU and opens or measures (a caller
+                                  * may wait for it); -1: every CPU was busy at its last look (no
+                                  * caller waits for it); 0: it has not looked yet */
+    /* Knob stats: the warm-up's steps, wall and thread CPU nanoseconds: opening the GPU (context,
+     * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
+     * before `done`. */
+    uint64_t open_ns, open_cpu_ns, calib_ns, calib_cpu_ns;
+} gp_warm;
+
+/* The policy's state, held in the engine's struct (batching/core/core.h). */
+typedef struct gp_policy {
+    gp_engine *e;                /* handed to each of ops' functions */
+    const gp_policy_ops *ops;
+    const gp_knobs *knobs;       /* the engine's */
+    gp_hybrid hy;
+    gp_warm warm;
+} gp_policy;
+
+/* `ops` and `knobs` must outlive the policy. */
+void gp_policy_init(gp_policy *p, gp_engine *e, const gp_knobs *knobs, const gp_policy_ops *ops);
+void gp_policy_cleanup(gp_policy *p);
+
+/* The executor for a message of alg with a key of keylen bytes whose first data request is `len`
+ * bytes; `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
+const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len);
 /* Would the policy's numbers for alg (known in this process; none are measured here) send a
  * message whose first data request is `len` bytes to the GPU side (rules 1 and 2)? */
-int gp_hybrid_gpu_eligible(gp_engine *e, uint32_t alg, size_t len);
+int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len);
 /* Before the GPU is open: should a message of alg whose first data request is `len` bytes wait
  * for it? By the persisted numbers where there are some (rules 1 and 2, `lone`: the caller would
  * be a lone synchronous one), else by the prior: large messages (>= GP_DEMAND_BYTES) from callers
  * that are not lone go to the GPU. */
-int gp_hybrid_prior(gp_engine *e, const gp_executor *gpu, uint32_t alg, size_t len, int lone);
+int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t len, int lone);
 /* 1 when alg's numbers are known in this process and send no message of any size to the GPU. */
-int gp_hybrid_cpu_only(gp_engine *e, uint32_t alg);
+int gp_hybrid_cpu_only(gp_policy *p, uint32_t alg);
 /* Messages of alg shorter than this always run on the CPU (rule 1; 0 until measured). Lock-free. */
-size_t gp_hybrid_cpu_below(gp_engine *e, uint32_t alg);
+size_t gp_hybrid_cpu_below(gp_policy *p, uint32_t alg);
 /* One line per calibrated algorithm (stats line companion). */
-void gp_hybrid_print(gp_engine *e);
+void gp_hybrid_print(gp_policy *p);
 
 /*
  * backend=auto where the cuda executor is built: once this process shows demand (gp_warm_demand),
@@ -73,25 +144,27 @@ void gp_hybrid_print(gp_engine *e);
  * is done every message goes to the cpu executor, so no caller ever waits for it. gp_warm_start
  * returns 1 once the warm-up is over; `start`: start it now if it has not started.
  */
-int gp_warm_start(gp_engine *e, int start);
+int gp_warm_start(gp_policy *p, int start);
 /* Does this process show work the GPU could win? Asked at each new message until the warm-up
  * starts. */
-int gp_warm_demand(gp_engine *e);
+int gp_warm_demand(gp_policy *p);
+/* A caller is about to wait for the warm-up (gp_warm_wait): its look at the CPUs comes at once. */
+void gp_warm_urge(gp_policy *p);
 /* The engine is being freed: stop the warm-up and wait for it a while. 1: no warm-up thread is
  * left; 0: it is still inside the CUDA runtime and keeps the engine (the caller frees nothing). */
-int gp_warm_finish(gp_engine *e);
+int gp_warm_finish(gp_policy *p);
 /* The warm-up's line of the stats (knob stats). */
-void gp_warm_print(gp_engine *e);
+void gp_warm_print(gp_policy *p);
 /* A large first request arrived before the warm-up is over (the warm-up has been started, its
  * first look at the CPUs made at once): wait for it to finish, at most GP_WARM_WAIT_MS, and not at
  * all while it waits for a free CPU, nor once a wait in this process ran out. 1 once it is over. */
-int gp_warm_wait(gp_engine *e);
+int gp_warm_wait(gp_policy *p);
 /* Would a caller here wait a round trip alone: not in an async job, and the only thread that has
  * started messages in this process (before the GPU is open the queue says nothing). */
-int gp_warm_lone_caller(gp_engine *e);
+int gp_warm_lone_caller(gp_policy *p);
 /* The executor that plays the GPU in the warm-up: cuda, or host (knob hybrid_gpu) on machines
  * without one; NULL where neither is built. */
-const gp_executor *gp_warm_gpu(gp_engine *e);
+const gp_executor *gp_warm_gpu(gp_policy *p);
 /* Tests: 0 or 1 fixes whether the auto backend's warm-up finds every CPU busy; -1 (the default)
  * reads /proc/loadavg. */
 extern _Atomic int gp_test_cpus_saturated;

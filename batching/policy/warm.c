@@ -1,22 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The GPU's warm-up (backend=auto): once the process shows demand, a thread of its own opens the GPU
- * when some CPU is free and measures the hybrid policy (hybrid.c), so no caller waits for either. */
+/* The GPU's warm-up (backend=auto): a thread of its own opens the GPU and measures the policy. */
+/* It starts once the process shows demand and opens when some CPU is free; the hybrid policy
+ * (hybrid.c) measures in it, so no caller waits for either. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <openssl/async.h>
 
-#include "batching/async_wait.h"
-#include "batching/core/core.h"
+#include "batching/base/base.h"
 #include "batching/policy/internal.h"
 
 /* The warm-up should stop at its next step (engine freed, or process exiting). */
-int gp_warm_stopping(gp_engine *e)
+int gp_warm_stopping(gp_policy *p)
 {
-    return atomic_load(&e->warm_stop) || gp_process_exiting();
+    return atomic_load(&p->warm.stop) || gp_process_exiting();
 }
 
 /*
@@ -29,12 +28,12 @@ int gp_warm_stopping(gp_engine *e)
  */
 _Atomic int gp_test_cpus_saturated = -1;
 
-static int cpus_saturated(gp_engine *e)
+static int cpus_saturated(gp_policy *p)
 {
     const int t = atomic_load(&gp_test_cpus_saturated);
     unsigned run = 0, all = 0;
     double l1, l5, l15;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = gp_online_cpus();
     cpu_set_t set;
     FILE *f;
     int n;
@@ -42,10 +41,10 @@ static int cpus_saturated(gp_engine *e)
     if (t >= 0)
         return t;
 #if GP_TEST_HOOKS
-    if (e->knobs.test.cpus_free)
+    if (p->knobs->test.cpus_free)
         return 0;
 #else
-    (void)e;
+    (void)p;
 #endif
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
         cpus = CPU_COUNT(&set);
@@ -66,31 +65,31 @@ static int cpus_saturated(gp_engine *e)
 
 /* 1 once some CPU is free; 0 if the warm-up is to stop first. A caller waiting for the warm-up
  * (warm_urgent) has the CPUs looked at once at once: its first look needs no siblings to start. */
-static int wait_for_free_cpu(gp_engine *e)
+static int wait_for_free_cpu(gp_policy *p)
 {
     int urgent_looked = 0;
 
     for (;;) {
         for (int i = 0; i < GP_WARM_LOOK_MS; i++) {
-            if (gp_warm_stopping(e))
+            if (gp_warm_stopping(p))
                 return 0;
-            if (!urgent_looked && atomic_load(&e->warm_urgent)) {
+            if (!urgent_looked && atomic_load(&p->warm.urgent)) {
                 urgent_looked = 1;
-                if (!cpus_saturated(e))
+                if (!cpus_saturated(p))
                     return 1;
-                atomic_store(&e->warm_opening, -1);
+                atomic_store(&p->warm.opening, -1);
             }
             gp_sleep_1ms();
         }
-        if (!cpus_saturated(e))
+        if (!cpus_saturated(p))
             return 1;
-        atomic_store(&e->warm_opening, -1);
+        atomic_store(&p->warm.opening, -1);
     }
 }
 
-const gp_executor *gp_warm_gpu(gp_engine *e)
+const gp_executor *gp_warm_gpu(gp_policy *p)
 {
-    return e->knobs.hybrid_gpu_host ? e->exec[GP_EXEC_HOST] : e->exec[GP_EXEC_CUDA];
+    return p->knobs->hybrid_gpu_host ? p->ops->host : p->ops->cuda;
 }
 
 /* This thread's CPU time (the warm-up's share of the process's CPU seconds per GB). */
@@ -105,36 +104,37 @@ static uint64_t thread_cpu_ns(void)
 
 static void *warmup_main(void *v)
 {
-    gp_engine *e = v;
-    const gp_executor *gpu = gp_warm_gpu(e);
+    gp_policy *p = v;
+    gp_warm *w = &p->warm;
+    const gp_executor *gpu = gp_warm_gpu(p);
 
     /* gp_warm_finish may have to leave this thread running: keep our code mapped. */
-    gp_async_pin_module();
+    p->ops->pin_module();
     /* At normal priority: at SCHED_IDLE, on busy cores, the opening never finished, and processes
      * that exited waited out the exit bound (batching/base/base.c) and then crashed in the CUDA
      * runtime's teardown. */
     uint64_t t0, c0, t1, c1;
 
-    if (!wait_for_free_cpu(e)) {
-        atomic_store_explicit(&e->warm_done, 1, memory_order_release);
+    if (!wait_for_free_cpu(p)) {
+        atomic_store_explicit(&w->done, 1, memory_order_release);
         gp_exit_guard_leave();
         return NULL;
     }
-    atomic_store(&e->warm_opening, 1);
+    atomic_store(&w->opening, 1);
     t0 = gp_now_ns();
     c0 = thread_cpu_ns();
-    if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, gpu)) {
+    if (!gp_warm_stopping(p) && p->ops->usable(p->e, gpu)) {
         t1 = gp_now_ns();
         c1 = thread_cpu_ns();
-        e->warm_open_ns = t1 - t0;
-        e->warm_open_cpu_ns = c1 - c0;
-        if (!gp_warm_stopping(e) && gp_engine_executor_usable(e, &gp_exec_cpu))
-            gp_hybrid_warm(e, gpu);
-        e->warm_calib_ns = gp_now_ns() - t1;
-        e->warm_calib_cpu_ns = thread_cpu_ns() - c1;
+        w->open_ns = t1 - t0;
+        w->open_cpu_ns = c1 - c0;
+        if (!gp_warm_stopping(p) && p->ops->usable(p->e, p->ops->cpu))
+            gp_hybrid_warm(p, gpu);
+        w->calib_ns = gp_now_ns() - t1;
+        w->calib_cpu_ns = thread_cpu_ns() - c1;
     }
-    atomic_store_explicit(&e->warm_done, 1, memory_order_release);
-    atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
+    atomic_store_explicit(&w->done, 1, memory_order_release);
+    p->ops->route_changed(p->e);
     gp_exit_guard_leave();
     return NULL;
 }
@@ -147,23 +147,24 @@ static void *warmup_main(void *v)
  * calibrating beside the work would only take CPU from it. Large messages are the third sign
  * (batching/engine.c, submit_one and gp_engine_note_large).
  */
-int gp_warm_demand(gp_engine *e)
+int gp_warm_demand(gp_policy *p)
 {
+    gp_warm *w = &p->warm;
     uintptr_t self = (uintptr_t)pthread_self(), seen;
     unsigned gen = gp_fork_generation();
 
     if (ASYNC_get_current_job() != NULL)
         return 1;
-    if (atomic_load_explicit(&e->caller_gen, memory_order_relaxed) != gen + 1) {
+    if (atomic_load_explicit(&w->caller_gen, memory_order_relaxed) != gen + 1) {
         /* The first message of this process (a forked child finds its parent's value). */
-        atomic_store_explicit(&e->first_caller, self, memory_order_relaxed);
-        atomic_store_explicit(&e->caller_gen, gen + 1, memory_order_relaxed);
+        atomic_store_explicit(&w->first_caller, self, memory_order_relaxed);
+        atomic_store_explicit(&w->caller_gen, gen + 1, memory_order_relaxed);
         return 0;
     }
-    seen = atomic_load_explicit(&e->first_caller, memory_order_relaxed);
+    seen = atomic_load_explicit(&w->first_caller, memory_order_relaxed);
     if (seen == self)
         return 0;
-    atomic_store_explicit(&e->other_caller_gen, gen + 1, memory_order_relaxed);
+    atomic_store_explicit(&w->other_caller_gen, gen + 1, memory_order_relaxed);
     return 1;
 }
 
@@ -174,34 +175,39 @@ int gp_warm_demand(gp_engine *e)
  * own, once per process; until it is done every message goes to the cpu executor, so no caller ever waits
  * for it. Returns 1 once the warm-up is over; `start`: start it now if it has not started.
  */
-int gp_warm_start(gp_engine *e, int start)
+int gp_warm_start(gp_policy *p, int start)
 {
+    gp_warm *w = &p->warm;
     unsigned gen = gp_fork_generation();
     int done;
 
-    if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
+    if (atomic_load_explicit(&w->done, memory_order_acquire) && w->gen == gen)
         return 1;
     /* Started in this process and not done: no lock (every message start asks until then). */
-    if (!start || atomic_load_explicit(&e->warm_started_gen, memory_order_acquire) == gen + 1)
+    if (!start || atomic_load_explicit(&w->started_gen, memory_order_acquire) == gen + 1)
         return 0;
-    pthread_mutex_lock(&e->open_lock);
-    gp_engine_check_fork(e);
-    if (!e->warm_started || e->warm_gen != gen) {
-        e->warm_started = 1;
-        e->warm_gen = gen;
-        atomic_store(&e->warm_done, 0);
-        atomic_store(&e->warm_opening, 0);
-        atomic_store_explicit(&e->warm_started_gen, gen + 1, memory_order_release);
+    pthread_mutex_lock(&w->lock);
+    if (!w->started || w->gen != gen) {
+        w->started = 1;
+        w->gen = gen;
+        atomic_store(&w->done, 0);
+        atomic_store(&w->opening, 0);
+        atomic_store_explicit(&w->started_gen, gen + 1, memory_order_release);
         gp_exit_guard_enter();
-        if (pthread_create(&e->warm_thread, NULL, warmup_main, e) != 0) {
+        if (pthread_create(&w->thread, NULL, warmup_main, p) != 0) {
             gp_exit_guard_leave();
-            e->warm_started = 0;
-            atomic_store(&e->warm_done, 1);   /* no thread: open on the caller, as before */
+            w->started = 0;
+            atomic_store(&w->done, 1);   /* no thread: open on the caller, as before */
         }
     }
-    done = atomic_load(&e->warm_done);
-    pthread_mutex_unlock(&e->open_lock);
+    done = atomic_load(&w->done);
+    pthread_mutex_unlock(&w->lock);
     return done;
+}
+
+void gp_warm_urge(gp_policy *p)
+{
+    atomic_store(&p->warm.urgent, 1);
 }
 
 /*
@@ -212,60 +218,65 @@ int gp_warm_start(gp_engine *e, int start)
  */
 #define GP_WARM_WAIT_MS 3000
 
-int gp_warm_wait(gp_engine *e)
+int gp_warm_wait(gp_policy *p)
 {
+    gp_warm *w = &p->warm;
     unsigned gen = gp_fork_generation();
 
     /* One wait that ran out is enough: later messages do not wait for the same slow warm-up. */
-    if (atomic_load_explicit(&e->warm_wait_expired_gen, memory_order_relaxed) == gen + 1)
-        return atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen;
+    if (atomic_load_explicit(&w->wait_expired_gen, memory_order_relaxed) == gen + 1)
+        return atomic_load_explicit(&w->done, memory_order_acquire) && w->gen == gen;
     for (int i = 0; i < GP_WARM_WAIT_MS; i++) {
-        if (atomic_load_explicit(&e->warm_done, memory_order_acquire) && e->warm_gen == gen)
+        if (atomic_load_explicit(&w->done, memory_order_acquire) && w->gen == gen)
             return 1;
         /* Every CPU was busy at its last look: the GPU cannot add throughput to this process
          * (cpus_saturated), and the warm-up may wait for a free CPU indefinitely. */
-        if (gp_warm_stopping(e) || atomic_load(&e->warm_opening) < 0)
+        if (gp_warm_stopping(p) || atomic_load(&w->opening) < 0)
             return 0;
         gp_sleep_1ms();
     }
-    atomic_store_explicit(&e->warm_wait_expired_gen, gen + 1, memory_order_relaxed);
+    atomic_store_explicit(&w->wait_expired_gen, gen + 1, memory_order_relaxed);
     return 0;
 }
 
-int gp_warm_lone_caller(gp_engine *e)
+int gp_warm_lone_caller(gp_policy *p)
 {
     if (ASYNC_get_current_job() != NULL)
         return 0;
-    return atomic_load_explicit(&e->other_caller_gen, memory_order_relaxed) != gp_fork_generation() + 1;
+    return atomic_load_explicit(&p->warm.other_caller_gen, memory_order_relaxed) != gp_fork_generation() + 1;
 }
 
-int gp_warm_finish(gp_engine *e)
+int gp_warm_finish(gp_policy *p)
 {
-    pthread_mutex_lock(&e->open_lock);
-    if (e->warm_started && e->warm_gen == gp_fork_generation()) {
-        pthread_mutex_unlock(&e->open_lock);
+    gp_warm *w = &p->warm;
+
+    pthread_mutex_lock(&w->lock);
+    if (w->started && w->gen == gp_fork_generation()) {
+        pthread_mutex_unlock(&w->lock);
         /* The warm-up stops at its next step; a step inside the CUDA runtime cannot be cut short,
          * and at process exit the runtime's own teardown may never let it return. Wait a while,
          * then leave the engine to that thread (a leak at exit, not a hang). */
-        atomic_store(&e->warm_stop, 1);
-        for (int i = 0; i < 500 && !atomic_load(&e->warm_done); i++)
+        atomic_store(&w->stop, 1);
+        for (int i = 0; i < 500 && !atomic_load(&w->done); i++)
             gp_sleep_1ms();
-        if (!atomic_load(&e->warm_done)) {
-            pthread_detach(e->warm_thread);
+        if (!atomic_load(&w->done)) {
+            pthread_detach(w->thread);
             return 0;
         }
-        pthread_join(e->warm_thread, NULL);
+        pthread_join(w->thread, NULL);
     } else {
-        pthread_mutex_unlock(&e->open_lock);
+        pthread_mutex_unlock(&w->lock);
     }
     return 1;
 }
 
-void gp_warm_print(gp_engine *e)
+void gp_warm_print(gp_policy *p)
 {
-    if (e->warm_started && atomic_load_explicit(&e->warm_done, memory_order_acquire)
-        && e->warm_gen == gp_fork_generation() && e->warm_open_ns != 0)
+    const gp_warm *w = &p->warm;
+
+    if (w->started && atomic_load_explicit(&w->done, memory_order_acquire)
+        && w->gen == gp_fork_generation() && w->open_ns != 0)
         gp_log_line("gpuprov warm-up: open %.1f ms (thread cpu %.1f ms), measure %.1f ms (thread cpu"
-                    " %.1f ms)\n", e->warm_open_ns / 1e6, e->warm_open_cpu_ns / 1e6,
-                    e->warm_calib_ns / 1e6, e->warm_calib_cpu_ns / 1e6);
+                    " %.1f ms)\n", w->open_ns / 1e6, w->open_cpu_ns / 1e6,
+                    w->calib_ns / 1e6, w->calib_cpu_ns / 1e6);
 }

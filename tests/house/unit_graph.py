@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# The call graph between batching/'s units, read from the object files: fails on a cycle, printing it.
-"""Which unit of batching/ uses which, and whether the uses go one way.
+# The call graph between batching/'s units, read from the object files: fails on a cycle or an edge the layer table does not allow.
+"""Which unit of batching/ uses which, and whether the uses go one way, down the declared layers.
 
 An edge A -> B means: code of unit A names a function or global (an undefined symbol of one of
 A's objects) that unit B defines. Units: a .c file directly in batching/ is a unit with its header
@@ -9,14 +9,78 @@ A's objects) that unit B defines. Units: a .c file directly in batching/ is a un
 unit, the folder, which has a private header. Static inline functions of a header are compiled into
 their callers, so a call to one counts where the symbols it names are defined.
 
-Usage: unit_graph.py --src BATCHING_DIR OBJ_OR_ARCHIVE...   (nm from binutils)
-Exit status 0: no cycle; 1: a cycle (each printed with the symbols of each edge); 2: usage error.
+With --table batching, each edge must also be one that the layer table below allows (the table
+of docs/architecture.md, "Inside batching/", and its "calls" column), and every unit must be in it;
+--allow UNIT:USED,USED... gives a table of its own instead (the check's self-tests), UNIT's layer
+that of the order of the --allow options (the first lowest).
+
+Usage: unit_graph.py --src BATCHING_DIR [--table batching | --allow UNIT:USED,...]... OBJ_OR_ARCHIVE...
+  (nm from binutils)
+Exit status 0: no cycle and no edge outside the table; 1: a cycle (each printed with the symbols of
+each edge) or an edge or unit outside the table (printed with its symbols); 2: usage error.
 """
 import argparse
+import collections
 import os
 import re
 import subprocess
 import sys
+
+
+# batching/'s units: layer, and the units each one may use (all of a lower layer). Keep it and the
+# table of docs/architecture.md ("Inside batching/") the same. batch_kernel is the kernels' object
+# (kernels/, built by nvcc), which names nothing of batching/. A unit that a build lacks (exec_cuda
+# and batch_kernel without nvcc, cuda_fault outside the test builds) is simply not seen.
+Rule = collections.namedtuple('Rule', 'layer uses')
+BATCHING = {
+    'base': Rule(0, set()),
+    'stage': Rule(0, set()),
+    'copy_crew': Rule(0, set()),
+    'key_table': Rule(0, set()),
+    'settings': Rule(0, set()),
+    'batch_kernel': Rule(0, set()),
+    'async_wait': Rule(1, {'base'}),
+    'core': Rule(1, {'base'}),
+    'exec_cpu': Rule(1, {'base'}),
+    'cuda_fault': Rule(1, {'settings'}),
+    # The policy reaches the executors, keys, messages and the queue only through the
+    # gp_policy_ops the engine gives it (batching/policy/policy.h).
+    'policy': Rule(1, {'settings', 'base'}),
+    'kstate': Rule(2, {'core'}),
+    'queue': Rule(2, {'stage', 'async_wait', 'base'}),
+    'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
+    'exec_cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'async_wait', 'cuda_fault',
+                          'base', 'batch_kernel'}),
+    # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
+    # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy.
+    'engine': Rule(4, {'policy', 'queue', 'exec_cuda', 'exec_host', 'exec_cpu', 'core', 'async_wait',
+                       'settings', 'base'}),
+}
+TABLES = {'batching': BATCHING}
+
+
+def table_from_allow(specs):
+    """--allow UNIT:USED,USED... (first lowest) -> {unit: Rule}."""
+    table = {}
+    for layer, spec in enumerate(specs):
+        unit, sep, used = spec.partition(':')
+        if not sep or not unit:
+            raise ValueError('--allow %r: UNIT:USED,USED... expected' % spec)
+        table[unit] = Rule(layer, {u for u in used.split(',') if u})
+    return table
+
+
+def table_errors(table):
+    """A table's own faults: a unit that may use one it does not list, or one not below it."""
+    errs = []
+    for unit, rule in sorted(table.items()):
+        for used in sorted(rule.uses):
+            if used not in table:
+                errs.append('%s may use %s, which the table does not list' % (unit, used))
+            elif table[used].layer >= rule.layer:
+                errs.append('%s (layer %d) may use %s (layer %d), not below it'
+                            % (unit, rule.layer, used, table[used].layer))
+    return errs
 
 
 def source_units(src):
@@ -151,8 +215,23 @@ def layers(nodes, edges):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--src', required=True, help='the batching/ source folder')
+    ap.add_argument('--table', choices=sorted(TABLES), help='check every edge against this layer table')
+    ap.add_argument('--allow', action='append', default=[], metavar='UNIT:USED,...',
+                    help='a layer table of its own, lowest unit first (instead of --table)')
     ap.add_argument('objects', nargs='+', help='object files or static libraries of batching/')
     args = ap.parse_args()
+    table = None
+    try:
+        if args.table and args.allow:
+            raise ValueError('--table and --allow: one or the other')
+        table = TABLES[args.table] if args.table else table_from_allow(args.allow) if args.allow else None
+    except ValueError as err:
+        print('unit_graph: %s' % err)
+        return 2
+    if table is not None and table_errors(table):
+        for err in table_errors(table):
+            print('unit_graph: the layer table is wrong: %s' % err)
+        return 2
     units = source_units(args.src)
     defs, uses = read_symbols(args.objects, units)
     nodes = set(defs) | set(uses)
@@ -170,14 +249,32 @@ def main():
     for v in sorted(nodes, key=lambda n: (-height.get(n, 0), n)):
         outs = edges.get(v, {})
         tag = ' [layer %d]' % height[v] if v in height else ''
+        if table is not None and v in table:
+            tag += ' [table: layer %d]' % table[v].layer
         print('  %s%s -> %s' % (v, tag, ', '.join(sorted(outs)) if outs else '(nothing)'))
         for w in sorted(outs):
             print('      %s: %s' % (w, ' '.join(sorted(outs[w]))))
     if outside:
         print('(objects not built from --src: %s)' % ', '.join(sorted(outside)))
+    bad = 0
+    if table is not None:
+        for v in sorted(nodes):
+            if v not in table:
+                print('unit_graph: UNIT NOT IN THE TABLE: %s (add it, with its layer and what it may use)' % v)
+                bad += 1
+                continue
+            for w in sorted(edges.get(v, {})):
+                if w not in table[v].uses:
+                    print('unit_graph: EDGE NOT ALLOWED: %s (layer %d) -> %s (layer %s)  (%s)'
+                          % (v, table[v].layer, w, table[w].layer if w in table else '?',
+                             ' '.join(sorted(edges[v][w]))))
+                    print('    %s may use: %s' % (v, ', '.join(sorted(table[v].uses)) or 'nothing'))
+                    bad += 1
     if not comps:
         print('unit_graph: no cycle among %d units' % len(nodes))
-        return 0
+        if table is not None and not bad:
+            print('unit_graph: every edge is one the layer table allows')
+        return 1 if bad else 0
     for comp in comps:
         cyc = a_cycle(comp, edges)
         print('unit_graph: CYCLE among %d units {%s}; one cycle:' % (len(comp), ', '.join(comp)))

@@ -172,7 +172,7 @@ static int job_main(void *arg)
     int on_gpu;
 
     assert_true(gp_msg_start(m, f->key, iv, 12, 1));
-    on_gpu = gp_hybrid_route(f->e, &gp_exec_host, m, 4096) == &gp_exec_host;
+    on_gpu = gp_hybrid_route(&f->e->policy, &gp_exec_host, m->key->alg, m->key->keylen, 4096) == &gp_exec_host;
     gp_msg_free(m);
     return on_gpu;
 }
@@ -217,7 +217,7 @@ static void test_async_is_not_lone(void **state)
         static const uint8_t iv[12];
 
         assert_true(gp_msg_start(m, f.key, iv, 12, 1));
-        assert_ptr_equal(gp_hybrid_route(f.e, &gp_exec_host, m, 4096), &gp_exec_cpu);
+        assert_ptr_equal(gp_hybrid_route(&f.e->policy, &gp_exec_host, m->key->alg, m->key->keylen, 4096), &gp_exec_cpu);
         gp_msg_free(m);
     }
     teardown(&f);
@@ -254,7 +254,7 @@ static void test_share(void **state)
     setup(&f, 0, 256, 0, -1.0);
     for (int i = 0; i < 10; i++)
         assert_ptr_equal(one(&f, 13, 2048), &gp_exec_host);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].gpu_share < 0.5);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].gpu_share < 0.5);
     teardown(&f);
     /* Inside async jobs the share does not split: a CPU message would hold up the thread's other
      * jobs (hybrid.c, rule 4). */
@@ -312,7 +312,7 @@ static void test_calibration(void **state)
     (void)state;
     setup(&f, 1, 0, 0, 0);
     assert_ptr_equal(one(&f, 13, 1 << 20), &gp_exec_cpu);
-    h = &f.e->hy.alg[GP_ALG_AES_GCM];
+    h = &f.e->policy.hy.alg[GP_ALG_AES_GCM];
     assert_int_equal(atomic_load(&h->ready), 1);
     assert_true(h->cpu_gbps > 0);
     assert_true(h->gpu_gbps > 0);
@@ -320,7 +320,7 @@ static void test_calibration(void **state)
     assert_true(h->gpu_gbps < h->cpu_gbps);
     assert_true(h->min_gpu_bytes == GP_KNOB_CALIBRATE);      /* never */
     assert_true(h->gpu_share < 0.5);
-    gp_hybrid_print(f.e);
+    gp_hybrid_print(&f.e->policy);
     /* Measured "never": later messages start on the cpu executor at once (no held AAD). */
     {
         static const uint8_t iv[12];
@@ -410,9 +410,9 @@ static int calib_job_main(void *arg)
     const gp_executor *x;
 
     assert_true(gp_msg_start(m, f->key, iv, 12, 1));
-    x = gp_hybrid_route(f->e, &gp_exec_host, m, 1 << 20);
+    x = gp_hybrid_route(&f->e->policy, &gp_exec_host, m->key->alg, m->key->keylen, 1 << 20);
     gp_msg_free(m);
-    return x == &gp_exec_cpu && atomic_load(&f->e->hy.alg[GP_ALG_AES_GCM].ready);
+    return x == &gp_exec_cpu && atomic_load(&f->e->policy.hy.alg[GP_ALG_AES_GCM].ready);
 }
 
 static void test_calibration_in_job(void **state)
@@ -422,7 +422,7 @@ static void test_calibration_in_job(void **state)
     (void)state;
     setup(&f, 1, 0, 0, 0);
     assert_int_equal(run_in_job(&f, calib_job_main), 1);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
     teardown(&f);
 }
 
@@ -464,9 +464,9 @@ static int warm_started(fixture *f)
 {
     int started;
 
-    pthread_mutex_lock(&f->e->open_lock);
-    started = f->e->warm_started;
-    pthread_mutex_unlock(&f->e->open_lock);
+    pthread_mutex_lock(&f->e->policy.warm.lock);
+    started = f->e->policy.warm.started;
+    pthread_mutex_unlock(&f->e->policy.warm.lock);
     return started;
 }
 
@@ -480,7 +480,7 @@ static int warm_started(fixture *f)
 static int warm_finished(fixture *f)
 {
     for (int i = 0; i < 5000; i++) {
-        if (atomic_load(&f->e->warm_done))
+        if (atomic_load(&f->e->policy.warm.done))
             return 1;
         usleep(1000);
     }
@@ -522,7 +522,7 @@ static void test_auto_warmup(void **state)
     assert_int_equal(run_in_job(&f, auto_job_main), 1);
     assert_int_equal(warm_started(&f), CUDA_BUILT);
     usleep(500 * 1000);                          /* two looks at the CPUs */
-    assert_int_equal(atomic_load(&f.e->warm_done), 0);
+    assert_int_equal(atomic_load(&f.e->policy.warm.done), 0);
     pthread_mutex_lock(&f.e->open_lock);
     assert_int_equal(f.e->opened[GP_EXEC_CUDA], 0);
     pthread_mutex_unlock(&f.e->open_lock);
@@ -580,7 +580,7 @@ static void test_warm_wait(void **state)
     assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 0);
     assert_true(gp_now_ns() - t0 < 1000000000ull);          /* no 3-s wait */
     assert_int_equal(warm_started(&f), 1);
-    assert_int_equal(atomic_load(&f.e->warm_opening), -1);
+    assert_int_equal(atomic_load(&f.e->policy.warm.opening), -1);
     assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 0);   /* a stream: no wait */
     atomic_store(&gp_test_cpus_saturated, 0);
     assert_int_equal(warm_finished(&f), 1);
@@ -663,9 +663,9 @@ static void test_cache_written_and_read(void **state)
     cache_tmpdir(dir, sizeof(dir));
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);   /* measures: the host never wins */
-    first = f.e->hy.alg[GP_ALG_AES_GCM];
-    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 0);
-    assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+    first = f.e->policy.hy.alg[GP_ALG_AES_GCM];
+    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
     assert_true(strncmp(path, dir, strlen(dir)) == 0);
     /* the key names this build (its ELF build id) and the executor standing in for the GPU */
     assert_null(strstr(key, "build none"));
@@ -674,7 +674,7 @@ static void test_cache_written_and_read(void **state)
     assert_non_null(strstr(text, key));
     assert_non_null(strstr(text, "alg 2 keylen 32 "));
     free(text);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
     assert_true(got[GP_ALG_AES_GCM].have && got[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps
                 && got[GP_ALG_AES_GCM].gpu_gbps == first.gpu_gbps && got[GP_ALG_AES_GCM].gpu_rt_us == first.gpu_rt_us
                 && got[GP_ALG_AES_GCM].gpu_share == first.gpu_share
@@ -684,10 +684,10 @@ static void test_cache_written_and_read(void **state)
 
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
-    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 1);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes);
-    gp_hybrid_print(f.e);
+    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 1);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes);
+    gp_hybrid_print(&f.e->policy);
     /* Numbers that send large messages to the GPU side, written as a measurement would be: a
      * new engine's first large message goes there at once. */
     {
@@ -696,13 +696,13 @@ static void test_cache_written_and_read(void **state)
         c[GP_ALG_AES_GCM] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL),
                                                 .cpu_gbps = 4, .gpu_gbps = 20, .gpu_rt_us = 30,
                                                 .min_gpu_bytes = 4096, .lone_gpu_bytes = 65536, .gpu_share = 1 };
-        assert_true(gp_calib_cache_write(f.e, &gp_exec_host, c));
+        assert_true(gp_calib_cache_write(&f.e->policy, &gp_exec_host, c));
     }
     teardown(&f);
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 70000), &gp_exec_host);
     assert_ptr_equal(one(&f, 13, 1000), &gp_exec_cpu);
-    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 1);
+    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 1);
     teardown(&f);
     cache_rmdir(dir);
 }
@@ -752,25 +752,25 @@ static void test_cache_rejects(void **state)
     (void)state;
     cache_tmpdir(dir, sizeof(dir));
     setup_cached(&f, dir);
-    assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+    assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
     /* the good file, to be sure the bad ones fail for their own reason */
     write_cache(&f, path, key, NULL, NULL);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
     for (size_t i = 0; i < sizeof(bad_lines) / sizeof(bad_lines[0]); i++) {
         snprintf(line, sizeof(line), bad_lines[i], now);
         write_cache(&f, path, key, line, NULL);
-        if (gp_calib_cache_read(f.e, &gp_exec_host, got) != 0)
+        if (gp_calib_cache_read(&f.e->policy, &gp_exec_host, got) != 0)
             fail_msg("accepted: %s", line);
     }
     /* stale (8 days), from the future, twice the same algorithm */
     snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
              "lone_gpu_bytes 65536 gpu_share 1", now - 8 * 24 * 3600);
     write_cache(&f, path, key, line, NULL);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
              "lone_gpu_bytes 65536 gpu_share 1", now + 3600);
     write_cache(&f, path, key, line, NULL);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     snprintf(line, sizeof(line), "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 "
              "lone_gpu_bytes 65536 gpu_share 1", now);
     {
@@ -778,17 +778,17 @@ static void test_cache_rejects(void **state)
 
         snprintf(tail, sizeof(tail), "%s\nend\n", line);
         write_cache(&f, path, key, line, tail);
-        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     }
     /* cut off (no "end"; a last line without its newline), something after "end", another key */
     write_cache(&f, path, key, NULL, "");
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     write_cache(&f, path, key, NULL, "end");
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     write_cache(&f, path, key, NULL, "end\nalg 1\n");
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     write_cache(&f, path, "gpuprov 0.0.0 build other", NULL, NULL);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     /* a NUL inside, a file too large, a directory, a symbolic link to a good file */
     {
         FILE *fp = fopen(path, "w");
@@ -799,13 +799,13 @@ static void test_cache_rejects(void **state)
         fputc('\0', fp);
         fputs("end\n", fp);
         fclose(fp);
-        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
         memset(big, 'a', sizeof(big) - 1);
         write_cache(&f, path, key, big, NULL);
-        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
         unlink(path);
         assert_int_equal(mkdir(path, 0700), 0);
-        assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+        assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
         rmdir(path);
         {
             char real[1100];
@@ -813,7 +813,7 @@ static void test_cache_rejects(void **state)
             snprintf(real, sizeof(real), "%s.real", path);
             write_cache(&f, real, key, NULL, NULL);
             assert_int_equal(symlink(real, path), 0);
-            assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+            assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
             unlink(path);
             unlink(real);
         }
@@ -836,7 +836,7 @@ static void test_cache_rejects(void **state)
             text[gptest_rand_range(strlen(key) + 30, len - 1)] = (char)gptest_rand_range(1, 255);
         write_text(path, text);
         before = (long long)time(NULL);
-        n = gp_calib_cache_read(f.e, &gp_exec_host, got);
+        n = gp_calib_cache_read(&f.e->policy, &gp_exec_host, got);
         after = (long long)time(NULL);
         assert_true(n >= 0 && n <= 2);
         for (int a = 0; a < 5; a++) {
@@ -855,9 +855,9 @@ static void test_cache_rejects(void **state)
     /* A refused file: the engine measures, routes, and replaces it with a good one. */
     write_cache(&f, path, key, "garbage", NULL);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
-    assert_int_equal(f.e->hy.from_cache[GP_ALG_AES_GCM], 0);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 1);
+    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
     teardown(&f);
     cache_rmdir(dir);
 }
@@ -877,14 +877,14 @@ static void test_cache_unwritable(void **state)
     snprintf(blocked, sizeof(blocked), "%s/file/gpuprov", dir);
     setup_cached(&f, blocked);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
-    assert_true(f.e->hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
-    assert_int_equal(gp_calib_cache_read(f.e, &gp_exec_host, got), 0);
+    assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
     teardown(&f);
     setup_cached(&f, "off");
     {
         char path[1024], key[2048];
 
-        assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
+        assert_int_equal(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
     }
     teardown(&f);
     /* Unset: $XDG_CACHE_HOME/gpuprov, else $HOME/.cache/gpuprov; neither set (or relative): none. */
@@ -895,16 +895,16 @@ static void test_cache_unwritable(void **state)
 
         setup_cached(&f, "");
         setenv("XDG_CACHE_HOME", dir, 1);
-        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
         snprintf(want, sizeof(want), "%s/gpuprov/calib-", dir);
         assert_true(strncmp(path, want, strlen(want)) == 0);
         unsetenv("XDG_CACHE_HOME");
         setenv("HOME", dir, 1);
-        assert_true(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+        assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
         snprintf(want, sizeof(want), "%s/.cache/gpuprov/calib-", dir);
         assert_true(strncmp(path, want, strlen(want)) == 0);
         setenv("HOME", "relative", 1);
-        assert_int_equal(gp_calib_cache_file(f.e, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
+        assert_int_equal(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)), 0);
         if (saved_home != NULL)
             setenv("HOME", saved_home, 1);
         else
@@ -925,8 +925,8 @@ static int prior_job_main(void *arg)
 {
     fixture *f = *(fixture **)arg;
 
-    return gp_hybrid_prior(f->e, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0) == 1
-           && f->e->hy.cache[GP_ALG_AES_GCM].have;
+    return gp_hybrid_prior(&f->e->policy, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0) == 1
+           && f->e->policy.hy.cache[GP_ALG_AES_GCM].have;
 }
 
 /* Before the GPU is open: the prior sends large messages of callers that are not lone to the
@@ -939,9 +939,9 @@ static void test_prior(void **state)
     (void)state;
     cache_tmpdir(dir, sizeof(dir));
     setup_cached(&f, dir);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES, 0), 1);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES - 1, 0), 0);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 16u << 20, 1), 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES, 0), 1);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, GP_DEMAND_BYTES - 1, 0), 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 16u << 20, 1), 0);
     teardown(&f);
     {
         gp_calib_numbers c[5] = { 0 };
@@ -954,20 +954,20 @@ static void test_prior(void **state)
                                                           .cpu_gbps = 4, .gpu_gbps = 2, .gpu_rt_us = 30,
                                                           .min_gpu_bytes = GP_KNOB_CALIBRATE,
                                                           .lone_gpu_bytes = GP_KNOB_CALIBRATE, .gpu_share = 0.3 };
-        assert_true(gp_calib_cache_write(f.e, &gp_exec_host, c));
+        assert_true(gp_calib_cache_write(&f.e->policy, &gp_exec_host, c));
         teardown(&f);
     }
     setup_cached(&f, dir);
     assert_int_equal(run_in_job(&f, prior_job_main), 1);
     teardown(&f);
     setup_cached(&f, dir);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0), 1);       /* >= min */
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 1000, 0), 0);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 512 << 10, 1), 0); /* lone */
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_GCM, 2 << 20, 1), 1);
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16 << 20, 0), 0);  /* never */
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 8192, 0), 1);       /* >= min */
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 1000, 0), 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 512 << 10, 1), 0); /* lone */
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 2 << 20, 1), 1);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16 << 20, 0), 0);  /* never */
     /* no numbers for AES-CTR: the prior */
-    assert_int_equal(gp_hybrid_prior(f.e, &gp_exec_host, GP_ALG_AES_CTR, 1 << 20, 0), 1);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_CTR, 1 << 20, 0), 1);
     teardown(&f);
     cache_rmdir(dir);
 }
