@@ -578,7 +578,7 @@ static void cuda_close(gp_engine *e);
  * most 8 (the copies are bound by memory bandwidth: more threads buy little more). */
 static int copy_threads(const gp_engine *e)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    const long n = gp_online_cpus();
 
     if (e->knobs.copy_threads > 0)
         return e->knobs.copy_threads;

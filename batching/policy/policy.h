@@ -165,8 +165,10 @@ int gp_warm_lone_caller(gp_policy *p);
 /* The executor that plays the GPU in the warm-up: cuda, or host (knob hybrid_gpu) on machines
  * without one; NULL where neither is built. */
 const gp_executor *gp_warm_gpu(gp_policy *p);
+#if GP_TEST_HOOKS
 /* Tests: 0 or 1 fixes whether the auto backend's warm-up finds every CPU busy; -1 (the default)
  * reads /proc/loadavg. */
 extern _Atomic int gp_test_cpus_saturated;
+#endif
 
 #endif

@@ -26,11 +26,12 @@ int gp_warm_stopping(gp_policy *p)
  * core free the GPU cannot add throughput, only take it (`speed -multi` with one child per core is
  * that case). Anything unreadable counts as not busy.
  */
+#if GP_TEST_HOOKS
 _Atomic int gp_test_cpus_saturated = -1;
+#endif
 
 static int cpus_saturated(gp_policy *p)
 {
-    const int t = atomic_load(&gp_test_cpus_saturated);
     unsigned run = 0, all = 0;
     double l1, l5, l15;
     long cpus = gp_online_cpus();
@@ -38,9 +39,11 @@ static int cpus_saturated(gp_policy *p)
     FILE *f;
     int n;
 
+#if GP_TEST_HOOKS
+    const int t = atomic_load(&gp_test_cpus_saturated);
+
     if (t >= 0)
         return t;
-#if GP_TEST_HOOKS
     if (p->knobs->test.cpus_free)
         return 0;
 #else
