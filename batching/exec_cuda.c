@@ -1590,13 +1590,13 @@ static cudaError_t launch_refs(gp_wave *wv, size_t first, size_t n, int broken)
  * as soon as the crew has copied them, so that they cross while the launches before run. On
  * `back`, once a launch has run: the output pieces it completes in one call, then the chunk's
  * event, which the crew waits for before taking them to the caller; the last launch completes
- * every piece left, which come back beside the states (no launch after it writes them). A call per chunk, not per
- * piece: each CUDA call costs the issuing thread microseconds, which a lone caller waits through
- * (bench/RESULTS.md, "Chunked launches"). Launches follow one another in stream order, so the
- * units of every chunk are counted before the last launch's, where the request is finished
- * (chunk_plan.h). Events in c->piece_ev (CHUNK_EVENTS): per chunk its output back, then per chunk
- * its launch run, then per chunk its input arrived, then the wave's start. The crew's run is
- * finished on return, whatever happened.
+ * every piece left, which come back beside the states (no launch after it writes them). A call
+ * per chunk, not per piece: each CUDA call costs the issuing thread microseconds, which a lone
+ * caller waits through (bench/RESULTS.md, "Chunked launches"). Launches follow one another in
+ * stream order, so the units of every chunk are counted before the last launch's, where the
+ * request is finished (chunk_plan.h). Events in c->piece_ev (CHUNK_EVENTS): per chunk its output
+ * back, then per chunk its launch run, then per chunk its input arrived, then the wave's start.
+ * The crew's run is finished on return, whatever happened.
  */
 static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsigned int nc_in, int broken)
 {
