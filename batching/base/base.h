@@ -34,8 +34,8 @@ void gp_fork_watch(void);
 
 /*
  * Stats counters (knob stats=1), sharded by thread: threads adding into one set of counters would
- * bounce its cache lines between cores at every request. A thread adds into
- * its own shard (picked from its pthread_t; threads may share one); reading sums the shards.
+ * bounce its cache lines between cores at every request. A thread adds into its own shard (picked
+ * from its pthread_t; threads may share one); reading sums the shards.
  */
 enum gp_stat {
     GP_ST_OPS, GP_ST_BYTES,
