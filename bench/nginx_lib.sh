@@ -14,7 +14,7 @@ ngx_need() {
   local p
   for p in "$@"; do
     command -v "$p" >/dev/null || [ -x "/usr/sbin/$p" ] \
-      || { echo "$0: $p not found (apt-get install nginx-light wrk curl python3)" >&2; exit 1; }
+      || { echo "$0: $p not found (apt-get install nginx wrk curl python3)" >&2; exit 1; }
   done
 }
 

@@ -705,14 +705,21 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 {
     gp_cipher_ctx *ctx = vctx;
 
-    /* EVP_Cipher(ctx, out, NULL, 0) is GCM's explicit Final; ChaCha20-Poly1305's cipher call does
-     * nothing for 0 bytes, as the default provider's returns at once (its Final is EVP_CipherFinal). */
-    if (in == NULL && inl == 0 && !is_gcm(ctx)) {
-        *outl = 0;
-        return 1;
-    }
+    /* EVP_Cipher(ctx, out, NULL, 0) is an AEAD's explicit Final: a decryption's tag is checked
+     * there, for ChaCha20-Poly1305 as for GCM (releases before OpenSSL 3.0.22 returned at once for
+     * ChaCha20-Poly1305 and so accepted any tag: docs/limitations.md). */
     if (in == NULL)
         return gp_aead_final(vctx, out, outl, outsize);
+    /* ChaCha20-Poly1305's cipher call for 0 bytes: in TLS record mode it is a record shorter than
+     * its tag (RFC 7905 §2: payload || tag), refused with the record left pending; otherwise it
+     * does nothing, as its update (closing the AAD there would let two AADs share one Poly1305
+     * input, RFC 8439 §2.8 pads the AAD once, after all of it). */
+    if (inl == 0 && !is_gcm(ctx)) {
+        *outl = 0;
+        if (ctx->tls_aad_len != 0)
+            return chachapoly_tls_record(ctx, out, outl, outsize, in, 0);
+        return 1;
+    }
     /* GCM's cipher call for 0 bytes does what one for more does before it touches data (its update
      * returns before any of it: ciphercommon_gcm.c gcm_cipher_internal): a pending TLS record is
      * that record, which fails; otherwise the message starts, an encryption with no IV on a random

@@ -3,7 +3,7 @@
 # Installs what gpuprov builds and tests with on Debian/Ubuntu (skips what is already there).
 set -euo pipefail
 pkgs=(gcc pkg-config meson ninja-build openssl libssl-dev libcmocka-dev libsodium-dev python3 git ca-certificates
-      nginx-light curl wrk   # nginx-light, curl: the tls suite (tests/tls); wrk: bench/tax
+      nginx curl wrk         # nginx, curl: the tls suite (tests/tls); wrk: bench/tax (Debian 12's nginx-light no longer holds the binary)
       clang)                 # clang: the fuzz target (tests/fuzz), libFuzzer is part of it
 missing=()
 for p in "${pkgs[@]}"; do

@@ -559,6 +559,134 @@ static void test_truncated_tls(void **state)
     }
 }
 
+#define INVALID_TLS_RECORD "invalid tls record"
+
+static void refused_because(int rc, const char *what, const char *why);
+
+/* One TLS 1.2 record call, by EVP_CipherUpdate or EVP_Cipher; 1 on success. */
+static int tls_record_call(EVP_CIPHER_CTX *c, unsigned char *rec, size_t len, int via_cipher)
+{
+    int outl;
+
+    if (via_cipher)
+        return EVP_Cipher(c, rec, rec, (unsigned int)len) >= 0;
+    return EVP_CipherUpdate(c, rec, &outl, rec, (int)len);
+}
+
+/*
+ * Every record shorter than what it must hold (GCM: explicit nonce and tag, RFC 5288 §3;
+ * ChaCha20-Poly1305: the tag, RFC 7905 §2), in both directions, by EVP_CipherUpdate and by
+ * EVP_Cipher, is refused with a reason. The 0-byte EVP_Cipher record is where OpenSSL releases
+ * differ (3.0.13 and 3.0.22 refuse it, 3.0.19 and 3.5.7 return at once): gpuprov refuses it
+ * (STRICT_RC) and, as every release, leaves a ChaCha20-Poly1305 record pending, so the whole
+ * record that follows is served and matches the default provider's.
+ */
+static void test_short_tls_records(void **state)
+{
+    (void)state;
+    for (int idx = 3; idx < 7; idx++) {
+        const char *nm = evp_ciphers[idx].name;
+        int gcm = evp_ciphers[idx].kind == K_GCM;
+        size_t minrec = gcm ? 24 : 16, announced_enc = gcm ? 8 : 0;
+        unsigned char key[32] = { 1 }, fixed[12] = { 2 }, aad[13], rec[64] = { 0 }, sent[2][64];
+        char what[160];
+
+        for (int enc = 1; enc >= 0; enc--) {
+            for (int gp = 1; gp >= 0; gp--) {
+                EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+                assert_non_null(c);
+                assert_int_equal(EVP_CipherInit_ex2(c, evp_cipher(g_env, idx, gp), key, NULL, enc, NULL), 1);
+                assert_int_equal(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, gcm ? 4 : 12), 1);
+                tls_aad(aad, enc ? announced_enc : minrec);
+                for (size_t len = 0; len < minrec; len++)
+                    for (int via_cipher = 0; via_cipher < 2; via_cipher++) {
+                        if (len == 0 && !via_cipher)
+                            continue;   /* a 0-byte update is no call, on every release */
+                        assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_TLS1_AAD, 13, aad), 16);
+                        snprintf(what, sizeof(what), "%s %s TLS record of %zu bytes by %s (%s)", nm,
+                                 enc ? "sent" : "received", len, via_cipher ? "EVP_Cipher" : "EVP_CipherUpdate",
+                                 gp ? "gpuprov" : "default");
+                        if (gp)
+                            refused_because(tls_record_call(c, rec, len, via_cipher), what, INVALID_TLS_RECORD);
+                        else
+                            (void)tls_record_call(c, rec, len, via_cipher), (void)gptest_errors_pending();
+                    }
+                /* The 0-byte cipher call left a ChaCha20-Poly1305 record pending; GCM's ended it. */
+                if (gcm)
+                    assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_TLS1_AAD, 13, aad), 16);
+                else if (gp)
+                    refused_because(tls_record_call(c, rec, 0, 1), "a 0-byte record again", INVALID_TLS_RECORD);
+                if (enc) {
+                    memset(rec, 0, sizeof(rec));
+                    snprintf(what, sizeof(what), "%s whole record after the short ones (%s)", nm, gp ? "gpuprov" : "default");
+                    if (!tls_record_call(c, rec, minrec, 0))
+                        fail_msg("%s refused", what);
+                    memcpy(sent[gp], rec, minrec);
+                } else {
+                    /* The default's sent record (the invocation field differs per context for
+                     * GCM, so each side decrypts the record its own kind sent). */
+                    memcpy(rec, sent[gp], minrec);
+                    if (!tls_record_call(c, rec, minrec, 0))
+                        fail_msg("%s %s: a whole record after the short ones is refused", nm, gp ? "gpuprov" : "default");
+                }
+                EVP_CIPHER_CTX_free(c);
+            }
+            if (enc && !gcm)
+                assert_memory_equal(sent[0], sent[1], minrec);   /* RFC 7905: deterministic */
+        }
+    }
+}
+
+/*
+ * ChaCha20-Poly1305's EVP_Cipher(ctx, out, NULL, 0) is the explicit Final, as GCM's: a decryption's
+ * tag is checked there (OpenSSL 3.0.22; 3.0.19 and 3.5.7 return at once and accept any tag:
+ * gpuprov takes the checking answer, docs/limitations.md), an encryption's tag is the default
+ * provider's EVP_CipherFinal tag.
+ */
+static void test_ccp_cipher_final(void **state)
+{
+    int idx = evp_cipher_index("ChaCha20-Poly1305");
+    unsigned char key[32] = { 7 }, iv[12] = { 8 }, aad[5] = { 9 }, pt[20] = { 10 }, ct[20], out[20], tag[16], got[16];
+    int outl;
+
+    (void)state;
+    ref_encrypt(idx, key, iv, aad, sizeof(aad), pt, sizeof(pt), ct, tag);
+    for (int bad = 0; bad < 2; bad++) {
+        EVP_CIPHER_CTX *c = new_ctx(idx, key, iv, 0);
+        unsigned char t[16];
+        char what[128];
+
+        memcpy(t, tag, 16);
+        t[3] ^= (unsigned char)bad;
+        assert_int_equal(EVP_CipherUpdate(c, NULL, &outl, aad, sizeof(aad)), 1);
+        assert_int_equal(EVP_CipherUpdate(c, out, &outl, ct, sizeof(ct)), 1);
+        assert_int_equal(evp_set_tag(c, t, 16), 1);
+        snprintf(what, sizeof(what), "ChaCha20-Poly1305 EVP_Cipher(ctx, out, NULL, 0) Final with a %s tag",
+                 bad ? "wrong" : "right");
+        if (bad) {
+            STRICT_CHECK(EVP_Cipher(c, out, NULL, 0) < 0, what);   /* the verdict: no error queued */
+            (void)gptest_errors_pending();
+        } else {
+            assert_int_equal(EVP_Cipher(c, out, NULL, 0), 0);
+            assert_memory_equal(out, pt, sizeof(pt));
+        }
+        EVP_CIPHER_CTX_free(c);
+    }
+    EVP_CIPHER_CTX *c = new_ctx(idx, key, iv, 1);
+
+    assert_int_equal(EVP_CipherUpdate(c, NULL, &outl, aad, sizeof(aad)), 1);
+    assert_int_equal(EVP_CipherUpdate(c, out, &outl, pt, sizeof(pt)), 1);
+    assert_int_equal(EVP_Cipher(c, out, NULL, 0), 0);
+    assert_memory_equal(out, ct, sizeof(ct));
+    if (!evp_under_default()) {   /* 3.0.19 and 3.5.7's default computed no tag there */
+        assert_int_equal(evp_get_tag(c, got, 16), 1);
+        assert_memory_equal(got, tag, 16);
+    }
+    (void)gptest_errors_pending();
+    EVP_CIPHER_CTX_free(c);
+}
+
 /* ---- lengths past int and past the mode's limits ----------------------------------------------------- */
 
 /* Runs fn in a child process with a time limit and describes how it ended (for measuring what the
@@ -1041,6 +1169,8 @@ int main(void)
         cmocka_unit_test(test_update_after_final),
         cmocka_unit_test(test_aad_after_data),
         cmocka_unit_test(test_truncated_tls),
+        cmocka_unit_test(test_short_tls_records),
+        cmocka_unit_test(test_ccp_cipher_final),
         cmocka_unit_test(test_midmessage_changes),
         cmocka_unit_test(test_chacha20_reinit),
         cmocka_unit_test(test_empty_update_no_key),

@@ -127,7 +127,8 @@ typedef struct {
                               * gpuprov refuses that record, the default runs it on the AAD as given */
     size_t tls_reclen;       /* ChaCha20-Poly1305: the length of the announced record (payload and
                               * tag); an update of another length fails and the record stays */
-    int ref_aad_padded;      /* GCM: a 0-byte EVP_Cipher closed the default's partial AAD block (R5) */
+    int ref_aad_padded;      /* a 0-byte EVP_Cipher closed the default's partial AAD block: the
+                              * finding (R5 GCM, R9 ChaCha20-Poly1305) + 1 */
     int ref_tls_aad_clobbered; /* GCM: a refused SET_TAG overwrote the default's pending TLS1_AAD (R6) */
     int ref_expected_clobbered; /* AEAD: since the decrypt's SET_TAG, the default wrote over the
                                  * expected tag: an encrypt Final's tag (R7), a TLS1_AAD (R8);
@@ -163,6 +164,11 @@ typedef struct {
 static OSSL_LIB_CTX *libctx;
 static EVP_CIPHER *ciphers[8][2];
 static int verbose;
+/* What the default provider under test does where supported OpenSSL releases differ (probed once,
+ * probe_reference): ChaCha20-Poly1305's EVP_Cipher(ctx, out, NULL, 0) is a Final that checks the
+ * tag (3.0.22; earlier releases returned at once), and a 0-byte EVP_Cipher(ctx, out, in, 0)
+ * between AAD pieces pads the partial AAD block (3.0.22: openssl/openssl#32752). */
+static int ref_ccp_cipher_final, ref_ccp_empty_cipher_pads_aad;
 
 static const char *const side_name[2] = { "default", "gpuprov" };
 
@@ -415,15 +421,16 @@ static const char *stricter_case(const fz *f, enum op op, const duo_rc *d)
  */
 enum { R_GCM_SET_TAG_CLOBBERS, R_GCM_TLS_CIPHER_OUTL, R_GCM_EMPTY_CIPHER_PADS_AAD, R_GCM_TLS_AAD_CLOBBERS,
        R_GCM_SET_TAG_CLOBBERS_TLS_AAD, R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG,
-       R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG, F_COUNT };
+       R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG, R_CCP_EMPTY_CIPHER_PADS_AAD, F_COUNT };
 static const char *const finding_name[F_COUNT] = {
-    "R2 (default provider): GCM and ChaCha20-Poly1305: a SET_TAG's bytes (refused when encrypting with GCM, taken when decrypting) overwrite the default's computed tag: a later GET_TAG returns them",
-    "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
-    "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
-    "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
-    "R6 (default provider): GCM: a SET_TAG (refused when encrypting, taken when decrypting) overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
-    "R7 (default provider): GCM and ChaCha20-Poly1305: an encrypt Final writes its tag over the expected tag a SET_TAG left for a later decryption (one buffer): that decrypt Final verifies against the computed tag",
-    "R8 (default provider): GCM: TLS1_AAD writes over the expected tag a decrypt's SET_TAG left (one buffer, as in R3): a later decrypt Final verifies against the AAD's bytes",
+    [R_GCM_SET_TAG_CLOBBERS] = "R2 (default provider): GCM and ChaCha20-Poly1305: a SET_TAG's bytes (refused when encrypting with GCM, taken when decrypting) overwrite the default's computed tag: a later GET_TAG returns them",
+    [R_GCM_TLS_AAD_CLOBBERS] = "R3 (default provider): GCM: TLS1_AAD overwrites the buffer the default keeps its computed tag in",
+    [R_GCM_TLS_CIPHER_OUTL] = "R4 (default provider): GCM TLS record decrypted through EVP_Cipher: the default returns the record's length, not the payload's",
+    [R_GCM_EMPTY_CIPHER_PADS_AAD] = "R5 (default provider): GCM: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block (CRYPTO_gcm128_encrypt with len 0 runs GCM_MUL): a wrong tag",
+    [R_GCM_SET_TAG_CLOBBERS_TLS_AAD] = "R6 (default provider): GCM: a SET_TAG (refused when encrypting, taken when decrypting) overwrites the pending TLS1_AAD (the same buffer): the record's tag covers other AAD bytes",
+    [R_AEAD_FINAL_CLOBBERS_EXPECTED_TAG] = "R7 (default provider): GCM and ChaCha20-Poly1305: an encrypt Final writes its tag over the expected tag a SET_TAG left for a later decryption (one buffer): that decrypt Final verifies against the computed tag",
+    [R_GCM_TLS_AAD_CLOBBERS_EXPECTED_TAG] = "R8 (default provider): GCM: TLS1_AAD writes over the expected tag a decrypt's SET_TAG left (one buffer, as in R3): a later decrypt Final verifies against the AAD's bytes",
+    [R_CCP_EMPTY_CIPHER_PADS_AAD] = "R9 (default provider, OpenSSL 3.0.22; openssl/openssl#32752): ChaCha20-Poly1305: a 0-byte EVP_Cipher between AAD pieces zero-pads the partial AAD block: a wrong tag",
 };
 static unsigned long finding_hits[F_COUNT];
 static int strict_findings;
@@ -432,7 +439,7 @@ static int strict_findings;
 static int state_finding(const fz *f)
 {
     if (f->ref_aad_padded)
-        return R_GCM_EMPTY_CIPHER_PADS_AAD;
+        return f->ref_aad_padded - 1;
     if (f->ref_tls_aad_clobbered)
         return R_GCM_SET_TAG_CLOBBERS_TLS_AAD;
     return -1;
@@ -731,6 +738,24 @@ static void note_random_iv(fz *f)
     }
 }
 
+/*
+ * A 0-byte ChaCha20-Poly1305 TLS record through EVP_Cipher is shorter than its tag: gpuprov refuses
+ * it and leaves the record pending, as OpenSSL 3.0.13 and 3.0.22 do; 3.0.19 and 3.5.7 return at
+ * once, which leaves the record pending too. Both sides stand where they stood, so this default's
+ * success counts as that refusal.
+ */
+static void ccp_empty_record(fz *f, duo_rc *d, int outl[2], size_t len, int via_cipher)
+{
+    if (f->ai->kind != K_CCP || !f->tls_pending || len != 0 || !via_cipher)
+        return;
+    if (ok_rc(d->rc[0]) && outl[0] == 0 && !ok_rc(d->rc[1]) && d->reason == GP_R_INVALID_TLS_RECORD) {
+        trace(f, "   a record shorter than its tag: a no-op on this default, refused by gpuprov (as by OpenSSL "
+                 "3.0.22); the record stays pending on both\n");
+        d->rc[0] = d->rc[1];
+        outl[0] = outl[1];
+    }
+}
+
 /* An update with a TLS1_AAD pending was that record, on both sides, whatever it held; but a
  * ChaCha20-Poly1305 update that is not the announced record's length fails and leaves it pending
  * (cipher_chacha20_poly1305_hw.c checks the length first; aead_common.c chachapoly_tls_record). */
@@ -888,6 +913,7 @@ static int data_update(fz *f, reader *r, enum op op)
     }
     ERR_clear_error();
     trace(f, " -> %d outl %d | %d outl %d\n", d.rc[0], outl[0], d.rc[1], outl[1]);
+    ccp_empty_record(f, &d, outl, len, via_cipher);
     if (check_rc(f, op, &d, "data update") && ok_rc(d.rc[0])) {
         if (!check_outl(f, "data update", outl[0], outl[1])) {
             d.rc[0] = 0;
@@ -895,7 +921,10 @@ static int data_update(fz *f, reader *r, enum op op)
         }
         if (len == 0 && via_cipher && f->ai->kind == K_GCM && f->msg == MSG_STARTED && !f->data_seen
             && f->aad_bytes % 16 != 0)
-            f->ref_aad_padded = 1;   /* the default ends its AAD block there, SP 800-38D does not */
+            f->ref_aad_padded = R_GCM_EMPTY_CIPHER_PADS_AAD + 1;   /* the default ends its AAD block there, SP 800-38D does not */
+        if (len == 0 && via_cipher && f->ai->kind == K_CCP && ref_ccp_empty_cipher_pads_aad && !f->tls_pending
+            && f->msg == MSG_STARTED && !f->data_seen && f->aad_bytes % 16 != 0)
+            f->ref_aad_padded = R_CCP_EMPTY_CIPHER_PADS_AAD + 1;   /* RFC 8439 §2.8 pads the AAD once, after all of it */
         if (len == 0 && via_cipher && f->ai->kind == K_GCM) {
             /* GCM's cipher call starts the message even for 0 bytes (a random IV if none) */
             note_random_iv(f);
@@ -964,9 +993,12 @@ static void op_final(fz *f, reader *r)
     }
     ERR_clear_error();
     trace(f, " -> %d outl %d | %d outl %d\n", d.rc[0], outl[0], d.rc[1], outl[1]);
-    if (via_cipher && f->ai->kind == K_CCP) {
-        /* the cipher function returns at once for inl 0 on both: no Final, nothing changes */
-        (void)check_rc(f, OP_FINAL, &d, "EVP_Cipher(ctx, out, NULL, 0)");
+    if (via_cipher && f->ai->kind == K_CCP && !ref_ccp_cipher_final) {
+        /* This default returns at once (OpenSSL before 3.0.22): it accepts any tag there. gpuprov
+         * takes it as the Final, as 3.0.22 does (docs/limitations.md): the message is over on
+         * gpuprov alone, so both restart. */
+        trace(f, "   ChaCha20-Poly1305 EVP_Cipher Final: a Final on gpuprov, nothing on this default; both restart\n");
+        resync(f, "ChaCha20-Poly1305 EVP_Cipher(ctx, out, NULL, 0)");
         return;
     }
     if (!check_rc(f, OP_FINAL, &d, "Final"))
@@ -1334,6 +1366,7 @@ static void op_tls_record(fz *f, reader *r)
     }
     ERR_clear_error();
     trace(f, " -> %d outl %d | %d outl %d\n", d.rc[0], outl[0], d.rc[1], outl[1]);
+    ccp_empty_record(f, &d, outl, reclen, via_cipher);
     /* ossl_gcm_cipher sets *outl = inl after the record function set the payload length */
     if (via_cipher && gcm && !f->enc && f->tls_pending && ok_rc(d.rc[0]) && ok_rc(d.rc[1]) && outl[0] == (int)reclen
         && reclen >= GCM_EXPLICIT_IV + TAG_MAX && outl[1] == (int)(reclen - GCM_EXPLICIT_IV - TAG_MAX) && !strict_findings) {
@@ -1524,6 +1557,48 @@ static void op_new_ctx(fz *f)
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* ChaCha20-Poly1305's tag after AAD "ab", with a 0-byte EVP_Cipher between "a" and "b" if split. */
+static int ccp_probe_tag(EVP_CIPHER_CTX *c, const EVP_CIPHER *ccp, int split, uint8_t tag[16])
+{
+    static const uint8_t key[32], iv[12];
+    uint8_t out[16];
+    int outl;
+
+    return EVP_CipherInit_ex2(c, ccp, key, iv, 1, NULL) == 1
+           && EVP_CipherUpdate(c, NULL, &outl, (const uint8_t *)"a", 1) == 1
+           && (!split || EVP_Cipher(c, out, (const uint8_t *)"", 0) >= 0)
+           && EVP_CipherUpdate(c, NULL, &outl, (const uint8_t *)"b", 1) == 1
+           && EVP_CipherFinal_ex(c, out, &outl) == 1
+           && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, 16, tag) == 1;
+}
+
+/* Learns what the default provider under test does where supported releases differ (see
+ * ref_ccp_cipher_final). 0 if the probe itself failed. */
+static int probe_reference(void)
+{
+    static const uint8_t key[32], iv[12], wrong_tag[16];
+    const EVP_CIPHER *ccp = NULL;
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    uint8_t out[16], t1[16], t2[16];
+    int ok;
+
+    for (int i = 0; i < 8; i++)
+        if (algs[i].kind == K_CCP)
+            ccp = ciphers[i][0];
+    ok = c != NULL && ccp != NULL && EVP_CipherInit_ex2(c, ccp, key, iv, 0, NULL) == 1
+         && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, 16, (void *)wrong_tag) == 1;
+    if (ok)
+        ref_ccp_cipher_final = EVP_Cipher(c, out, NULL, 0) < 0;   /* the empty message's tag is not 0 */
+    ok = ok && ccp_probe_tag(c, ccp, 0, t1) && ccp_probe_tag(c, ccp, 1, t2);
+    if (ok)
+        ref_ccp_empty_cipher_pads_aad = memcmp(t1, t2, 16) != 0;
+    EVP_CIPHER_CTX_free(c);
+    ERR_clear_error();
+    if (!ok)
+        fprintf(stderr, "fuzz_evp_diff: probing the default provider's ChaCha20-Poly1305 failed\n");
+    return ok;
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const char *dir = getenv("GPUPROV_FUZZ_MODULE_DIR");
@@ -1567,8 +1642,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                 goto err;
             }
         }
-    fprintf(stderr, "fuzz_evp_diff: gpuprov (%s executor) against the default provider, %s\n", got,
-            OpenSSL_version(OPENSSL_VERSION));
+    if (!probe_reference())
+        goto err;
+    fprintf(stderr, "fuzz_evp_diff: gpuprov (%s executor) against the default provider, %s; its ChaCha20-Poly1305 "
+            "EVP_Cipher(ctx, out, NULL, 0) %s, a 0-byte EVP_Cipher between AAD pieces %s\n", got,
+            OpenSSL_version(OPENSSL_VERSION), ref_ccp_cipher_final ? "checks the tag" : "returns at once",
+            ref_ccp_empty_cipher_pads_aad ? "pads the AAD" : "does nothing");
     return 0;
 err:
     ERR_print_errors_fp(stderr);

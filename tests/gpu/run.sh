@@ -24,11 +24,16 @@ wp=${WYCHEPROOF_DIR:-$root/../shared/vectors/wycheproof}
 [ -f "$wp/aes_gcm_test.json" ] || { echo "gpu: no Wycheproof vectors at $wp"; wp=""; }
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) | $(nvcc --version | tail -1) | $(openssl version)"
 
-# GPU images often lack nginx (the tls suite's server): GPU_NGINX_DEB may name a Debian nginx package
-# to unpack into a private prefix (unpacking packages into / can break the image).
-if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ] && [ -f "$GPU_NGINX_DEB" ]; then
-  mkdir -p /tmp/gpuprov-nginx && dpkg -x "$GPU_NGINX_DEB" /tmp/gpuprov-nginx
+# GPU images often lack nginx (the tls suite's server): GPU_NGINX_DEB may name Debian packages (space
+# separated: `nginx` holds the binary, `nginx-common` its files; Debian 12's nginx-light is now an
+# empty transitional package) to unpack into a private prefix (unpacking packages into / can break the image).
+if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ]; then
+  mkdir -p /tmp/gpuprov-nginx
+  for deb in $GPU_NGINX_DEB; do
+    [ -f "$deb" ] && dpkg -x "$deb" /tmp/gpuprov-nginx || echo "gpu: GPU_NGINX_DEB: cannot unpack $deb"
+  done
   export PATH="/tmp/gpuprov-nginx/usr/sbin:$PATH"
+  command -v nginx >/dev/null 2>&1 || echo "gpu: no nginx binary in GPU_NGINX_DEB ($GPU_NGINX_DEB): the tls cases will skip"
 fi
 
 status=0

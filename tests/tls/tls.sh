@@ -48,7 +48,7 @@ for prog in "$OPENSSL" "$PY"; do
     command -v "$prog" >/dev/null || { echo "FAIL: $prog not found"; exit 1; }
 done
 if [ "$MODE" != sserver ] && ! command -v "$NGINX" >/dev/null; then
-    echo "SKIP: nginx not found (tests/install-deps.sh installs nginx-light)"; exit 77
+    echo "SKIP: nginx not found (tests/install-deps.sh installs nginx)"; exit 77
 fi
 if ! command -v "$CURL" >/dev/null; then
     echo "SKIP: curl not found (tests/install-deps.sh installs it)"; exit 77
