@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AEAD modes (AES-GCM, ChaCha20-Poly1305): IV and tag state, AAD, limits, TLS 1.2 record mode. */
+/* The AEAD mode (AES-GCM, ChaCha20-Poly1305): its state machine, IV and tag state, AAD, limits, params;
+ * each construction's own part (TLS 1.2 records, its IV) in aead_gcm.c and aead_chachapoly.c. */
 #include <string.h>
 
 #include <openssl/core_names.h>
@@ -7,18 +8,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "cipher_ctx.h"
+#include "aead.h"
 
-#define TLS_AAD_LEN 13            /* seq(8) || type || version(2) || length(2) */
-#define TLS_GCM_FIXED_IV_LEN 4    /* RFC 5288 §3: salt */
-#define TLS_GCM_EXPLICIT_IV_LEN 8 /* RFC 5288 §3: nonce_explicit, sent in the record */
-#define AEAD_TAG_LEN 16
-#define GCM_MAX_IV_LEN 128        /* the default provider's limit (1024 bits) */
-#define CHACHAPOLY_IV_LEN 12
-#define GCM_RANDOM_IV_MIN_LEN 12  /* SP 800-38D §8.2.2: an RBG-based IV has a random field of >= 96 bits */
-/* tls_aad_len after a refused TLS1_AAD that leaves record mode on (set_tls_aad): the next record is
- * refused, as it would run on AAD the caller was told was not taken. */
-#define TLS_AAD_REFUSED 1
 
 static int is_gcm(const gp_cipher_ctx *ctx)
 {
@@ -250,190 +241,6 @@ static int ensure_started(gp_cipher_ctx *ctx)
     return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
 }
 
-/*
- * A GCM record gpuprov refuses where the default provider's got as far as its IV and crypto
- * (ciphercommon_gcm.c gcm_tls_cipher): its IV took the record's explicit nonce when decrypting
- * (setivinv), and its AEAD_TAGLEN reads 16 (ossl_gcm_one_shot). The context takes both, so that what
- * follows a record that failed on both agrees (an encryption's record succeeds there: the
- * difference is the refusal itself).
- */
-static void gcm_record_refused_late(gp_cipher_ctx *ctx, const unsigned char *in)
-{
-    if (!ctx->enc)
-        memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
-    ctx->taglen_full = 1;
-}
-
-/* Out of line (as chachapoly_tls_record): inlined, their frames made every update save six
- * registers. */
-static __attribute__((noinline)) int gcm_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                                                    size_t outsize, const unsigned char *in, size_t len)
-{
-    size_t payload;
-    int ok = 0;
-
-    /* The IV the record would build on was dropped (an IV length change, or a key or direction
-     * change under a message: GP_IV_DROPPED): after an IV length change its bytes past the old
-     * length are whatever an earlier IV left there. Refused, the IV stays dropped. */
-    if (ctx->iv_state == GP_IV_DROPPED) {
-        GP_RAISE(GP_R_NEW_IV_NEEDED);
-        if (out == in && len >= TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN && ctx->key != NULL && ctx->iv_gen
-            && ctx->ivlen >= TLS_GCM_EXPLICIT_IV_LEN)
-            gcm_record_refused_late(ctx, in);
-        if (ctx->lane.tls)
-            gp_lane_leave_tls(ctx);   /* the lane's context holds the record's AAD */
-        ctx->tls_aad_len = 0;
-        return 0;
-    }
-    /* RFC 5288 §3: explicit nonce || ciphertext || tag, processed in place in one update. */
-    if (out != in || len < TLS_GCM_EXPLICIT_IV_LEN + AEAD_TAG_LEN) {
-        GP_RAISE(GP_R_INVALID_TLS_RECORD);
-        goto done;
-    }
-    if (ctx->key == NULL || !ctx->iv_gen) {
-        GP_RAISE(ctx->key == NULL ? GP_R_NO_KEY_SET : GP_R_NO_IV_SET);
-        goto done;
-    }
-    /* The explicit nonce is the IV's last 8 bytes: an AEAD_IVLEN set shorter after TLS1_IV_FIXED
-     * would put it before the IV (found by fuzz_evp_diff; OpenSSL 3.0's default writes there). */
-    if (ctx->ivlen < TLS_GCM_EXPLICIT_IV_LEN) {
-        GP_RAISE(GP_R_INVALID_IV_LENGTH);
-        goto done;
-    }
-    /* SP 800-38D §8.3: bound the invocations of one key on the sending side. */
-    if (ctx->enc && ++ctx->tls_enc_records == 0) {
-        GP_RAISE(GP_R_TOO_MANY_RECORDS);
-        goto done;
-    }
-    /* From here the default provider's record sets its tag length to 16, whatever the outcome
-     * (ciphercommon_gcm_hw.c ossl_gcm_one_shot): AEAD_TAGLEN reads as its does. */
-    ctx->taglen_full = 1;
-    /* The TLS1_AAD for this record was refused: the record is too (the default would run it on
-     * the AAD's bytes as given, its length field uncorrected). */
-    if (ctx->tls_aad_len != TLS_AAD_LEN) {
-        gcm_record_refused_late(ctx, in);
-        GP_RAISE(GP_R_INVALID_TLS_AAD);
-        goto done;
-    }
-    if (gp_lane_tls_ready(ctx)) {
-        /* One call into the lane's context, which does what follows on its own copy of the IV;
-         * this copy keeps in step (cpu_lane.c, "TLS 1.2"). */
-        if (ctx->enc)
-            for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
-                ;
-        else
-            memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
-        gp_cipher_message_reset(ctx);
-        ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
-        goto done;
-    }
-    if (ctx->lane.d != NULL)
-        gp_lane_leave_tls(ctx);   /* the record runs on the engine's message, begun just below */
-    if (ctx->enc) {
-        /* The invocation field goes out as the explicit nonce, then counts up (§8.2.1). */
-        memcpy(out, ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, TLS_GCM_EXPLICIT_IV_LEN);
-        if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
-            goto done;
-        for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
-            ;
-    } else {
-        memcpy(ctx->iv + ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN, in, TLS_GCM_EXPLICIT_IV_LEN);
-        if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
-            goto done;
-    }
-    payload = len - TLS_GCM_EXPLICIT_IV_LEN - AEAD_TAG_LEN;
-    in += TLS_GCM_EXPLICIT_IV_LEN;
-    out += TLS_GCM_EXPLICIT_IV_LEN;
-    if (!gp_msg_aad(ctx->msg, ctx->tls_aad, TLS_AAD_LEN) || !gp_msg_crypt(ctx->msg, in, out, payload)) {
-        GP_RAISE(GP_R_EXECUTOR_FAILURE);
-        goto done;
-    }
-    if (ctx->enc) {
-        if (!gp_msg_tag(ctx->msg, out + payload)) {
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
-            goto done;
-        }
-        *outl = len;
-    } else {
-        if (gp_msg_verify(ctx->msg, in + payload, AEAD_TAG_LEN) != GP_REQ_OK) {
-            OPENSSL_cleanse(out, payload);   /* nothing of a forged record reaches the caller */
-            GP_RAISE(GP_R_TAG_MISMATCH);
-            goto done;
-        }
-        *outl = payload;
-    }
-    ok = 1;
-done:
-    if (!ok && ctx->lane.tls)
-        gp_lane_leave_tls(ctx);   /* refused here: the default's context still holds the record's AAD */
-    ctx->iv_state = GP_IV_FINISHED;
-    ctx->tls_aad_len = 0;
-    return ok;
-}
-
-static __attribute__((noinline)) int chachapoly_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
-                                                           size_t outsize, const unsigned char *in, size_t len)
-{
-    uint8_t nonce[CHACHAPOLY_IV_LEN];
-    size_t payload = ctx->tls_payload;
-    int ok = 0;
-
-    /* RFC 7905 §2: payload || tag in one update. A call of another shape is refused before it
-     * touches anything: the record stays pending (as the default provider's length check). */
-    if (out == NULL || in == NULL || len != payload + AEAD_TAG_LEN) {
-        GP_RAISE(GP_R_INVALID_TLS_RECORD);
-        return 0;
-    }
-    if (ctx->key == NULL) {
-        GP_RAISE(GP_R_NO_KEY_SET);
-        goto done;
-    }
-    /* A refused TLS1_AAD came after the one this record was announced by (set_tls_aad). */
-    if (ctx->tls_aad_len != TLS_AAD_LEN) {
-        GP_RAISE(GP_R_INVALID_TLS_AAD);
-        goto done;
-    }
-    if (gp_lane_tls_ready(ctx)) {   /* one call: the lane's context made this nonce at TLS1_AAD */
-        gp_cipher_message_reset(ctx);
-        ok = gp_lane_tls_record(ctx, out, outl, outsize, in, len);
-        goto done;
-    }
-    if (ctx->lane.d != NULL)
-        gp_lane_leave_tls(ctx);   /* the record runs on the engine's message, begun just below */
-    /* RFC 7905 §2: the 64-bit sequence number, left-padded, is XORed into the fixed 96-bit IV. */
-    memcpy(nonce, ctx->iv, sizeof(nonce));
-    for (int i = 0; i < 8; i++)
-        nonce[4 + i] ^= ctx->tls_aad[i];
-    if (!gp_cipher_begin(ctx, nonce, sizeof(nonce)))
-        goto done;
-    if (!gp_msg_aad(ctx->msg, ctx->tls_aad, TLS_AAD_LEN) || !gp_msg_crypt(ctx->msg, in, out, payload)) {
-        GP_RAISE(GP_R_EXECUTOR_FAILURE);
-        goto done;
-    }
-    if (ctx->enc) {
-        if (!gp_msg_tag(ctx->msg, out + payload)) {
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
-            goto done;
-        }
-        *outl = payload + AEAD_TAG_LEN;
-    } else {
-        if (gp_msg_verify(ctx->msg, in + payload, AEAD_TAG_LEN) != GP_REQ_OK) {
-            OPENSSL_cleanse(out, payload);
-            GP_RAISE(GP_R_TAG_MISMATCH);
-            goto done;
-        }
-        *outl = payload;
-    }
-    ok = 1;
-done:
-    if (!ok && ctx->lane.tls)
-        gp_lane_leave_tls(ctx);
-    OPENSSL_cleanse(nonce, sizeof(nonce));
-    ctx->iv_state = GP_IV_FINISHED;
-    ctx->tls_aad_len = 0;
-    return ok;
-}
-
 static GP_NOINLINE int aead_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
                                    const unsigned char *in, size_t inl);
 
@@ -505,8 +312,8 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
     if (ctx->tls_aad_len != 0)   /* a TLS 1.2 record: the lane's shortcut never takes one */
-        return is_gcm(ctx) ? gcm_tls_record(ctx, out, outl, outsize, in, inl)
-                           : chachapoly_tls_record(ctx, out, outl, outsize, in, inl);
+        return is_gcm(ctx) ? gp_gcm_tls_record(ctx, out, outl, outsize, in, inl)
+                           : gp_chachapoly_tls_record(ctx, out, outl, outsize, in, inl);
     if (in == NULL) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -717,7 +524,7 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
     if (inl == 0 && !is_gcm(ctx)) {
         *outl = 0;
         if (ctx->tls_aad_len != 0)
-            return chachapoly_tls_record(ctx, out, outl, outsize, in, 0);
+            return gp_chachapoly_tls_record(ctx, out, outl, outsize, in, 0);
         return 1;
     }
     /* GCM's cipher call for 0 bytes does what one for more does before it touches data (its update
@@ -729,7 +536,7 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
 
         *outl = 0;
         if (ctx->tls_aad_len != 0) {
-            ok = gcm_tls_record(ctx, out, outl, outsize, in, 0);
+            ok = gp_gcm_tls_record(ctx, out, outl, outsize, in, 0);
         } else {
             ok = ctx->iv_state == GP_IV_STARTED || ensure_started(ctx);
             ctx->begun |= ok;
@@ -850,77 +657,17 @@ bad:
 
 static int set_tls_iv_fixed(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
-    size_t len = p->data_size;
-
-    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL)
-        goto bad;
+    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL) {
+        GP_RAISE(GP_R_INVALID_IV_LENGTH);
+        return 0;
+    }
     if (ctx->devmem) {
         GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
         return 0;
     }
     /* Records restart the message from the fixed IV, on the lane's context too where one is open
      * (cpu_lane.c, "TLS 1.2"). */
-    if (!is_gcm(ctx)) {
-        /* ChaCha20-Poly1305 (RFC 7905): the whole 96-bit IV is fixed per connection. */
-        if (len != CHACHAPOLY_IV_LEN)
-            goto bad;
-        /* The default provider swaps the nonce under a running message, its block counter and MAC
-         * going on, and under a pending record, which then runs on the fixed nonce without its
-         * sequence number (the nonce of that connection's record 0): both refused, nothing taken. */
-        if (ctx->tls_aad_len != 0) {
-            GP_RAISE(GP_R_TLS_MODE);
-            return 0;
-        }
-        if (gp_cipher_message_touched(ctx) || ctx->iv_state == GP_IV_DROPPED) {
-            GP_RAISE(GP_R_MESSAGE_IN_PROGRESS);
-            return 0;
-        }
-        ctx->tls_fixed = 1;
-        memcpy(ctx->iv, p->data, len);
-        ctx->ivlen = len;
-        ctx->iv_state = GP_IV_BUFFERED;
-        gp_lane_tls_fixed(ctx);
-        return 1;
-    }
-    /* RFC 5288 §3: a fixed field of at least 4 bytes and an invocation field of at least 8. */
-    if (len != (size_t)-1 && (len < TLS_GCM_FIXED_IV_LEN || ctx->ivlen < len + TLS_GCM_EXPLICIT_IV_LEN))
-        goto bad;
-    ctx->tls_fixed = 1;
-    if (len == (size_t)-1) {
-        /* EVP_CTRL_GCM_SET_IV_FIXED with length -1: the whole IV is given. */
-        memcpy(ctx->iv, p->data, ctx->ivlen);
-    } else {
-        memcpy(ctx->iv, p->data, len);
-        if (ctx->enc && RAND_bytes_ex(ctx->provctx->libctx, ctx->iv + len, ctx->ivlen - len, 0) <= 0) {
-            if (ctx->lane.tls)
-                gp_lane_leave_tls(ctx);   /* the IV changed here and not there */
-            GP_RAISE(GP_R_RANDOM_FAILURE);
-            return 0;
-        }
-    }
-    ctx->iv_gen = 1;
-    ctx->iv_state = GP_IV_BUFFERED;
-    gp_lane_tls_fixed(ctx);
-    return 1;
-bad:
-    GP_RAISE(GP_R_INVALID_IV_LENGTH);
-    return 0;
-}
-
-/* TLS1_SET_IV_INV (GCM): the peer's invocation field, for decryption (SP 800-38D §8.2.1). */
-static int set_iv_inv(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
-{
-    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL || p->data_size == 0
-        || p->data_size > ctx->ivlen || !ctx->iv_gen || ctx->key == NULL || ctx->enc) {
-        GP_RAISE(GP_R_INVALID_PARAMETER);
-        return 0;
-    }
-    if (ctx->iv_state == GP_IV_DROPPED) {
-        GP_RAISE(GP_R_NEW_IV_NEEDED);
-        return 0;
-    }
-    memcpy(ctx->iv + ctx->ivlen - p->data_size, p->data, p->data_size);
-    return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+    return is_gcm(ctx) ? gp_gcm_tls_iv_fixed(ctx, p) : gp_chachapoly_tls_iv_fixed(ctx, p);
 }
 
 /* One parameter from the lane's context: what it holds of the message (its tag, its IV). */
@@ -933,31 +680,6 @@ static int lane_get_one(gp_cipher_ctx *ctx, OSSL_PARAM *p)
         return 0;
     }
     p->return_size = one[0].return_size;
-    return 1;
-}
-
-/* TLS1_GET_IV_GEN (GCM): hand out the invocation field for this record and count up. */
-static int get_iv_gen(gp_cipher_ctx *ctx, OSSL_PARAM *p)
-{
-    size_t olen = p->data_size;
-
-    if (p->data_type != OSSL_PARAM_OCTET_STRING || p->data == NULL || !ctx->iv_gen
-        || ctx->key == NULL) {
-        GP_RAISE(GP_R_INVALID_PARAMETER);
-        return 0;
-    }
-    if (ctx->iv_state == GP_IV_DROPPED) {
-        GP_RAISE(GP_R_NEW_IV_NEEDED);
-        return 0;
-    }
-    if (!gp_cipher_begin(ctx, ctx->iv, ctx->ivlen))
-        return 0;
-    if (olen == 0 || olen > ctx->ivlen)
-        olen = ctx->ivlen;
-    memcpy(p->data, ctx->iv + ctx->ivlen - olen, olen);
-    p->return_size = olen;
-    for (size_t i = ctx->ivlen; i-- > ctx->ivlen - TLS_GCM_EXPLICIT_IV_LEN && ++ctx->iv[i] == 0;)
-        ;
     return 1;
 }
 
@@ -1111,7 +833,7 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
         else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0 || strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
             ok = get_iv(ctx, p);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN) == 0)
-            ok = get_iv_gen(ctx, p);
+            ok = gp_gcm_get_iv_gen(ctx, p);
     }
     return ok;
 }
@@ -1146,7 +868,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0)
             ok = set_tls_iv_fixed(ctx, p), tls++;
         else if (is_gcm(ctx) && strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV) == 0)
-            ok = set_iv_inv(ctx, p);
+            ok = gp_gcm_set_iv_inv(ctx, p);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
@@ -1160,75 +882,4 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
     if (!tags_only)
         aead_rearm(ctx);
     return ok;
-}
-
-const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)
-{
-    static const OSSL_PARAM params[] = {
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, NULL),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_IV, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN, NULL, 0),
-        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
-        OSSL_PARAM_END
-    };
-
-    (void)cctx;
-    (void)provctx;
-    return params;
-}
-
-const OSSL_PARAM *gp_gcm_settable_ctx_params(void *cctx, void *provctx)
-{
-    static const OSSL_PARAM params[] = {
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, NULL),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV, NULL, 0),
-        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
-        OSSL_PARAM_END
-    };
-
-    (void)cctx;
-    (void)provctx;
-    return params;
-}
-
-const OSSL_PARAM *gp_chachapoly_gettable_ctx_params(void *cctx, void *provctx)
-{
-    static const OSSL_PARAM params[] = {
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TAGLEN, NULL),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
-        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
-        OSSL_PARAM_END
-    };
-
-    (void)cctx;
-    (void)provctx;
-    return params;
-}
-
-const OSSL_PARAM *gp_chachapoly_settable_ctx_params(void *cctx, void *provctx)
-{
-    static const OSSL_PARAM params[] = {
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
-        OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, NULL),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
-        OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
-        OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
-        OSSL_PARAM_END
-    };
-
-    (void)cctx;
-    (void)provctx;
-    return params;
 }

@@ -2,7 +2,7 @@
 /* AES-128/192/256-CTR dispatch tables (SP 800-38A §6.5); the mode logic is in stream_common.c. */
 #include <openssl/evp.h>
 
-#include "cipher_ctx.h"
+#include "dispatch.h"
 
 /* As the default provider reports them: CTR mode, 16-byte IV, block size 1, no flags. */
 static const gp_cipher_info aes128ctr = { GP_ALG_AES_CTR, EVP_CIPH_CTR_MODE, 16, 16, 0, 0 };

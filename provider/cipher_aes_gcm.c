@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* AES-128/192/256-GCM dispatch tables (SP 800-38D); the mode logic is in aead_common.c. */
+/* AES-128/192/256-GCM dispatch tables (SP 800-38D); the mode logic is in aead_common.c and aead_gcm.c. */
 #include <openssl/evp.h>
 
-#include "cipher_ctx.h"
+#include "dispatch.h"
 
 /* As the default provider reports them: GCM mode, 12-byte default IV, AEAD with a custom IV. */
 static const gp_cipher_info aes128gcm = { GP_ALG_AES_GCM, EVP_CIPH_GCM_MODE, 16, 12, 1, 1 };

@@ -163,22 +163,6 @@ int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen)
     return 1;
 }
 
-void gp_cipher_update_refused(size_t outsize, size_t inl)
-{
-    if (inl > INT_MAX)
-        GP_RAISE(GP_R_LENGTH_TOO_LARGE);
-    else if (outsize < inl)
-        GP_RAISE(GP_R_OUTPUT_BUFFER_TOO_SMALL);
-}
-
-int gp_param_set_size_slow(OSSL_PARAM *p, size_t v)
-{
-    if (OSSL_PARAM_set_size_t(p, v))
-        return 1;
-    GP_RAISE(GP_R_INVALID_PARAMETER);
-    return 0;
-}
-
 int gp_cipher_set_keylen(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
 {
     const OSSL_PARAM *p = OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_KEYLEN);

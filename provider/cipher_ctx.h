@@ -7,6 +7,7 @@
 #include <openssl/core_dispatch.h>
 #include <openssl/params.h>
 
+#include "params.h"
 #include "prov.h"
 
 /* Kept out of line: the general path of an update, so that the lane's shortcut before it needs no
@@ -140,9 +141,6 @@ const OSSL_PARAM *gp_cipher_gettable_params(void *provctx);
 int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen);
 /* Start a message from `iv`; resets the per-message counters. */
 int gp_cipher_begin(gp_cipher_ctx *ctx, const uint8_t *iv, size_t ivlen);
-/* Raise the error of a failed gp_cipher_check_update (kept out of line: the check is on every
- * update, the error on none of the good ones). */
-void gp_cipher_update_refused(size_t outsize, size_t inl);
 /* Checks every update makes before touching data. Inline: they run on every update, and every
  * call of gpuprov's own is a share of what loading it adds to the default provider's cost. */
 static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsigned char *out)
@@ -150,7 +148,7 @@ static inline int gp_cipher_check_update(size_t outsize, size_t inl, const unsig
     /* EVP's lengths are ints: anything larger is a caller bug (EVP passes a negative inl as a huge
      * size_t), refused before a byte is touched. */
     if (inl > INT_MAX || (out != NULL && outsize < inl)) {
-        gp_cipher_update_refused(outsize, inl);
+        gp_raise_update_refused(outsize, inl);   /* out of line: no good update raises */
         return 0;
     }
     return 1;
@@ -260,32 +258,6 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
     return ok;
 }
 
-/* Set a size_t param, raising INVALID_PARAMETER when it does not fit. Inline for the form EVP
- * builds (a size_t), which it asks for at every init. */
-int gp_param_set_size_slow(OSSL_PARAM *p, size_t v);
-/* Is `p` a size_t as EVP builds it? Then gp_param_put_size answers it. */
-static inline int gp_param_is_size_t(const OSSL_PARAM *p)
-{
-    return p->data_type == OSSL_PARAM_UNSIGNED_INTEGER && p->data_size == sizeof(size_t) && p->data != NULL;
-}
-
-static inline int gp_param_put_size(OSSL_PARAM *p, size_t v)
-{
-    *(size_t *)p->data = v;
-    p->return_size = sizeof(size_t);
-    return 1;
-}
-
-static inline int gp_param_set_size(OSSL_PARAM *p, size_t v)
-{
-    return gp_param_is_size_t(p) ? gp_param_put_size(p, v) : gp_param_set_size_slow(p, v);
-}
-
-/* Is `key` OSSL_CIPHER_PARAM_IVLEN ("ivlen")? Byte by byte, stopping at the first difference. */
-static inline int gp_param_is_ivlen(const char *key)
-{
-    return key[0] == 'i' && key[1] == 'v' && key[2] == 'l' && key[3] == 'e' && key[4] == 'n' && key[5] == '\0';
-}
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
@@ -344,33 +316,5 @@ OSSL_FUNC_cipher_get_ctx_params_fn gp_aead_get_ctx_params;
 OSSL_FUNC_cipher_set_ctx_params_fn gp_aead_set_ctx_params;
 OSSL_FUNC_cipher_gettable_ctx_params_fn gp_gcm_gettable_ctx_params, gp_chachapoly_gettable_ctx_params;
 OSSL_FUNC_cipher_settable_ctx_params_fn gp_gcm_settable_ctx_params, gp_chachapoly_settable_ctx_params;
-
-/*
- * One dispatch table per algorithm and key size: the per-algorithm files hold only this.
- * FAMILY is stream or aead; the gettable/settable lists are per algorithm.
- */
-#define GP_CIPHER_DISPATCH(sym, info, family, tables)                                           \
-    static OSSL_FUNC_cipher_newctx_fn sym##_newctx;                                            \
-    static OSSL_FUNC_cipher_get_params_fn sym##_get_params;                                    \
-    static void *sym##_newctx(void *provctx) { return gp_cipher_newctx(provctx, &(info)); }    \
-    static int sym##_get_params(OSSL_PARAM params[])                                            \
-    { return gp_cipher_get_static_params(params, &(info)); }                                    \
-    const OSSL_DISPATCH gp_##sym##_functions[] = {                                              \
-        { OSSL_FUNC_CIPHER_NEWCTX, (void (*)(void))sym##_newctx },                             \
-        { OSSL_FUNC_CIPHER_FREECTX, (void (*)(void))gp_cipher_freectx },                       \
-        { OSSL_FUNC_CIPHER_DUPCTX, (void (*)(void))gp_cipher_dupctx },                         \
-        { OSSL_FUNC_CIPHER_ENCRYPT_INIT, (void (*)(void))gp_##family##_einit },                \
-        { OSSL_FUNC_CIPHER_DECRYPT_INIT, (void (*)(void))gp_##family##_dinit },                \
-        { OSSL_FUNC_CIPHER_UPDATE, (void (*)(void))gp_##family##_update },                     \
-        { OSSL_FUNC_CIPHER_FINAL, (void (*)(void))gp_##family##_final },                       \
-        { OSSL_FUNC_CIPHER_CIPHER, (void (*)(void))gp_##family##_cipher },                     \
-        { OSSL_FUNC_CIPHER_GET_PARAMS, (void (*)(void))sym##_get_params },                     \
-        { OSSL_FUNC_CIPHER_GETTABLE_PARAMS, (void (*)(void))gp_cipher_gettable_params },       \
-        { OSSL_FUNC_CIPHER_GET_CTX_PARAMS, (void (*)(void))gp_##family##_get_ctx_params },     \
-        { OSSL_FUNC_CIPHER_SET_CTX_PARAMS, (void (*)(void))gp_##family##_set_ctx_params },     \
-        { OSSL_FUNC_CIPHER_GETTABLE_CTX_PARAMS, (void (*)(void))gp_##tables##_gettable_ctx_params }, \
-        { OSSL_FUNC_CIPHER_SETTABLE_CTX_PARAMS, (void (*)(void))gp_##tables##_settable_ctx_params }, \
-        { 0, NULL }                                                                             \
-    }
 
 #endif

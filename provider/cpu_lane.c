@@ -179,7 +179,10 @@ int gp_lane_init(gp_cipher_ctx *ctx)
         return 1;
     if (ctx->iv_state != GP_IV_BUFFERED)
         return gp_lane_start(ctx, NULL, 0);   /* the key, or only the direction */
-    return gp_cipher_begin(ctx, ctx->iv, ctx->ivlen);
+    if (!gp_lane_start(ctx, ctx->iv, ctx->ivlen))   /* the buffered IV's message begins on the lane */
+        return 0;
+    gp_cipher_message_reset(ctx);
+    return 1;
 }
 
 void gp_lane_leave_tls(gp_cipher_ctx *ctx)

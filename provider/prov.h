@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Provider-wide internals: the provider context, error raising, reason codes, algorithm tables. */
+/* Provider-wide internals: the provider context, passthrough, knobs, algorithm tables. */
 #ifndef GP_PROV_H
 #define GP_PROV_H
 
@@ -10,6 +10,7 @@
 #include <openssl/crypto.h>
 
 #include "batching/engine.h"
+#include "errors.h"
 
 #define GP_PROV_NAME "gpuprov"
 /* Provider param (OSSL_PROVIDER_get_params): the executor new messages go to, e.g. "cuda". */
@@ -62,49 +63,6 @@ const OSSL_ALGORITHM *gp_passthrough_ciphers(gp_provctx *pc, const OSSL_ALGORITH
 int gp_passthrough_served(gp_provctx *pc);
 void gp_passthrough_init(gp_provctx *pc);
 void gp_passthrough_free(gp_provctx *pc);
-
-/* Reason codes; their strings are served through OSSL_FUNC_PROVIDER_GET_REASON_STRINGS. */
-enum gp_reason {
-    GP_R_INVALID_KEY_LENGTH = 100,
-    GP_R_INVALID_IV_LENGTH,
-    GP_R_INVALID_TAG_LENGTH,
-    GP_R_TAG_NOT_AVAILABLE,
-    GP_R_TAG_NOT_NEEDED,
-    GP_R_TAG_NOT_SET,
-    GP_R_TAG_MISMATCH,
-    GP_R_NO_KEY_SET,
-    GP_R_NO_IV_SET,
-    GP_R_MESSAGE_FINISHED,
-    GP_R_AAD_AFTER_DATA,
-    GP_R_MESSAGE_TOO_LONG,
-    GP_R_LENGTH_TOO_LARGE,
-    GP_R_OUTPUT_BUFFER_TOO_SMALL,
-    GP_R_INVALID_TLS_AAD,
-    GP_R_INVALID_TLS_RECORD,
-    GP_R_TOO_MANY_RECORDS,
-    GP_R_INVALID_PARAMETER,
-    GP_R_EXECUTOR_FAILURE,
-    GP_R_RANDOM_FAILURE,
-    GP_R_OUT_OF_MEMORY,
-    GP_R_TLS_MODE,
-    GP_R_INVALID_MEMORY_MODE,
-    GP_R_MEMORY_MODE_MID_MESSAGE,
-    GP_R_NO_DEVICE_MEMORY_EXECUTOR,
-    GP_R_NOT_DEVICE_MEMORY,
-    GP_R_PAST_ALLOCATION_END,
-    GP_R_GPU_NOT_OPEN,
-    GP_R_BUFFERS_ON_TWO_GPUS,
-    GP_R_DEVICE_MEMORY_GPU_FAILURE,
-    GP_R_DEVICE_MEMORY_TLS,
-    GP_R_DEVICE_MEMORY_AAD,
-    GP_R_NEW_IV_NEEDED,
-    GP_R_MESSAGE_IN_PROGRESS,
-    GP_R_TLS_MAC_NOT_SUPPORTED,
-};
-
-/* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */
-void gp_raise(const char *file, int line, const char *func, int reason);
-#define GP_RAISE(reason) gp_raise(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason))
 
 /* Dispatch tables, one per algorithm and key size (provider/cipher_*.c). */
 extern const OSSL_DISPATCH gp_aes128ctr_functions[], gp_aes192ctr_functions[], gp_aes256ctr_functions[];

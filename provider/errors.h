@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpuprov's reason codes and how provider code raises them. */
+#ifndef GP_ERRORS_H
+#define GP_ERRORS_H
+
+#include <stddef.h>
+
+#include <openssl/core.h>
+#include <openssl/core_dispatch.h>
+#include <openssl/crypto.h>
+
+/* Reason codes; their strings are served through OSSL_FUNC_PROVIDER_GET_REASON_STRINGS. */
+enum gp_reason {
+    GP_R_INVALID_KEY_LENGTH = 100,
+    GP_R_INVALID_IV_LENGTH,
+    GP_R_INVALID_TAG_LENGTH,
+    GP_R_TAG_NOT_AVAILABLE,
+    GP_R_TAG_NOT_NEEDED,
+    GP_R_TAG_NOT_SET,
+    GP_R_TAG_MISMATCH,
+    GP_R_NO_KEY_SET,
+    GP_R_NO_IV_SET,
+    GP_R_MESSAGE_FINISHED,
+    GP_R_AAD_AFTER_DATA,
+    GP_R_MESSAGE_TOO_LONG,
+    GP_R_LENGTH_TOO_LARGE,
+    GP_R_OUTPUT_BUFFER_TOO_SMALL,
+    GP_R_INVALID_TLS_AAD,
+    GP_R_INVALID_TLS_RECORD,
+    GP_R_TOO_MANY_RECORDS,
+    GP_R_INVALID_PARAMETER,
+    GP_R_EXECUTOR_FAILURE,
+    GP_R_RANDOM_FAILURE,
+    GP_R_OUT_OF_MEMORY,
+    GP_R_TLS_MODE,
+    GP_R_INVALID_MEMORY_MODE,
+    GP_R_MEMORY_MODE_MID_MESSAGE,
+    GP_R_NO_DEVICE_MEMORY_EXECUTOR,
+    GP_R_NOT_DEVICE_MEMORY,
+    GP_R_PAST_ALLOCATION_END,
+    GP_R_GPU_NOT_OPEN,
+    GP_R_BUFFERS_ON_TWO_GPUS,
+    GP_R_DEVICE_MEMORY_GPU_FAILURE,
+    GP_R_DEVICE_MEMORY_TLS,
+    GP_R_DEVICE_MEMORY_AAD,
+    GP_R_NEW_IV_NEEDED,
+    GP_R_MESSAGE_IN_PROGRESS,
+    GP_R_TLS_MAC_NOT_SUPPORTED,
+};
+
+/* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */
+void gp_raise(const char *file, int line, const char *func, int reason);
+#define GP_RAISE(reason) gp_raise(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason))
+
+/* The error of an update refused for its lengths (over INT_MAX, or more than the output holds). */
+void gp_raise_update_refused(size_t outsize, size_t inl);
+
+/* At provider init: take the core's error functions from `in` and let `handle` raise; 0 if the
+ * core lacks them. At teardown, gp_errors_release(handle). */
+int gp_errors_init(const OSSL_CORE_HANDLE *handle, const OSSL_DISPATCH *in);
+void gp_errors_release(const OSSL_CORE_HANDLE *handle);
+/* The reason strings (OSSL_FUNC_PROVIDER_GET_REASON_STRINGS). */
+const OSSL_ITEM *gp_reason_strings(void);
+
+#endif
