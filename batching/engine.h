@@ -129,26 +129,6 @@ int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len);
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
 
 /*
- * Called after the default provider's code returns. OpenSSL 3.0's x86-64 ChaCha20-Poly1305 returns
- * with the upper halves of the YMM registers in use (XGETBV(1) bit 2 stays set after a 16-byte
- * update; AES-GCM's code clears them). Intel cores then make every legacy-SSE instruction that runs
- * next (the compiler's paddq for two counters, say) pay a state transition, and the provider's AVX
- * code the way back, which every short ChaCha20-Poly1305 update on the cpu lane would pay.
- * VZEROUPPER returns the state to clean, as Intel's optimization manual asks of code that leaves
- * AVX; it costs about a cycle. Right after a call every vector register is clobbered anyway, so
- * the clobber list costs nothing.
- */
-extern int gp_cpu_has_avx;   /* batching/base/base.c, at load: the CPU and the OS enable AVX */
-static inline void gp_cpu_clean_upper_state(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (gp_cpu_has_avx)
-        __asm__ volatile("vzeroupper" ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                         "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
-#endif
-}
-
-/*
  * The cpu lane. Where a context's messages run on the CPU, the provider hands each of its calls
  * straight to the default provider's own function for the cipher, on a default-provider context
  * of its own: EVP -> gpuprov -> default, one frame and a few checks more than EVP -> default. The

@@ -7,6 +7,7 @@
 #include <openssl/core_dispatch.h>
 #include <openssl/params.h>
 
+#include "batching/base/base.h"   /* gp_cpu_clean_upper_state */
 #include "params.h"
 #include "prov.h"
 

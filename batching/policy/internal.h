@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to batching/policy/: what hybrid.c and warm.c call of each other. */
+/* Private to batching/policy/: what its files call of one another, one way (warm.c -> hybrid.c -> calib_cache.c). */
 #ifndef GP_POLICY_INTERNAL_H
 #define GP_POLICY_INTERNAL_H
 
+#include "batching/base/base.h"
 #include "batching/policy/policy.h"
 
 /* Measure every algorithm now (the warm-up thread); `gpu` is the GPU-side executor. */
@@ -25,7 +26,11 @@ int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_nu
 #define GP_LONE_POINTS 4
 size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const double *t_cpu, int n, double b_floor);
 
-/* The warm-up should stop at its next step (engine freed, or process exiting). */
-int gp_warm_stopping(gp_policy *p);
+/* The warm-up should stop at its next step (engine freed, or process exiting). Here, not in
+ * warm.c, so that hybrid.c's measuring asks it without calling back into the warm-up. */
+static inline int gp_warm_stopping(gp_policy *p)
+{
+    return atomic_load(&p->warm.stop) || gp_process_exiting();
+}
 
 #endif

@@ -12,12 +12,6 @@
 #include "batching/base/base.h"
 #include "batching/policy/internal.h"
 
-/* The warm-up should stop at its next step (engine freed, or process exiting). */
-int gp_warm_stopping(gp_policy *p)
-{
-    return atomic_load(&p->warm.stop) || gp_process_exiting();
-}
-
 /*
  * Is every CPU this process may run on busy right now? /proc/loadavg's fourth field counts the
  * threads runnable at this instant (the caller among them). Opening the GPU costs CPU time in its

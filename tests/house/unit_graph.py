@@ -3,11 +3,13 @@
 # The call graph between batching/'s units, read from the object files: fails on a cycle or an edge the layer table does not allow.
 """Which unit of batching/ uses which, and whether the uses go one way, down the declared layers.
 
-An edge A -> B means: code of unit A names a function or global (an undefined symbol of one of
-A's objects) that unit B defines. Units: a .c file directly in batching/ is a unit with its header
-(x.c and x.h are one unit); the files of a subfolder (batching/core/, batching/policy/, ...) are one
-unit, the folder, which has a private header. Static inline functions of a header are compiled into
-their callers, so a call to one counts where the symbols it names are defined.
+An edge A -> B means: code of unit A calls a function or names a global that unit B defines, as a
+reader counts it: an undefined symbol of one of A's objects that B's objects define, or a static
+inline function or function-like macro that B's files define and A's files name (read from the
+source, since inlined calls leave no symbol). Units: a .c file directly in --src is a unit with its
+header (x.c and x.h are one unit; a header without a .c is a unit of its own); the files of a
+subfolder (batching/core/, batching/policy/, ...) are one unit, the folder, which has a private
+header.
 
 With --table batching, each edge must also be one that the layer table below allows (the table
 of docs/architecture.md, "Inside batching/", and its "calls" column), and every unit must be in it;
@@ -34,11 +36,12 @@ import sys
 Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
-    'stage': Rule(0, set()),
     'copy_crew': Rule(0, set()),
-    'key_table': Rule(0, set()),
     'settings': Rule(0, set()),
+    'chunk_plan': Rule(0, set()),
     'batch_kernel': Rule(0, set()),
+    'stage': Rule(1, {'base'}),
+    'key_table': Rule(1, {'base'}),
     'async_wait': Rule(1, {'base'}),
     'core': Rule(1, {'base'}),
     'exec_cpu': Rule(1, {'base'}),
@@ -49,14 +52,37 @@ BATCHING = {
     'kstate': Rule(2, {'core'}),
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
     'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
-    'exec_cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'async_wait', 'cuda_fault',
-                          'base', 'batch_kernel'}),
+    'exec_cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
+                          'cuda_fault', 'base', 'batch_kernel'}),
     # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
     # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy.
     'engine': Rule(4, {'policy', 'queue', 'exec_cuda', 'exec_host', 'exec_cpu', 'core', 'async_wait',
                        'settings', 'base'}),
 }
-TABLES = {'batching': BATCHING}
+# provider/'s files, the same way (docs/architecture.md, "Inside provider/"). Everything here may also
+# call batching/ (the layer below the provider), which this table does not list.
+_LANE_DOWN = {'cipher_ctx', 'params', 'errors'}
+PROVIDER = {
+    'errors': Rule(0, set()),
+    'params': Rule(1, {'errors'}),
+    'cipher_ctx': Rule(1, {'errors'}),
+    'knobs': Rule(1, {'errors'}),
+    'passthrough': Rule(1, {'errors'}),
+    'cpu_lane': Rule(2, _LANE_DOWN),
+    'cipher_common': Rule(3, {'cpu_lane'} | _LANE_DOWN),
+    'stream_common': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'aead_gcm': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'aead_chachapoly': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'aead_common': Rule(5, {'aead_gcm', 'aead_chachapoly', 'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'dispatch': Rule(6, {'cipher_common', 'stream_common', 'aead_common', 'aead_gcm', 'aead_chachapoly'}),
+    'cipher_aes_ctr': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
+    'cipher_chacha20': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
+    'cipher_aes_gcm': Rule(7, {'dispatch', 'aead_common', 'aead_gcm', 'cipher_common'}),
+    'cipher_chacha20_poly1305': Rule(7, {'dispatch', 'aead_common', 'aead_chachapoly', 'cipher_common'}),
+    'prov': Rule(8, {'cipher_aes_ctr', 'cipher_chacha20', 'cipher_aes_gcm', 'cipher_chacha20_poly1305',
+                     'passthrough', 'knobs', 'errors'}),
+}
+TABLES = {'batching': BATCHING, 'provider': PROVIDER}
 
 
 def table_from_allow(specs):
@@ -125,6 +151,90 @@ def read_symbols(paths, units):
             elif kind in 'TDBRCGSVW':   # defined, global
                 defs.setdefault(unit, set()).add(sym)
     return defs, uses
+
+
+def strip_code(text):
+    """C text without comments, string and character literals (newlines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            out.append('\n' * text.count('\n', i, j))
+            i = j
+        elif text.startswith('//', i):
+            j = text.find('\n', i)
+            i = n if j < 0 else j
+        elif c in '"\'':
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == '\\' else 1
+            out.append(c + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return ''.join(out)
+
+
+INLINE_DEF = re.compile(r'\bstatic\s+(?:__attribute__\s*\(\(.*?\)\)\s*)?inline\b[^;{}()]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{')
+MACRO_DEF = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(', re.M)
+IDENT = re.compile(r'[A-Za-z_]\w*')
+
+
+def header_unit(rel):
+    """The unit of a source or header path under --src: x.c and x.h are unit x, a subfolder's files
+    are the subfolder."""
+    parts = rel.split(os.sep)
+    return parts[0] if len(parts) > 1 else re.sub(r'\.(c|h|cu)$', '', parts[0])
+
+
+def header_bodies(code):
+    """The parts of a header that run: inline functions' bodies and function-like macros' bodies
+    (a prototype or a struct that mentions a name calls nothing)."""
+    out, depth = [], 0
+    for line in code.split('\n'):
+        m = MACRO_DEF.match(line)
+        if m is not None and depth == 0:
+            out.append(line[m.end():])
+            continue
+        for c in line:
+            if c == '{':
+                depth += 1
+            elif c == '}':
+                depth = max(depth - 1, 0)
+            elif depth > 0:
+                out.append(c)
+        out.append('\n')
+    # macro continuation lines are kept whole (they follow a #define ending in a backslash)
+    return ''.join(out)
+
+
+def read_source(src):
+    """What the object files cannot show, read from the source as a reader reads it: each unit's
+    static inline functions and function-like macros ({unit: names}); the names each unit's .c
+    files mention, and those its headers' inline functions and macros mention ({unit: names}, the
+    second for names any unit defines). A call to an inline function or a macro is a call to the
+    unit that defines it; a header's inline function calls what it names."""
+    defs, uses, header_uses = {}, {}, {}
+    for root, _dirs, files in os.walk(src):
+        for f in files:
+            if not f.endswith(('.c', '.h')):
+                continue
+            path = os.path.join(root, f)
+            unit = header_unit(os.path.relpath(path, src))
+            with open(path, encoding='utf-8', errors='replace') as fh:
+                code = strip_code(fh.read())
+            found = set(INLINE_DEF.findall(code)) | set(MACRO_DEF.findall(code))
+            defs.setdefault(unit, set()).update(found)
+            uses.setdefault(unit, set()).update(IDENT.findall(code))
+            if f.endswith('.h'):
+                header_uses.setdefault(unit, set()).update(IDENT.findall(header_bodies(code)))
+    # A name two units define (a file-local namesake) is no unit's to claim.
+    owners = collections.Counter(n for names in defs.values() for n in names)
+    defs = {u: {n for n in names if owners[n] == 1} for u, names in defs.items()}
+    return defs, uses, header_uses
 
 
 def edges_of(defs, uses):
@@ -214,7 +324,7 @@ def layers(nodes, edges):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--src', required=True, help='the batching/ source folder')
+    ap.add_argument('--src', required=True, help='the source folder (batching/, provider/)')
     ap.add_argument('--table', choices=sorted(TABLES), help='check every edge against this layer table')
     ap.add_argument('--allow', action='append', default=[], metavar='UNIT:USED,...',
                     help='a layer table of its own, lowest unit first (instead of --table)')
@@ -234,15 +344,26 @@ def main():
         return 2
     units = source_units(args.src)
     defs, uses = read_symbols(args.objects, units)
+    # Inline functions and macros leave no symbol behind: their calls are read from the source.
+    src_defs, src_uses, header_uses = read_source(args.src)
+    symbols = {n for ns in defs.values() for n in ns}
+    for unit, names in src_defs.items():
+        if names:
+            defs.setdefault(unit, set()).update(names)
+    for unit in set(src_uses) | set(header_uses):
+        inline_names = {n for u, ns in src_defs.items() if u != unit for n in ns}
+        used = (src_uses.get(unit, set()) & inline_names) | (header_uses.get(unit, set()) & (inline_names | symbols))
+        if used:
+            uses.setdefault(unit, set()).update(used)
     nodes = set(defs) | set(uses)
     # Objects not built from a source under --src (the kernels' object) are listed, not checked:
     # they name nothing of batching/.
-    outside = {n for n in nodes if n not in set(units.values())}
+    outside = {n for n in nodes if n not in set(units.values()) | set(src_defs)}
     edges = edges_of(defs, uses)
     comps = strongly_connected(nodes, edges)
     height = layers(nodes, edges) if not comps else {}
 
-    if not nodes & set(units.values()):
+    if not nodes & (set(units.values()) | set(src_defs)):
         print('unit_graph: no object built from a source under %s: nothing was checked' % args.src)
         return 2
     print('units of %s and the units each one uses (symbols named):' % args.src)
