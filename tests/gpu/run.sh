@@ -48,7 +48,7 @@ step build ninja -C "$build"
 step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # The large-message, chunk, piece, device-mode and soak cases on the host's last GPU and on all
 # (a subset of gpu-suite; each skips on a host with one GPU).
-step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes 1
+step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
 step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
