@@ -279,11 +279,28 @@ static void stage_release(void *ctx, void *mem, size_t bytes)
 
 /* ---- resident keys: the device side of key_table.h ---- */
 
+static void *driver_call(const char *name, unsigned int version);
+
+/* The driver's cuCtxGetCurrent, found once (the module links no libcuda; NULL: not found). */
+static PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+static pthread_once_t ctx_get_current_once = PTHREAD_ONCE_INIT;
+
+static void ctx_get_current_find(void)
+{
+    ctx_get_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
+}
+
 /* Make `dev` the calling thread's current device, keeping the one it had in *saved for
- * device_leave to put back: these run on the application's threads too, which may use CUDA. */
+ * device_leave to put back: these run on the application's threads too, which may use CUDA. A
+ * thread with no CUDA context current has none to put back (-1): the runtime's answer for it is
+ * device 0, and setting that would open GPU 0's context, a GPU the executor may not use. */
 static int device_enter(int dev, int *saved)
 {
-    if (cudaGetDevice(saved) != cudaSuccess)
+    CUcontext current = NULL;
+
+    (void)pthread_once(&ctx_get_current_once, ctx_get_current_find);
+    if ((ctx_get_current != NULL && (ctx_get_current(&current) != CUDA_SUCCESS || current == NULL))
+        || cudaGetDevice(saved) != cudaSuccess)
         *saved = -1;
     return cudaSetDevice(dev) == cudaSuccess;
 }
