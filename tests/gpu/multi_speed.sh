@@ -86,7 +86,7 @@ for size in "${sizes[@]}"; do
     for cfg in "${configs[@]:1}"; do
       row+=$(printf ' %-11s |' "$(gb "${bps[$c,$size,$cfg]}") (${fb[$c,$size,$cfg]})")
     done
-    row+=$(awk -v a="${bps[$c,$size,all]}" -v o="${bps[$c,$size,0]}" 'BEGIN { printf " %.2fx |", o > 0 ? a / o : 0 }')
+    row+=$(awk -v a="${bps[$c,$size,all]}" -v o="${bps[$c,$size,0]}" 'BEGIN { printf " %.2fx |", (o > 0 ? a / o : 0) }')
     echo "$row"
   done
 done
