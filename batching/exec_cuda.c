@@ -279,11 +279,28 @@ static void stage_release(void *ctx, void *mem, size_t bytes)
 
 /* ---- resident keys: the device side of key_table.h ---- */
 
+static void *driver_call(const char *name, unsigned int version);
+
+/* The driver's cuCtxGetCurrent, found once (the module links no libcuda; NULL: not found). */
+static PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+static pthread_once_t ctx_get_current_once = PTHREAD_ONCE_INIT;
+
+static void ctx_get_current_find(void)
+{
+    ctx_get_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
+}
+
 /* Make `dev` the calling thread's current device, keeping the one it had in *saved for
- * device_leave to put back: these run on the application's threads too, which may use CUDA. */
+ * device_leave to put back: these run on the application's threads too, which may use CUDA. A
+ * thread with no CUDA context current has none to put back (-1): the runtime's answer for it is
+ * device 0, and setting that would open GPU 0's context, a GPU the executor may not use. */
 static int device_enter(int dev, int *saved)
 {
-    if (cudaGetDevice(saved) != cudaSuccess)
+    CUcontext current = NULL;
+
+    (void)pthread_once(&ctx_get_current_once, ctx_get_current_find);
+    if ((ctx_get_current != NULL && (ctx_get_current(&current) != CUDA_SUCCESS || current == NULL))
+        || cudaGetDevice(saved) != cudaSuccess)
         *saved = -1;
     return cudaSetDevice(dev) == cudaSuccess;
 }
@@ -368,6 +385,8 @@ static void keys_open(gp_cuda_keys *k, int dev)
 
 static void keys_close(gp_cuda_keys *k)
 {
+    if (k->wipe_stream != NULL || k->wiped != NULL)
+        (void)cudaSetDevice(k->device);   /* its stream and event are destroyed on their GPU */
     if (k->ready)
         gp_key_table_cleanup(&k->table);   /* clears and frees every chunk */
     k->ready = 0;
@@ -814,6 +833,7 @@ static void cuda_close(gp_engine *e)
     for (int i = 0; i < c->nslots; i++) {
         gp_cuda_slot *sl = &c->slots[i];
 
+        (void)cudaSetDevice(sl->device);   /* the slot's objects are destroyed on their GPU */
         arena_free(sl);
         if (sl->copied != NULL)
             cudaEventDestroy(sl->copied);
@@ -1484,13 +1504,19 @@ static cudaError_t issue_after_callers(gp_wave *wv)
     return cudaStreamWaitEvent(c->stream, c->callers, 0);
 }
 
-/* At least n piece events in the slot (made once, kept); 0: not that many. */
+/* At least n piece events in the slot (made once, kept); 0: not that many. They are made with the
+ * slot's GPU current, as everything of the slot is: an event belongs to the GPU current when it is
+ * made, and recording it in a stream of another GPU fails (cudaErrorInvalidResourceHandle). */
 static int piece_events(gp_cuda_slot *c, size_t n)
 {
     cudaEvent_t *more;
 
     if (n <= c->piece_ev_n)
         return 1;
+    if (cudaSetDevice(c->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
     if ((more = OPENSSL_realloc(c->piece_ev, n * sizeof(*more))) == NULL)
         return 0;
     c->piece_ev = more;
@@ -1713,10 +1739,6 @@ static int wave_issue(gp_wave *wv)
         out_ticket = wv->end.ticket;
     }
     wv->t1 = gp_now_ns();   /* the batch's first CUDA call: what wait_for_gpu times from */
-    if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
-        cuda_failed(e, "cudaSetDevice", err);
-        return 0;
-    }
     if (wv->fold)   /* the copy kernel reads the pinned arena: every input must be there */
         runs_finish(wv);
     if ((err = issue_after_callers(wv)) != cudaSuccess) {
@@ -1854,11 +1876,17 @@ static size_t chunk_event(const gp_wave *wv, size_t k)
     return j;
 }
 
+/* Crew threads take pieces of every slot, on any GPU: each wait makes the slot's GPU current
+ * first, so no crew thread works in another GPU's context (without one, the runtime would open
+ * device 0's, a GPU the executor may not use). */
 static int piece_landed(void *arg, size_t k)
 {
     piece_source *ps = arg;
     const size_t ev = ps->chunked != NULL ? chunk_event(ps->chunked, k) : ps->ev0 + k;
-    cudaError_t err = cudaEventSynchronize(ps->c->piece_ev[ev]);
+    cudaError_t err = cudaSetDevice(ps->c->device);
+
+    if (err == cudaSuccess)
+        err = cudaEventSynchronize(ps->c->piece_ev[ev]);
 
     if (err != cudaSuccess)
         atomic_store_explicit(&ps->err, (int)err, memory_order_relaxed);
@@ -2050,6 +2078,7 @@ static void wave_wipe(gp_wave *wv)
 static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
 {
     gp_wave wv;
+    cudaError_t err;
 
     memset(&wv, 0, sizeof(wv));
     wv.e = e;
@@ -2063,6 +2092,17 @@ static int run_wave(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_
 #if GP_EXPERIMENT_SWITCHES
     wv.flags = wv.g->spread_off ? GP_BATCH_NARROW : 0;
 #endif
+    /* The slot's streams, events and arenas belong to its GPU: a launch into its stream, or an
+     * event recorded there, fails while another GPU is current (cudaErrorInvalidResourceHandle),
+     * and an event made then belongs to that other GPU. The thread that runs this wave may have
+     * run its last one on another GPU (a dispatcher, a caller, device = all), so the slot's GPU
+     * is current from the first phase on: what the phases make (piece events, grown arenas) and
+     * issue is that GPU's. */
+    if ((err = cudaSetDevice(c->device)) != cudaSuccess) {
+        cuda_failed(e, "cudaSetDevice", err);
+        wave_wipe(&wv);
+        return 0;
+    }
     wave_plan(&wv);
     if (wave_layout(&wv)) {
         wave_fill(&wv);

@@ -27,7 +27,8 @@
  * suite gpu) or, in CI, the test module's stand-in allocations (GPUPROV_TEST_HOST_DEVMEM,
  * batching/exec_host.c), which only the host executor reads. AAD, keys, IVs and tags are host
  * memory, as in the mode's contract. Results are compared with the default provider's on host
- * copies of the same bytes.
+ * copies of the same bytes. The buffers live on one GPU, data_gpu (GPTEST_DEVMEM_GPU, else the GPU
+ * that knob device names, else 0): tests/gpu/multi.sh puts them on the host's last GPU.
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
@@ -42,6 +43,7 @@
 static gptest_env *g_env;
 static kat_vec *g_vecs;
 static size_t g_nvecs;
+static int data_gpu;      /* the GPU of the test's device buffers (group_setup) */
 
 /* ---- device memory for the test ---- */
 
@@ -142,8 +144,14 @@ static void dm_fill(void *dst, int byte, size_t n)
 }
 #endif
 
-/* Does gpuprov use GPU 1? The stand-in's does; the cuda executor with knob device = all. */
-static int second_gpu_open(void)
+/* A GPU other than data_gpu, and does gpuprov use it? The stand-in uses GPUs 0 and 1; the cuda
+ * executor one GPU, or every GPU with knob device = all. */
+static int other_gpu(void)
+{
+    return data_gpu == 0 ? 1 : 0;
+}
+
+static int other_gpu_open(void)
 {
 #ifdef DEVMEM_TEST_CUDA
     const char *d = getenv("GPUPROV_DEVICE");
@@ -287,12 +295,12 @@ static int dev_cipher(const dev_run *r, unsigned char *out, unsigned char tag[16
     int outl = 0, ret;
     unsigned char *back;
 
-    dev_buf_new(&in, r->len, r->inplace ? r->out_off : r->in_off, 0);
+    dev_buf_new(&in, r->len, r->inplace ? r->out_off : r->in_off, data_gpu);
     dm_put(in.p, r->in, r->len);
     if (r->inplace)
         outb = in;
     else
-        dev_buf_new(&outb, r->len, r->out_off, 0);
+        dev_buf_new(&outb, r->len, r->out_off, data_gpu);
     assert_int_equal(EVP_CipherInit_ex2(ctx, evp_cipher(g_env, r->idx, 1), r->key, NULL, r->enc, NULL), 1);
     if (r->reinit_iv) {
         /* A message in host mode first, then an IV-only re-init into device mode (key kept). */
@@ -514,15 +522,15 @@ static void test_bad_pointers(void **state)
     for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
         EVP_CIPHER_CTX *ctx = device_ctx(idx, 1);
         unsigned char host_in[256] = { 0 }, host_out[256 + 2 * GUARD];
-        unsigned char *freed = dm_alloc(256, 0);
+        unsigned char *freed = dm_alloc(256, data_gpu);
         dev_buf in, out, small;
         int outl = 0;
 
         /* `small` with its guards is a whole allocation granule (cudaMalloc rounds small ones up:
          * the driver reports the rounded size); in and out are larger. */
-        dev_buf_new(&small, SMALL_TOTAL - 2 * GUARD, 0, 0);
-        dev_buf_new(&in, SMALL_TOTAL, 0, 0);
-        dev_buf_new(&out, SMALL_TOTAL, 0, 0);
+        dev_buf_new(&small, SMALL_TOTAL - 2 * GUARD, 0, data_gpu);
+        dev_buf_new(&in, SMALL_TOTAL, 0, data_gpu);
+        dev_buf_new(&out, SMALL_TOTAL, 0, data_gpu);
         memset(host_out, GUARD_BYTE, sizeof(host_out));
         expect_error(EVP_EncryptUpdate(ctx, out.p, &outl, host_in, 256), "a host input", "not CUDA device");
         expect_error(EVP_EncryptUpdate(ctx, host_out + GUARD, &outl, in.p, 256), "a host output", "not CUDA device");
@@ -540,9 +548,9 @@ static void test_bad_pointers(void **state)
         if (dm_gpus() >= 2) {
             dev_buf other;
 
-            dev_buf_new(&other, 256, 0, 1);
+            dev_buf_new(&other, 256, 0, other_gpu());
             expect_error(EVP_EncryptUpdate(ctx, other.p, &outl, in.p, 256), "in and out on two GPUs",
-                         second_gpu_open() ? "different GPUs" : "does not use");
+                         other_gpu_open() ? "different GPUs" : "does not use");
             free(dev_buf_take(&other, "an output on another GPU than the input"));
             dev_buf_free(&other);
         }
@@ -589,8 +597,8 @@ static void test_mid_message(void **state)
         int outl = 0;
 
         gptest_rand_bytes(pt, sizeof(pt));
-        dev_buf_new(&in, sizeof(pt), 0, 0);
-        dev_buf_new(&out, sizeof(pt), 0, 0);
+        dev_buf_new(&in, sizeof(pt), 0, data_gpu);
+        dev_buf_new(&out, sizeof(pt), 0, data_gpu);
         dm_put(in.p, pt, sizeof(pt));
         if (is_aead(idx)) {
             /* AAD is host memory: a device pointer is refused, not read. */
@@ -646,8 +654,8 @@ static void test_reinit(void **state)
         gptest_rand_bytes(key, sizeof(key));
         gptest_rand_bytes(iv, sizeof(iv));
         gptest_rand_bytes(iv2, sizeof(iv2));
-        dev_buf_new(&in, sizeof(pt), 0, 0);
-        dev_buf_new(&out, sizeof(pt), 0, 0);
+        dev_buf_new(&in, sizeof(pt), 0, data_gpu);
+        dev_buf_new(&out, sizeof(pt), 0, data_gpu);
         dm_put(in.p, pt, sizeof(pt));
         assert_int_equal(EVP_EncryptInit_ex2(dctx, NULL, key, iv, NULL), 1);
         assert_int_equal(EVP_EncryptInit_ex2(rctx, evp_cipher(g_env, idx, 0), key, iv, NULL), 1);
@@ -773,8 +781,8 @@ static void test_async_jobs(void **state)
         skip();   /* the counter and the staging of one thread's jobs are off */
     gptest_rand_bytes(pt, sizeof(pt));
     reference(idx, 1, key, iv, NULL, 0, pt, sizeof(pt), ref, tag);
-    dev_buf_new(&in, ASYNC_LEN, 0, 0);
-    dev_buf_new(&out, (size_t)ASYNC_JOBS * ASYNC_LEN, 0, 0);
+    dev_buf_new(&in, ASYNC_LEN, 0, data_gpu);
+    dev_buf_new(&out, (size_t)ASYNC_JOBS * ASYNC_LEN, 0, data_gpu);
     dm_put(in.p, pt, sizeof(pt));
     for (int round = 0; round < 2; round++) {   /* 0: the control, host memory; 1: device memory */
         for (int i = 0; i < ASYNC_JOBS; i++)
@@ -892,11 +900,11 @@ static void test_gpu_failure(void **state)
     if (getenv("GPUPROV_TEST_CUDA_FAULT_AFTER") == NULL)
         skip();
     gptest_rand_bytes(pt, sizeof(pt));
-    dev_buf_new(&in, sizeof(pt), 0, 0);
+    dev_buf_new(&in, sizeof(pt), 0, data_gpu);
     dm_put(in.p, pt, sizeof(pt));
     for (int i = 0; i < 64 && !failed; i++) {
         ctx = device_ctx(idx, 1);
-        dev_buf_new(&out, sizeof(pt), 0, 0);
+        dev_buf_new(&out, sizeof(pt), 0, data_gpu);
         if (EVP_EncryptUpdate(ctx, out.p, &outl, in.p, (int)sizeof(pt)) != 1) {
             expect_error(0, "a device-mode update when the GPU fails", "no CPU fallback");
             free(dev_buf_take(&out, "the failed update's output"));
@@ -936,6 +944,7 @@ static void test_cuda_kinds(void **state)
 
     (void)state;
     gptest_rand_bytes(pt, sizeof(pt));
+    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");   /* managed memory is the current GPU's */
     cuda_check(cudaMallocManaged((void **)&managed, sizeof(pt), cudaMemAttachGlobal), "cudaMallocManaged");
     cuda_check(cudaMallocHost((void **)&pinned, sizeof(pt)), "cudaMallocHost");
     memcpy(managed, pt, sizeof(pt));
@@ -960,7 +969,8 @@ static void test_cuda_ordering(void **state)
     enum { N = 65536 };
     const size_t busy_bytes = (size_t)256 << 20;
     unsigned char key[16] = { 3 }, iv[16] = { 4 }, *pt = NULL, ref[N], got[N], tag[16];
-    unsigned char *busy = dm_alloc(busy_bytes, 0), *in = dm_alloc(N, 0), *out = dm_alloc(N, 0);
+    unsigned char *busy = dm_alloc(busy_bytes, data_gpu), *in = dm_alloc(N, data_gpu),
+                  *out = dm_alloc(N, data_gpu);
     int idx = evp_cipher_index("AES-128-CTR"), outl = 0;
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
 
@@ -1005,6 +1015,7 @@ static void *driver_call(const char *name, int version)
  * runs in): not mapped in gpuprov's, so refused rather than faulted on. */
 static void test_cuda_foreign_context(void **state)
 {
+    PFN_cuDeviceGet_v2000 device_get = (PFN_cuDeviceGet_v2000)driver_call("cuDeviceGet", 2000);
     PFN_cuCtxCreate_v3020 ctx_create = (PFN_cuCtxCreate_v3020)driver_call("cuCtxCreate", 3020);
     PFN_cuCtxDestroy_v4000 ctx_destroy = (PFN_cuCtxDestroy_v4000)driver_call("cuCtxDestroy", 4000);
     PFN_cuCtxPushCurrent_v4000 ctx_push = (PFN_cuCtxPushCurrent_v4000)driver_call("cuCtxPushCurrent", 4000);
@@ -1014,11 +1025,13 @@ static void test_cuda_foreign_context(void **state)
     EVP_CIPHER_CTX *ctx = device_ctx(evp_cipher_index("AES-256-GCM"), 1);
     CUcontext other = NULL, popped = NULL;
     CUdeviceptr p = 0;
+    CUdevice dev = 0;
     int outl = 0;
 
     (void)state;
-    cuda_check(cudaSetDevice(0), "cudaSetDevice");
-    assert_int_equal(ctx_create(&other, 0, 0), CUDA_SUCCESS);   /* current on this thread now */
+    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
+    assert_int_equal(device_get(&dev, data_gpu), CUDA_SUCCESS);
+    assert_int_equal(ctx_create(&other, 0, dev), CUDA_SUCCESS);   /* current on this thread now */
     assert_int_equal(mem_alloc(&p, 4096), CUDA_SUCCESS);
     assert_int_equal(ctx_pop(&popped), CUDA_SUCCESS);
     expect_error(EVP_EncryptUpdate(ctx, (unsigned char *)(uintptr_t)p, &outl, (unsigned char *)(uintptr_t)p, 4096),
@@ -1031,11 +1044,22 @@ static void test_cuda_foreign_context(void **state)
 }
 #endif
 
+/* GPTEST_DEVMEM_GPU, else the GPU that knob device names (not "all"), else 0. */
+static int data_gpu_choose(void)
+{
+    const char *g = getenv("GPTEST_DEVMEM_GPU"), *d = getenv("GPUPROV_DEVICE");
+
+    if (g != NULL && *g != '\0')
+        return atoi(g);
+    return d != NULL && *d >= '0' && *d <= '9' ? atoi(d) : 0;
+}
+
 static int group_setup(void **state)
 {
     int rc = evp_group_setup(state);
 
     g_env = *state;
+    data_gpu = data_gpu_choose();
     if (rc == 0 && !evp_under_default()) {
 #ifndef DEVMEM_TEST_CUDA
         standin_find();

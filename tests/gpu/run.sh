@@ -5,8 +5,10 @@
 # The suites load the test module ($build/provider/test-module/gpuprov.so: the GPUPROV_TEST_* hooks
 # tests/meson.build sets), the speed and evp-bench steps the production one ($build/provider).
 # Steps not in the default list: trust (the gpu suite's exhaustion, GPU-loss and device=all cases
-# alone; tests/gpu/trust.sh) and soak (bench/soak.sh for SOAK_MINUTES, default 2 here; its RESULTS
-# section only with SOAK_RESULTS=1).
+# alone; tests/gpu/trust.sh), soak (bench/soak.sh for SOAK_MINUTES, default 2 here; its RESULTS
+# section only with SOAK_RESULTS=1), multi (the suite's cases on the last GPU and on all, alone;
+# tests/gpu/multi.sh) and multi-speed (every GPU against one: tests/gpu/multi_speed.sh).
+# GPU_SUITE_JOBS: the gpu suite's tests at once (1; the multi-GPU and trust cases run alone anyway).
 # usage: tests/gpu/run.sh [build-dir]    (WYCHEPROOF_DIR, GPU_SM, OUT, GPU_MESON_ARGS optional;
 #        e.g. GPU_MESON_ARGS=-Dghash_mma=true for the tensor-core GHASH, -Dexperiments=true for the
 #        settled experiments' A/B switches GPUPROV_LONE_LAUNCH, GPUPROV_SMALL_REFS, GPUPROV_SPREAD)
@@ -37,7 +39,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ]; then
 fi
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -48,7 +50,10 @@ step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
 reconf=""; [ -d "$build/meson-private" ] && reconf="--reconfigure"
 step setup meson setup "$build" $reconf -Dcuda=enabled -Dgpu_sm="${GPU_SM:-80,89,90}" -Dwycheproof_dir="$wp" ${GPU_MESON_ARGS:-}
 step build ninja -C "$build"
-step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1
+step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
+# The large-message, chunk, piece, device-mode and soak cases on the host's last GPU and on all
+# (a subset of gpu-suite; each skips on a host with one GPU).
+step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
 step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
@@ -60,6 +65,12 @@ cat "$out/soak.log" 2>/dev/null | tail -30
 # single GPU thread each until the unit split arrives).
 sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}
 step memcheck env GPTEST_DEVMEM_QUICK=1 meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
+  --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
+# The multi-GPU cases under memcheck (the wrapper script's processes followed): device mode quick,
+# the large messages through their in-place test (slices, pieces and chunks in one update each).
+step memcheck-multi env GPTEST_DEVMEM_QUICK=1 GPTEST_DIFF_ONLY=test_large_in_place meson test -C "$build" \
+  devmem-cuda-last-gpu devmem-cuda-all-gpus diff-cuda-large-last-gpu diff-cuda-large-all-gpus diff-cuda-chunks-last-gpu \
+  diff-cuda-chunks-all-gpus --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}" --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory
 # errors are not.
@@ -74,6 +85,8 @@ step speed env BENCH_OUT="$out/speed.csv" bash bench/speed.sh "$build" "${SPEED_
 cat "$out/speed.log" 2>/dev/null | tail -24
 step evp-bench env BENCH_OUT="$out/evp.csv" EVP_THREADS="${EVP_THREADS:-1,16}" bash bench/evp.sh "$build" "${EVP_SECONDS:-1}"
 cat "$out/evp-bench.log" 2>/dev/null | tail -60
+step multi-speed env OUT="$out/multi-speed" bash tests/gpu/multi_speed.sh "$build" "${MULTI_SECONDS:-2}"
+cat "$out/multi-speed.log" 2>/dev/null | sed -n '/^openssl speed -elapsed/,$p'
 # Data already on the GPU: EVP in device mode beside the raw kernel, with issue 36's targets.
 step devmem-bench env BENCH_OUT="$out/devmem.csv" bash bench/devmem.sh "$build" "${DEVMEM_SECONDS:-2}"
 cat "$out/devmem-bench.log" 2>/dev/null | sed -n '/^| cipher/,$p'
