@@ -197,6 +197,8 @@ def main():
                  for i in reps]
         after = [a for a in after if a is not None]
         seen = sum(1 for x in f if x["fault_line"])
+        gpu_key = "host_ops" if args.stand_in else "cuda_ops"
+        idle = sum(1 for x in g if x["stats"].get(gpu_key, 0) == 0)
         host_share = [x["stats"].get("host_ops", 0) / x["stats"]["ops"] for x in f if x["stats"].get("ops")]
         rows.append({
             "cell": "%-17s %5s %2d" % (cell[0], "%dM" % (cell[1] >> 20) if cell[1] >= 1 << 20 else str(cell[1]),
@@ -209,7 +211,8 @@ def main():
             "after": benchlib.median(after) if after else None,
             "wall": tuple(benchlib.median([x["wall_s"] for x in m]) for m in (c, g, f)),
             "host": 100.0 * benchlib.median(host_share) if host_share else None,
-            "note": ("" if ok else "failed runs (CSV) ") + ("" if seen == len(f) else "fault seen %d/%d" % (seen, len(f))),
+            "note": ("" if ok else "failed runs (CSV) ") + ("" if seen == len(f) else "fault seen %d/%d " % (seen, len(f)))
+                    + ("" if idle == 0 else "GPU idle in %d no-fault run(s)" % idle),
         })
     line = next((x["fault_line"] for m in res.values() for x in m["fault"] if x["fault_line"]), "")
     benchlib.say()
