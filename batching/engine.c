@@ -834,8 +834,8 @@ static void move_off_failed(gp_engine *e, gp_msg *m, fault_tally *t)
     t->to_host++;
 }
 
-/* Is request i the first unfinished one of its message in the batch? (A failure path: quadratic in
- * the batch only where one message has many requests in it.) */
+/* Is request i the first unfinished one of its message in the batch? Quadratic in the batch's
+ * length: it runs only for a batch that a failure hit. */
 static int first_unfinished(const gp_request *reqs, size_t i)
 {
     for (size_t j = 0; j < i; j++)
