@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define GP_CUDA_FAULT_TABLE_ONLY 1   /* the schedule needs no CUDA header */
 #include "batching/cuda_fault.h"
@@ -29,6 +30,7 @@ static const char *const call_names[GP_CF_COUNT] = {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static gp_test_hooks schedule = { .cuda_fault_call = GP_CF_NONE, .cuda_fault_device = -1 };
 static uint64_t matched;              /* calls that matched the schedule since it was armed */
+static uint64_t armed_ms;             /* when it was armed (CLOCK_MONOTONIC) */
 static gp_cuda_fault_site sites[MAX_SITES];
 static size_t nsites;
 
@@ -36,8 +38,16 @@ static size_t nsites;
 static const size_t fault_fields[] = {
     offsetof(gp_knobs, test.cuda_fault_call), offsetof(gp_knobs, test.cuda_fault_line),
     offsetof(gp_knobs, test.cuda_fault_skip), offsetof(gp_knobs, test.cuda_fault_times),
-    offsetof(gp_knobs, test.cuda_fault_device),
+    offsetof(gp_knobs, test.cuda_fault_device), offsetof(gp_knobs, test.cuda_fault_at_ms),
 };
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 void gp_cuda_fault_arm(void)
 {
@@ -49,6 +59,7 @@ void gp_cuda_fault_arm(void)
     pthread_mutex_lock(&lock);
     schedule = k.test;
     matched = 0;
+    armed_ms = now_ms();
     pthread_mutex_unlock(&lock);
 }
 
@@ -86,7 +97,8 @@ int gp_cuda_fault_hit(int line, int call, int device)
     if (s->cuda_fault_call != GP_CF_NONE
         && (s->cuda_fault_call == GP_CF_ANY || s->cuda_fault_call == call)
         && (s->cuda_fault_line == 0 || s->cuda_fault_line == line)
-        && (s->cuda_fault_device < 0 || s->cuda_fault_device == device)) {
+        && (s->cuda_fault_device < 0 || s->cuda_fault_device == device)
+        && (s->cuda_fault_at_ms == 0 || now_ms() - armed_ms >= (uint64_t)s->cuda_fault_at_ms)) {
         uint64_t n = matched++;
 
         fail = n >= (uint64_t)s->cuda_fault_skip

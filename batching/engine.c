@@ -13,6 +13,7 @@
 #include "batching/core/core.h"
 #include "batching/exec_cpu.h"
 #include "batching/exec_host.h"
+#include "batching/kstate.h"
 #include "batching/policy/policy.h"
 #include "batching/queue.h"
 
@@ -25,6 +26,19 @@ static const gp_executor *const executors[GP_EXEC_COUNT] = {
     [GP_EXEC_HOST] = &gp_exec_host,
     [GP_EXEC_CPU] = &gp_exec_cpu,
 };
+
+static int executor_usable(gp_engine *e, const gp_executor *x);
+
+/* When an executor's failure is said (report_fault). */
+typedef enum fault_when { FAULT_IN_BATCH, FAULT_OPENING, FAULT_MEASURING } fault_when;
+
+/* Where the unfinished messages of a failed batch went (move_off_failed): messages to the cpu and
+ * host executors, and device-mode requests left failed. */
+typedef struct fault_tally {
+    size_t to_cpu, to_host, devmem_failed;
+} fault_tally;
+
+static void report_fault(gp_engine *e, const gp_executor *x, fault_when when, const fault_tally *t);
 
 /* ---- what the queue is given (gp_queue_owner): it never calls up ---- */
 
@@ -84,9 +98,15 @@ static gp_msg *policy_msg_start_on(gp_engine *e, const gp_executor *x, gp_key *k
     return m;
 }
 
+/* The policy's own messages, measuring x: if x fails under them there is nothing to move, but the
+ * failure is said and x takes no new messages. */
 static int policy_run(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
 {
-    return x->run(e, reqs, n);
+    if (x->run(e, reqs, n))
+        return 1;
+    gp_engine_executor_failed(e, x);
+    report_fault(e, x, FAULT_MEASURING, NULL);
+    return 0;
 }
 
 /* The queue's counters are atomic so that these may read them without its lock. */
@@ -113,7 +133,7 @@ static const gp_policy_ops policy_ops = {
 #ifdef GPUPROV_HAVE_CUDA
     .cuda = &gp_exec_cuda,
 #endif
-    .usable = gp_engine_executor_usable,
+    .usable = executor_usable,
     .key_new = gp_key_new,
     .key_free = gp_key_free,
     .msg_start_on = policy_msg_start_on,
@@ -267,57 +287,89 @@ static void count_error(gp_engine *e)
 
 
 
+/* Whether x can serve here (opening it the first time). An opening that failed and said why gets
+ * the failure's one line here, from whichever thread asked first (report_fault). */
+static int executor_usable(gp_engine *e, const gp_executor *x)
+{
+    gp_exec_fault f;
+
+    if (gp_engine_executor_usable(e, x))
+        return 1;
+    if (x != NULL && atomic_load(&e->fault_said) == 0) {
+        gp_engine_fault_get(e, &f);
+        if (f.x == x && f.at_open)
+            report_fault(e, x, FAULT_OPENING, NULL);
+    }
+    return 0;
+}
+
 /*
- * Resolve the backend knob once, at the first message (lazily, so a forked child decides itself).
- * auto and hybrid: the hybrid policy between the GPU (cuda, or host as a stand-in for tests) and the
- * cpu executor where a GPU works; auto is plain cpu where none does.
+ * Resolve the backend knob once, at the first message (lazily, so a forked child decides itself),
+ * and again whenever the executor playing the GPU fails (gp_engine_executor_failed clears it).
+ * auto and hybrid: the hybrid policy between the GPU (cuda, or host as a stand-in for tests) and
+ * the cpu executor where a GPU works; auto is plain cpu where none does. Once the GPU side has
+ * failed, new messages go to the cpu executor.
  */
 static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
 {
-    const gp_executor *want, *got;
+    const gp_executor *got, *gpu_side;
     gp_backend b = e->knobs.backend;
-    int hybrid = 0;
+    int hybrid;
 
     got = atomic_load_explicit(&e->preferred, memory_order_acquire);
     if (got != NULL && atomic_load_explicit(&e->fork_gen, memory_order_relaxed) == gp_fork_generation())
         return got;
-    switch (b) {
-    case GP_BACKEND_HOST:
-        want = &gp_exec_host;
-        break;
-    case GP_BACKEND_AUTO:
-        if (gp_warm_gpu(&e->policy) != NULL && !gp_warm_start(&e->policy, new_msg && gp_warm_demand(&e->policy)))
-            /* Not remembered: asked again until the warm-up is over. */
-            return gp_engine_executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
-        /* fall through */
-    case GP_BACKEND_CUDA:
-    case GP_BACKEND_HYBRID:
-        want = b != GP_BACKEND_CUDA && e->knobs.hybrid_gpu_host ? &gp_exec_host : executors[GP_EXEC_CUDA];
-        if (gp_engine_executor_usable(e, want)) {
-            hybrid = b != GP_BACKEND_CUDA && gp_engine_executor_usable(e, &gp_exec_cpu);
+    for (;;) {
+        gpu_side = NULL;   /* the executor whose failure changes the answer */
+        hybrid = 0;
+        switch (b) {
+        case GP_BACKEND_HOST:
+            got = &gp_exec_host;
+            if (gp_engine_executor_has_failed(e, got))
+                got = &gp_exec_cpu;   /* the test hook host_fail_after made it fail (exec_host.c) */
+            else
+                gpu_side = got;
+            break;
+        case GP_BACKEND_AUTO:
+            if (gp_warm_gpu(&e->policy) != NULL && !gp_warm_start(&e->policy, new_msg && gp_warm_demand(&e->policy)))
+                /* Not remembered: asked again until the warm-up is over. */
+                return executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
+            /* fall through */
+        case GP_BACKEND_CUDA:
+        case GP_BACKEND_HYBRID:
+            got = b != GP_BACKEND_CUDA && e->knobs.hybrid_gpu_host ? &gp_exec_host : executors[GP_EXEC_CUDA];
+            if (executor_usable(e, got)) {
+                gpu_side = got;
+                hybrid = b != GP_BACKEND_CUDA && executor_usable(e, &gp_exec_cpu);
+                break;
+            }
+            /* A GPU that failed said so itself, and where work goes now (report_fault). */
+            if (b != GP_BACKEND_AUTO && (got == NULL || !gp_engine_executor_has_failed(e, got)))
+                fprintf(stderr, "gpuprov: backend=%s requested but no usable GPU%s; using the cpu "
+                        "executor\n", b == GP_BACKEND_CUDA ? "cuda" : "hybrid",
+                        executors[GP_EXEC_CUDA] == NULL ? " (built without nvcc)" : "");
+            got = &gp_exec_cpu;
+            break;
+        case GP_BACKEND_CPU:
+        default:
+            got = &gp_exec_cpu;
             break;
         }
-        if (b != GP_BACKEND_AUTO)
-            fprintf(stderr, "gpuprov: backend=%s requested but no usable GPU%s; using the cpu "
-                    "executor\n", b == GP_BACKEND_CUDA ? "cuda" : "hybrid",
-                    executors[GP_EXEC_CUDA] == NULL ? " (built without nvcc)" : "");
-        want = &gp_exec_cpu;
-        break;
-    case GP_BACKEND_CPU:
-    default:
-        want = &gp_exec_cpu;
-        break;
+        if (!executor_usable(e, got)) {
+            fprintf(stderr, "gpuprov: the %s executor is unusable here (no default provider reachable); "
+                    "using the host executor\n", got->name);
+            got = &gp_exec_host;
+            gpu_side = NULL;
+        }
+        /* Threads racing here compute the same answer; `hybrid` is stored before `preferred`. */
+        atomic_store(&e->hybrid, hybrid);
+        atomic_store(&e->preferred, got);
+        /* The GPU side's failure marks it failed before it clears `preferred` (batching/core/open.c):
+         * if it failed since this thread looked, this thread sees it now and places again. */
+        if (gpu_side == NULL || !gp_engine_executor_has_failed(e, gpu_side))
+            return got;
+        atomic_compare_exchange_strong(&e->preferred, &got, NULL);
     }
-    got = want;
-    if (!gp_engine_executor_usable(e, got)) {
-        fprintf(stderr, "gpuprov: the %s executor is unusable here (no default provider reachable); "
-                "using the host executor\n", got->name);
-        got = &gp_exec_host;
-    }
-    /* Threads racing here compute the same answer; `hybrid` is visible before `preferred`. */
-    atomic_store_explicit(&e->hybrid, hybrid, memory_order_relaxed);
-    atomic_store_explicit(&e->preferred, got, memory_order_release);
-    return got;
 }
 
 const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keylen, uint64_t last_bytes)
@@ -432,10 +484,10 @@ static const gp_executor *devmem_executor(gp_engine *e)
 
     /* Production builds' host executor has no mem_check: the hook is not compiled there. */
     if (gp_exec_host.mem_check != NULL && gp_exec_host.mem_check(e, NULL, 0, &gpu) != GP_MEM_NO_EXECUTOR)
-        return gp_engine_executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
+        return executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
     if (executors[GP_EXEC_CUDA] == NULL || e->knobs.backend == GP_BACKEND_CPU || e->knobs.backend == GP_BACKEND_HOST)
         return NULL;
-    return gp_engine_executor_usable(e, executors[GP_EXEC_CUDA]) ? executors[GP_EXEC_CUDA] : NULL;
+    return executor_usable(e, executors[GP_EXEC_CUDA]) ? executors[GP_EXEC_CUDA] : NULL;
 }
 
 int gp_engine_device_memory(gp_engine *e)
@@ -704,7 +756,6 @@ int gp_msg_verify(gp_msg *m, const uint8_t *tag, size_t taglen)
 
 /* ---- submission ---- */
 
-
 /* Counters cost locked instructions on every request: they run only when the stats line is asked
  * for (knob stats = 1), the one place they are read. */
 static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, size_t n)
@@ -724,38 +775,231 @@ static void account(gp_engine *e, const gp_executor *x, const gp_request *reqs, 
         gp_stat_add(e, GP_ST_ERRORS, failed);
 }
 
+/* ---- an executor that failed as a whole: where its messages go on ---- */
+
+/*
+ * When the executor playing the GPU (cuda, or in tests the host executor standing in for it) fails
+ * under its messages, each goes where it loses least. The cpu executor (the default provider)
+ * imports no kernel state, but it takes on whatever needs none, at its full speed:
+ *   - a CTR or ChaCha20 stream, at the keystream block it is in (gp_kstate_stream_point);
+ *   - an AEAD message that has absorbed nothing (gp_kstate_begun), from its key and IV.
+ * An AEAD message already begun holds a GHASH or Poly1305 accumulator that only the kernel-code
+ * executors can carry on: it finishes on the host executor, which shares the state format. A
+ * device-mode message stays where it is: no host code may read its data, so its requests fail. With
+ * no usable cpu executor everything that can move goes to the host executor.
+ */
+
+/* A stream onto the cpu executor at its place in the keystream: the default provider's context
+ * starts at the block in progress and runs the bytes of it already used, so that its next byte is
+ * the one the kernel state would have made. */
+static int stream_onto_cpu(gp_engine *e, gp_msg *m)
+{
+    uint8_t zeros[64] = { 0 }, spent[64];
+    size_t used;
+    int ok;
+
+    gp_kstate_stream_point(&m->st, m->iv, &used);
+    m->ivlen = 16;
+    ok = gp_exec_cpu.msg_start(e, m) && (used == 0 || gp_cpu_update(m, zeros, spent, used));
+    OPENSSL_cleanse(spent, sizeof(spent));   /* keystream */
+    return ok;
+}
+
+/* Can m go on on the cpu executor, and does it there now? 0: it stays where it was. */
+static int move_to_cpu(gp_engine *e, gp_msg *m)
+{
+    const uint32_t alg = m->key->alg;
+    const int stream = alg == GP_ALG_AES_CTR || alg == GP_ALG_CHACHA20;
+
+    if (m->devmem || !(stream || !gp_kstate_begun(&m->st)) || !executor_usable(e, &gp_exec_cpu))
+        return 0;
+    if (!(stream ? stream_onto_cpu(e, m) : gp_exec_cpu.msg_start(e, m)))
+        return 0;
+    m->exec = &gp_exec_cpu;
+    m->routed = 1;
+    return 1;
+}
+
+/* Message m of a batch that failed on its executor: where it goes on (the tally says). Its state is
+ * what its requests that finished before the failure left. */
+static void move_off_failed(gp_engine *e, gp_msg *m, fault_tally *t)
+{
+    if (m->devmem)
+        return;
+    if (move_to_cpu(e, m)) {
+        t->to_cpu++;
+        return;
+    }
+    m->exec = &gp_exec_host;
+    t->to_host++;
+}
+
+/* Is request i the first unfinished one of its message in the batch? Quadratic in the batch's
+ * length: it runs only for a batch that a failure hit. */
+static int first_unfinished(const gp_request *reqs, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (reqs[j].msg == reqs[i].msg && reqs[j].status == GP_REQ_FAILED)
+            return 0;
+    return reqs[i].status == GP_REQ_FAILED;
+}
+
+/* The unfinished requests of a failed batch that go on on the host executor, as one batch of their
+ * own (its pool spreads their messages over its threads, each message's requests in order); 0 when
+ * it cannot be made (no memory: the caller runs each alone). */
+static int rerun_on_host_together(gp_engine *e, gp_request *reqs, size_t n, size_t nhost)
+{
+    gp_request *part = malloc(nhost * sizeof(*part));
+    size_t *from = malloc(nhost * sizeof(*from)), k = 0;
+
+    if (part == NULL || from == NULL) {
+        free(part);
+        free(from);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].status == GP_REQ_FAILED && reqs[i].msg->exec == &gp_exec_host) {
+            part[k] = reqs[i];
+            from[k++] = i;
+        }
+    gp_exec_host.run(e, part, k);
+    for (size_t j = 0; j < k; j++)
+        reqs[from[j]] = part[j];
+    account(e, &gp_exec_host, part, k);
+    free(part);
+    free(from);
+    return 1;
+}
+
+/* Run the unfinished requests of a failed batch on their messages' executors now (move_off_failed
+ * placed them): the cpu executor's one by one in submission order, the host executor's together;
+ * device-mode ones stay failed. Returns how many ran again. */
+static size_t rerun_unfinished(gp_engine *e, gp_request *reqs, size_t n)
+{
+    size_t redo = 0, nhost = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        gp_request *r = &reqs[i];
+
+        if (r->status != GP_REQ_FAILED || r->msg->devmem)
+            continue;
+        redo++;
+        if (r->msg->exec == &gp_exec_host) {
+            nhost++;
+            continue;
+        }
+        r->msg->exec->run(e, r, 1);
+        account(e, r->msg->exec, r, 1);
+    }
+    if (nhost > 1 && rerun_on_host_together(e, reqs, n, nhost))
+        return redo;
+    for (size_t i = 0; i < n && nhost > 0; i++)
+        if (reqs[i].status == GP_REQ_FAILED && !reqs[i].msg->devmem && reqs[i].msg->exec == &gp_exec_host) {
+            gp_exec_host.run(e, &reqs[i], 1);
+            account(e, &gp_exec_host, &reqs[i], 1);
+        }
+    return redo;
+}
+
 /*
  * Run a batch on x. If x fails as a whole (a CUDA error), the requests it did not complete are
- * untouched (status still GP_REQ_FAILED, message state as before): their messages move to the host
- * executor, which shares the kernel state format, and those requests run there. Nothing is lost and
- * no answer is wrong; x takes no new messages in this process.
+ * untouched (status still GP_REQ_FAILED, message state as its finished requests left it): each of
+ * their messages goes on where it loses least (move_off_failed) and those requests run there, so
+ * nothing is lost and no answer is wrong. x takes no new messages in this process.
  */
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
 {
-    size_t redo = 0;
+    fault_tally t = { 0 };
 
     if (x->run(e, reqs, n)) {
         account(e, x, reqs, n);
         return;
     }
     gp_engine_executor_failed(e, x);
-    /* Device-mode messages stay where they are and their unfinished requests fail: the host
-     * cannot read device memory (and the host stand-in of test builds never fails). */
-    for (size_t i = 0; i < n; i++)
-        if (!reqs[i].msg->devmem)
-            reqs[i].msg->exec = &gp_exec_host;
-    /* In submission order, which keeps each message's requests in order. */
     for (size_t i = 0; i < n; i++) {
         if (reqs[i].status != GP_REQ_FAILED || reqs[i].msg->devmem) {
-            account(e, x, &reqs[i], 1);      /* finished on x before it failed, or failed there */
-            continue;
+            t.devmem_failed += reqs[i].status == GP_REQ_FAILED;
+            account(e, x, &reqs[i], 1);      /* finished on x before it failed, or fails with it */
+        } else if (first_unfinished(reqs, i)) {
+            move_off_failed(e, reqs[i].msg, &t);
         }
-        gp_exec_host.run(e, &reqs[i], 1);
-        account(e, &gp_exec_host, &reqs[i], 1);
-        redo++;
     }
+    report_fault(e, x, FAULT_IN_BATCH, &t);
     if (e->knobs.stats)
-        gp_stat_add(e, GP_ST_FALLBACKS, redo);
+        gp_stat_add(e, GP_ST_FALLBACKS, rerun_unfinished(e, reqs, n));
+    else
+        (void)rerun_unfinished(e, reqs, n);
+}
+
+/* "1 message restarts" / "2 messages restart": n, then `one` or `many`. */
+static void say_count(char *buf, size_t size, size_t *len, size_t n, const char *one, const char *many)
+{
+    int k;
+
+    if (n == 0 || *len >= size)
+        return;
+    k = snprintf(buf + *len, size - *len, "%s%zu %s", *len > 0 ? ", " : "", n, n == 1 ? one : many);
+    if (k > 0)
+        *len += (size_t)k;
+}
+
+/*
+ * The one line a failure gets in a process: which GPU (or executor) failed, at which call or step
+ * with which error, what became of the work it held and where new messages go. Said by whoever
+ * meets the failure first: the batch it failed under (run_on), its opening (executor_usable) or the
+ * hybrid policy's measurement of it (policy_run).
+ */
+static void report_fault(gp_engine *e, const gp_executor *x, fault_when when, const fault_tally *t)
+{
+    gp_exec_fault f;
+    char who[64], moved[320] = "";
+    size_t len = 0;
+    const int cpu = executor_usable(e, &gp_exec_cpu);
+
+    if (atomic_exchange(&e->fault_said, 1))
+        return;
+    gp_engine_fault_get(e, &f);
+    if (f.x == NULL) {   /* it failed without saying why (no memory for its own bookkeeping) */
+        f.x = x;
+        f.gpu = -1;
+        snprintf(f.what, sizeof(f.what), "no cause given");
+    }
+    if (f.x->id != GP_EXEC_CUDA)
+        snprintf(who, sizeof(who), "the %s executor", f.x->name);
+    else if (f.gpu >= 0)
+        snprintf(who, sizeof(who), "GPU %d", f.gpu);
+    else
+        snprintf(who, sizeof(who), "the GPU");
+    if (when == FAULT_IN_BATCH) {
+        say_count(moved, sizeof(moved), &len, t->to_cpu, "message restarts on the cpu executor",
+                  "messages restart on the cpu executor");
+        say_count(moved, sizeof(moved), &len, t->to_host,
+                  cpu ? "begun AEAD message finishes on the host executor"
+                      : "message finishes on the host executor",
+                  cpu ? "begun AEAD messages finish on the host executor"
+                      : "messages finish on the host executor");
+        say_count(moved, sizeof(moved), &len, t->devmem_failed, "device-memory request fails",
+                  "device-memory requests fail");
+    }
+    gp_log_line("gpuprov: %s failed%s (%s)%s%s; new messages go to the %s executor\n", who,
+                when == FAULT_OPENING ? " while opening" : when == FAULT_MEASURING ? " while measured" : "",
+                f.what, len > 0 ? ": " : "", moved, cpu ? "cpu" : "host");
+}
+
+/*
+ * Messages whose executor failed under another batch leave it before their request runs where they
+ * can go on at full speed: the cpu executor (a stream at its counter, an AEAD message not begun from
+ * its start). A begun AEAD message stays on the GPU side until a batch of it fails there (then
+ * run_on moves it to the host executor): with several GPUs a healthy one may still serve it.
+ */
+static void leave_failed_executors(gp_engine *e, gp_request *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if (m->exec != &gp_exec_cpu && gp_engine_executor_has_failed(e, m->exec))
+            (void)move_to_cpu(e, m);
+    }
 }
 
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
@@ -779,6 +1023,7 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
         count_error(e);
         return 0;
     }
+    leave_failed_executors(e, reqs, n);
     /* The common case: one executor serves the whole batch. */
     for (i = 1; i < n && reqs[i].msg->exec == reqs[0].msg->exec; i++)
         ;
@@ -786,16 +1031,12 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n)
         run_on(e, reqs[0].msg->exec, reqs, n);
     } else {
         /*
-         * Mixed: run each executor's share in submission order, as its own sub-batch. A request
-         * runs once. Where its executor fails under it, run_on re-runs it on the host and moves its
-         * message there; the loop's later turn for the host must then leave it alone, or it would
-         * run again from the state it left (wrong output, a wrong tag, and every later request of
-         * its message wrong too). A request still FAILED changed nothing and may run again.
+         * Mixed (messages that left a failed executor, a test's batch): each request alone on its
+         * message's executor, in submission order, so each runs once and after the requests of its
+         * message before it, wherever a failure under an earlier one moved its message.
          */
-        for (int x = 0; x < GP_EXEC_COUNT; x++)
-            for (i = 0; i < n; i++)
-                if (reqs[i].msg->exec == executors[x] && reqs[i].status == GP_REQ_FAILED)
-                    run_on(e, executors[x], &reqs[i], 1);
+        for (i = 0; i < n; i++)
+            run_on(e, reqs[i].msg->exec, &reqs[i], 1);
     }
     for (i = 0; i < n; i++)
         all_ok &= reqs[i].status == GP_REQ_OK;

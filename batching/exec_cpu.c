@@ -358,9 +358,21 @@ int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return ok;
 }
 
+/* The AAD a request carries (gp_request.aad: held for the GPU side before its message came here
+ * after a GPU failure), as a call of its own before the request's. */
+static GP_COLD int run_carried_aad(gp_request *r)
+{
+    gp_request a = { .msg = r->msg, .kind = GP_REQ_AAD, .in = r->aad, .len = r->aad_len };
+
+    return (r->msg->cpu_algctx != NULL ? direct_run_one(&a) : evp_run_one(&a)) == GP_REQ_OK;
+}
+
 int gp_cpu_run_one(gp_request *r)
 {
-    r->status = r->msg->cpu_algctx != NULL ? direct_run_one(r) : evp_run_one(r);
+    if (r->aad_len > 0 && !run_carried_aad(r))
+        r->status = GP_REQ_FAILED;
+    else
+        r->status = r->msg->cpu_algctx != NULL ? direct_run_one(r) : evp_run_one(r);
     gp_cpu_clean_upper_state();
     return r->status;
 }

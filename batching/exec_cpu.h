@@ -6,8 +6,9 @@
 
 #include "batching/core/core.h"
 
-/* cpu executor: runs one request on the message's default-provider context (it cannot fail as an
- * executor, so the engine's fallback path has nothing to do for it); returns r->status. */
+/* cpu executor: runs one request on the message's default-provider context, the AAD it carries
+ * (r->aad) first (it cannot fail as an executor, so the engine's fallback path has nothing to do
+ * for it); returns r->status. */
 int gp_cpu_run_one(gp_request *r);
 /* One call of the default provider's update on its context: AAD (out NULL) or data, whose output
  * size is the input length (ciphers of block size 1); the vector state cleaned after it. */

@@ -165,17 +165,19 @@ typedef struct gp_cuda {
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
 } gp_cuda;
 
-/* Report a CUDA failure once per process, clear the sticky error where there is one. */
+/* A CUDA failure: the engine marks the executor failed at once (no new message comes to it) and
+ * says the process's first in its one log line; the sticky error is cleared where there is one.
+ * The GPU named is the thread's current device: every call is made under cudaSetDevice of its
+ * slot's device (a cudaSetDevice that fails leaves the one before current). */
 static int cuda_failed(gp_engine *e, const char *what, cudaError_t err)
 {
-    static int logged;
+    char words[192];
+    int dev = -1;
 
-    if (!logged) {
-        logged = 1;
-        fprintf(stderr, "gpuprov: cuda executor: %s failed: %s (%s); its work is re-run on the host "
-                "and new messages go to the %s executor\n", what, cudaGetErrorName(err),
-                cudaGetErrorString(err), e->knobs.backend == GP_BACKEND_CUDA ? "cpu/host" : "cpu");
-    }
+    if ((cudaGetDevice)(&dev) != cudaSuccess)   /* in parentheses: never a test fault's interposition */
+        dev = -1;
+    snprintf(words, sizeof(words), "%s: %s, %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
+    gp_engine_executor_fault(e, &gp_exec_cuda, dev, words);
     (void)cudaGetLastError();
     return 0;
 }

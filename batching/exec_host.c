@@ -232,6 +232,10 @@ static int host_open(gp_engine *e)
         OPENSSL_free(e->host_stage);
         e->host_stage = NULL;
     }
+    /* Test hook (host_fail_after = N): armed here, when the host executor opens to stand in for
+     * the GPU (host_fails_now). */
+    if (e->knobs.test.host_fail_after >= 0)
+        atomic_store(&e->test_host_fail, e->knobs.test.host_fail_after + 1);
 #else
     (void)e;
 #endif
@@ -392,10 +396,34 @@ out:
     return ok;
 }
 
+#if GP_TEST_HOOKS
+/*
+ * Test hook (host_fail_after = N): after N good batches the next one fails as a whole, once, as
+ * the GPU the host executor stands in for fails: nothing of it runs, the engine is told why, and
+ * its messages go on elsewhere (batching/engine.c, run_on). Later batches, the engine's re-run of
+ * that one among them, run.
+ */
+static int host_fails_now(gp_engine *e)
+{
+    int left = atomic_load(&e->test_host_fail);
+
+    while (left > 0 && !atomic_compare_exchange_weak(&e->test_host_fail, &left, left - 1))
+        ;
+    if (left != 1)
+        return 0;
+    gp_engine_executor_fault(e, &gp_exec_host, -1, "test hook host_fail_after");
+    return 1;
+}
+#endif
+
 static int host_run(gp_engine *e, gp_request *reqs, size_t n)
 {
     size_t bytes = 0;
 
+#if GP_TEST_HOOKS
+    if (host_fails_now(e))
+        return 0;
+#endif
     if (e->host_stage != NULL)
         gp_stage_grow(e->host_stage);
     for (size_t i = 0; i < n; i++)

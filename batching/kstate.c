@@ -73,6 +73,38 @@ void gp_kstate_prepare(gp_engine *e, gp_request *r)
     (void)gp_kstate_prepare_pows(r);
 }
 
+int gp_kstate_begun(const gp_msg_state *st)
+{
+    return st->aad_len != 0 || st->text_len != 0 || st->mac_pend_len != 0 || st->in_text != 0;
+}
+
+/* One counter step back, as the kernels count forward (kernels/msg_unit.h, gp_ctr_inc128 and
+ * gp_ctr_chacha). */
+static void counter_back_one(uint32_t alg, uint8_t c[16])
+{
+    if (alg == GP_ALG_AES_CTR) {
+        for (int i = 15; i >= 0 && c[i]-- == 0; i--)
+            ;
+    } else {
+        for (int i = 0; i < 8 && c[i]-- == 0; i++)
+            ;
+    }
+}
+
+/*
+ * st->ctr is the counter of the next block to generate: a block partly used was generated whole and
+ * its keystream kept in st->ks, st->ks_used bytes of it consumed (kernels/msg_unit.h gp_msg_xor; a
+ * request's units leave the text on a 64-byte boundary, where none is partly used). So the block in
+ * progress is the one before st->ctr when ks_used is not 0, else st->ctr itself with none used.
+ */
+void gp_kstate_stream_point(const gp_msg_state *st, uint8_t block[16], size_t *used)
+{
+    memcpy(block, st->ctr, 16);
+    *used = st->ks_used;
+    if (st->ks_used != 0)
+        counter_back_one(st->alg, block);
+}
+
 size_t gp_kstate_slice_bytes(const gp_engine *e)
 {
 #if GP_TEST_HOOKS

@@ -20,6 +20,23 @@ const gp_mac_pows *gp_kstate_prepare_pows(gp_request *r);
 void gp_kstate_prepare(gp_engine *e, gp_request *r);
 
 /*
+ * After the executor a message ran on failed: what of the kernel state the cpu executor (OpenSSL's
+ * default provider, which imports no state) can take on.
+ *
+ * gp_kstate_begun: has the message absorbed or produced anything (AAD, data, a pending MAC block)?
+ * An AEAD message that has not can start again from its key and IV anywhere; one that has carries
+ * a GHASH or Poly1305 accumulator only the kernel-code executors hold.
+ *
+ * gp_kstate_stream_point (AES-CTR, ChaCha20): the counter block of the keystream block in progress
+ * and how many of its bytes the stream has used (0..15, ChaCha20 0..63), as OpenSSL counts
+ * (SP 800-38A §B.1: the whole block big-endian; ChaCha20's IV is LE32 counter || nonce, the counter
+ * carrying into the next word). A default-provider context started with that block as its IV, once
+ * it has run `used` bytes, makes the next byte the kernel state would have made.
+ */
+int gp_kstate_begun(const gp_msg_state *st);
+void gp_kstate_stream_point(const gp_msg_state *st, uint8_t block[16], size_t *used);
+
+/*
  * A data request longer than a slice runs as consecutive requests of a slice each, every one from
  * the state the one before left (counters and GHASH or Poly1305 state carry from slice to slice as
  * they do from update to update): what one pass takes (the cuda executor's arenas, the host

@@ -609,8 +609,8 @@ void gp_queue_stop_dispatcher(gp_queue *q)
 /*
  * Staging (stage.h): copy a data request's input into a chunk of the executor's pool and point the
  * request at it, on the job's own thread; after the result, copy the output to the caller's buffer.
- * A request whose executor changes meanwhile (a GPU failure re-runs it on the host) still reads and
- * writes the chunk, so the result comes back the same way.
+ * A request whose executor changes meanwhile (a GPU failure re-runs it on the cpu or host
+ * executor) still reads and writes the chunk, so the result comes back the same way.
  */
 typedef struct stage_ctx {
     gp_stage_pool *pool;

@@ -170,6 +170,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_CPUS_FREE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.cpus_free), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the auto backend's warm-up finds a free CPU at every look (the machine's load does not decide)" },
+    { .env = "GPUPROV_TEST_HOST_FAIL_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.host_fail_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
+      .meaning = "after N good batches the host executor, standing in for the GPU, fails the next one as a "
+                 "whole, once (the GPU failure path without a GPU)" },
     /* The CUDA fault interposition (batching/cuda_fault.h): read at each opening of the cuda executor. */
     { .env = "GPUPROV_TEST_CUDA_FAULT_CALL", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.cuda_fault_call), .dflt = GP_CF_NONE, .words = cuda_call_words,
@@ -188,6 +192,9 @@ static const gp_setting registry[] = {
       FIELD(test.cuda_fault_device), .dflt = -1, .min = 0, .max = 1023, .words = any_device_words,
       .expected = "a device index from 0, or any",
       .meaning = "only calls made while this device is current fail (one GPU of several)" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_AT_MS", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.cuda_fault_at_ms), .dflt = 0, .min = 0, .max = 1 << 30, .expected = "a number of ms from 0 up",
+      .meaning = "only calls made this many ms after the cuda executor opened match (a fault mid-run)" },
 #endif
 };
 

@@ -83,14 +83,19 @@ typedef struct gp_test_hooks {
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
+    int host_fail_after;      /* after N good batches the host executor fails the next one as a
+                               * whole, once, as a GPU fails (it stands in for one); -1: never */
     /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
      * cuda executor: of the calls that match (call, line, device), the first `skip` pass, the next
-     * `times` fail (0: every one from then on, as when the GPU is taken away). */
+     * `times` fail (0: every one from then on, as when the GPU is taken away); with at_ms, calls
+     * match only from then on (a fault mid-run, whatever the calls' rate). */
     int cuda_fault_call;      /* gp_cuda_fault_call; GP_CF_NONE: no fault */
     int cuda_fault_line;      /* only the call site on this line of batching/exec_cuda.c; 0: every site */
     int cuda_fault_skip;
     int cuda_fault_times;
     int cuda_fault_device;    /* only calls made while this device is current; -1: any */
+    int cuda_fault_at_ms;     /* only calls made this many ms after the arming (the opening) on
+                               * match; 0: from the arming */
 } gp_test_hooks;
 
 /* Class experiment (GP_EXPERIMENT_SWITCHES builds only): the cuda executor's A/B switches of

@@ -22,7 +22,7 @@
 #define GP_STAGE_MAX_BYTES (32u * 1024u)     /* a TLS record (16 KiB + 256) and speed's 16 KiB fit */
 #define GP_STAGE_MIN_BYTES 2048u             /* below a unit the dispatcher's own copy costs little */
 /* Input in the first half, output in the second: a batch that fails after the GPU wrote its output
- * is re-run on the host from the input, which must still be there. After them, room for a
+ * is re-run on the CPU from the input, which must still be there. After them, room for a
  * ChaCha20-Poly1305 request's powers of r (kernels/batch_abi.h gp_mac_pows, made from the message's
  * one-time key), which the job's thread writes there (the cuda executor's prepare) so that the GPU
  * fetches them with the data: copied by the dispatcher, they made its part of a ChaCha20-Poly1305

@@ -9,7 +9,8 @@
 
 /*
  * Plain C structs, identical on host and device, so a message can move between the host and cuda
- * executors mid-stream (a failed GPU batch is re-run on the host from the same state).
+ * executors mid-stream (a failed GPU batch's begun AEAD messages go on on the host from the same
+ * state).
  * Kernels trust their input: lengths, phases and limits are checked by the caller (provider/ and
  * batching/) before a request reaches them.
  */

@@ -38,6 +38,15 @@ struct gp_key {
                                                * (changed under that table's lock) */
 };
 
+/* What an executor said when it failed as a whole (gp_engine_executor_fault): the process's first
+ * such failure, kept for the engine's one log line about it. Written and read under open_lock. */
+typedef struct gp_exec_fault {
+    const gp_executor *x;        /* NULL: none yet */
+    int gpu;                     /* the GPU's device index; -1: none, or not known */
+    int at_open;                 /* it failed while opening: nothing of it ever ran */
+    char what[192];              /* the call or step that failed and its error, in the executor's words */
+} gp_exec_fault;
+
 /* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */
 #define GP_MSG_AAD_HOLD 64
 
@@ -83,6 +92,11 @@ struct gp_engine {
     /* gp_fork_generation() + 1 while opened[] says usable in this process: read without the lock
      * by every message start (gp_engine_executor_usable). */
     _Atomic unsigned usable_gen[GP_EXEC_COUNT];
+    /* gp_fork_generation() + 1 once the executor failed as a whole in this process: read without
+     * the lock where a message is placed (gp_engine_executor_has_failed). */
+    _Atomic unsigned failed_gen[GP_EXEC_COUNT];
+    gp_exec_fault fault;         /* under open_lock */
+    _Atomic int fault_said;      /* the engine's log line about `fault` is out (once a process) */
     _Atomic unsigned route_epoch;     /* gp_engine_route_epoch */
     _Atomic(const gp_executor *) preferred;   /* where new messages go; resolved at first use; in
                                                * hybrid mode the GPU-side executor */
@@ -96,6 +110,9 @@ struct gp_engine {
     gp_queue queue;
     void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
     gp_stage_pool *host_stage;   /* test hook: the host executor's staging pool (exec_host.c) */
+    /* Test hook host_fail_after = N: N + 1 while the host executor has N good batches left before
+     * it fails one as a whole; 0: it fails none (exec_host.c). */
+    _Atomic int test_host_fail;
     _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
     gp_stat_shard stats[GP_STAT_SHARDS];   /* knob stats: counters, summed when read */
 };
@@ -141,6 +158,14 @@ void gp_msg_fold_cpu_calls(gp_msg *m);
 int gp_engine_executor_usable(gp_engine *e, const gp_executor *x);
 /* An executor failed as a whole: no new message goes to it in this process. */
 void gp_engine_executor_failed(gp_engine *e, const gp_executor *x);
+/* The same, said by the executor where it finds the failure: gpu (its device index, -1: none or not
+ * known) and `what` (the call or step and its error) are kept if it is the process's first, for the
+ * engine's log line. Callable while opening x (the fault then counts as the opening's). */
+void gp_engine_executor_fault(gp_engine *e, const gp_executor *x, int gpu, const char *what);
+/* Has x failed as a whole in this process? Lock-free. */
+int gp_engine_executor_has_failed(gp_engine *e, const gp_executor *x);
+/* A copy of the first failure kept (f->x NULL: none). */
+void gp_engine_fault_get(gp_engine *e, gp_exec_fault *f);
 /* opened[]: an executor that opened and then failed as a whole (unusable; closed with the engine). */
 #define GP_EXEC_FAILED (-2)
 /* A forked child decides again for itself; the caller holds e->open_lock. */

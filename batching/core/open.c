@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Executors open lazily, once per process (after a fork too), and are marked failed as a whole. */
 #include <pthread.h>
+#include <stdio.h>
 
 #include "batching/core/core.h"
 
@@ -75,16 +76,53 @@ int gp_engine_executor_usable(gp_engine *e, const gp_executor *x)
     return state == 1;
 }
 
-void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
+/* Under open_lock. */
+static void mark_failed(gp_engine *e, const gp_executor *x)
 {
-    pthread_mutex_lock(&e->open_lock);
     /* Unusable, but still holding what it opened (arenas, streams, threads): other threads may be
      * inside its run right now, so it is closed only with the engine (gp_engine_free). */
     if (e->opened[x->id] == 1)
         e->opened[x->id] = GP_EXEC_FAILED;
-    atomic_store_explicit(&e->usable_gen[x->id], 0, memory_order_release);
+    atomic_store(&e->usable_gen[x->id], 0);
+    /* Before `preferred` is cleared: a thread that resolves where new messages go and then finds x
+     * failed resolves again (batching/engine.c, preferred_executor). */
+    atomic_store(&e->failed_gen[x->id], gp_fork_generation() + 1);
     atomic_fetch_add_explicit(&e->route_epoch, 1, memory_order_release);
-    if (atomic_load(&e->preferred) == x)
+    if (atomic_load(&e->preferred) == x) {
+        /* New messages, and streams that would move to the GPU side, are placed afresh. */
+        atomic_store(&e->hybrid, 0);
         atomic_store(&e->preferred, NULL);
+    }
+}
+
+void gp_engine_executor_failed(gp_engine *e, const gp_executor *x)
+{
+    pthread_mutex_lock(&e->open_lock);
+    mark_failed(e, x);
+    pthread_mutex_unlock(&e->open_lock);
+}
+
+void gp_engine_executor_fault(gp_engine *e, const gp_executor *x, int gpu, const char *what)
+{
+    pthread_mutex_lock(&e->open_lock);
+    if (e->fault.x == NULL) {
+        e->fault.x = x;
+        e->fault.gpu = gpu;
+        e->fault.at_open = e->opened[x->id] == GP_OPENING;
+        snprintf(e->fault.what, sizeof(e->fault.what), "%s", what);
+    }
+    mark_failed(e, x);
+    pthread_mutex_unlock(&e->open_lock);
+}
+
+int gp_engine_executor_has_failed(gp_engine *e, const gp_executor *x)
+{
+    return atomic_load(&e->failed_gen[x->id]) == gp_fork_generation() + 1;
+}
+
+void gp_engine_fault_get(gp_engine *e, gp_exec_fault *f)
+{
+    pthread_mutex_lock(&e->open_lock);
+    *f = e->fault;
     pthread_mutex_unlock(&e->open_lock);
 }

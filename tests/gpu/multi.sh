@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # The gpu suite's multi-GPU variants (tests/gpu/meson.build): one of the suite's tests run with knob
 # device set to the host's last GPU (`last`) or to every GPU (`all`), with the stats on, then its
-# counters checked. `clean`: no request fell back to the host (every "fallbacks=" the run prints
+# counters checked. `clean`: no request fell back to the CPU (every "fallbacks=" the run prints
 # reads 0), no CUDA failure was logged, and the GPU served (cuda_ops > 0). `fault` (a CUDA failure
 # injected on purpose): the run fell back, and only through that failure: gpuprov's one failure line
 # names the injected error (cudaErrorLaunchFailure, batching/cuda_fault.h) and nothing names
 # cudaErrorInvalidResourceHandle, the error of a GPU's stream or event used with another GPU current
-# (cuda_ops may be 0 there: the fault can hit the first wave, whose requests count as the host's).
+# (cuda_ops may be 0 there: the fault can hit the first wave, whose requests count as the executor's
+# that re-runs them, the cpu or the host executor).
 # Device-mode tests put their buffers on the last GPU (GPTEST_DEVMEM_GPU, tests/evp/test_devmem.c).
 # Exits 77 ("skipped") with fewer than two GPUs: there the last GPU is device 0, which the suite's
 # own cases run.
@@ -43,7 +44,7 @@ grep -h -E '^(gpuprov stats:|soak: gpuprov )' "$tmp/out" "$tmp/err" > "$tmp/stat
 [ -s "$tmp/stats" ] || fail "no stats line (GPUPROV_STATS=1 prints one as each engine ends)"
 fallbacks=$(grep -o 'fallbacks=[0-9]*' "$tmp/stats" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }')
 cuda_ops=$(grep -o 'cuda_ops=[0-9]*' "$tmp/stats" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }')
-failures=$(grep -h '^gpuprov: cuda executor: ' "$tmp/err" || true)
+failures=$(grep -h -E '^gpuprov: (GPU [0-9]+|the GPU) failed' "$tmp/err" || true)
 echo "multi: $(wc -l < "$tmp/stats") stats lines, cuda_ops=$cuda_ops fallbacks=$fallbacks"
 if grep -q cudaErrorInvalidResourceHandle "$tmp/out" "$tmp/err"; then
   fail "a GPU's object was used with another GPU current: $(grep -h -m1 cudaErrorInvalidResourceHandle "$tmp/out" "$tmp/err")"
@@ -52,7 +53,7 @@ case $check in
   clean)
     [ "$cuda_ops" -gt 0 ] || fail "the GPU ran nothing (cuda_ops=0)"
     [ -z "$failures" ] || fail "a CUDA failure: $failures"
-    [ "$fallbacks" = 0 ] || fail "fallbacks=$fallbacks: requests re-ran on the host"
+    [ "$fallbacks" = 0 ] || fail "fallbacks=$fallbacks: requests re-ran on the CPU"
     ;;
   fault)
     [ -n "$failures" ] || fail "the injected CUDA failure was never reached"

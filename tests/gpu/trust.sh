@@ -32,7 +32,9 @@ run() {   # run ENV... -- COMMAND...: stdout shown, stderr kept in $tmp/err; set
 
 fail() { echo "FAIL: $*"; echo "--- stderr:"; cat "$tmp/err"; exit 1; }
 
-# Exactly one line from gpuprov (its other output is the stats lines at exit), matching $1.
+# Exactly one line from gpuprov (its other output is the stats lines at exit), matching $1 (a basic
+# regular expression): a failure's line names the GPU, the call or step and its error, and where
+# work goes (batching/engine.c, report_fault).
 one_line() {
   local n
   n=$(grep -c '^gpuprov: ' "$tmp/err")
@@ -63,7 +65,7 @@ hold-at-open)
   hog_start 16 0 -
   run "${auto[@]}" -- "$trust" --settle-ms 5000
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cuda executor"
+  one_line "GPU 0 failed while opening (.*; new messages go to the cpu executor$"
   ;;
 hold-on-growth)
   # The GPU served small messages; then another process takes its memory and large messages make
@@ -71,7 +73,7 @@ hold-on-growth)
   hog_start 8 0 "$tmp/ready"
   run "${auto[@]}" -- "$trust" --want-gpu-first --ready "$tmp/ready" --go "$tmp/held"
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cuda executor"
+  one_line "GPU 0 failed (.*; new messages go to the cpu executor$"
   ;;
 malloc-on-growth)
   # The same, injected: the pool's device allocation fails from its first growth on (each slot
@@ -81,20 +83,20 @@ malloc-on-growth)
   run "${auto[@]}" GPUPROV_STREAMS=4 GPUPROV_TEST_CUDA_FAULT_CALL=cudaMalloc GPUPROV_TEST_CUDA_FAULT_LINE="$line" \
       GPUPROV_TEST_CUDA_FAULT_SKIP=4 GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --want-gpu-first
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cudaMalloc"
+  one_line "GPU 0 failed (cudaMalloc: cudaErrorMemoryAllocation"
   ;;
 pinned-unavailable)
   # No pinned host memory can be had (every cudaHostAlloc fails).
   run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=cudaHostAlloc GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --settle-ms 5000
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cudaErrorMemoryAllocation"
+  one_line "GPU 0 failed while opening (cudaHostAlloc: cudaErrorMemoryAllocation"
   ;;
 taken-away)
   # The GPU served; then every CUDA call fails from its 400th on, as when the device is lost.
   run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=any GPUPROV_TEST_CUDA_FAULT_SKIP=400 GPUPROV_TEST_CUDA_FAULT_TIMES=0 \
       -- "$trust" --want-gpu-first
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cuda executor"
+  one_line "GPU 0 failed (.*; new messages go to the cpu executor$"
   ;;
 multi-diff|multi-async)
   # Every GPU serves (device=all): the EVP differential or async test through the cuda executor
@@ -114,7 +116,7 @@ multi-fault-one)
   run "${auto[@]}" GPUPROV_DEVICE=all GPUPROV_TEST_CUDA_FAULT_CALL=any GPUPROV_TEST_CUDA_FAULT_DEVICE=1 \
       GPUPROV_TEST_CUDA_FAULT_SKIP=100 GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --want-gpu-first --threads 16
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "cuda executor"
+  one_line "GPU 1 failed (.*; new messages go to the cpu executor$"
   ;;
 *)
   echo "trust.sh: unknown case $case"; exit 2 ;;

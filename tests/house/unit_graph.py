@@ -55,8 +55,9 @@ BATCHING = {
     'exec_cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
                           'cuda_fault', 'base', 'batch_kernel'}),
     # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
-    # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy.
-    'engine': Rule(4, {'policy', 'queue', 'exec_cuda', 'exec_host', 'exec_cpu', 'core', 'async_wait',
+    # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy; kstate:
+    # what of a message's kernel state the cpu executor can take on after a GPU failure.
+    'engine': Rule(4, {'policy', 'queue', 'exec_cuda', 'exec_host', 'exec_cpu', 'kstate', 'core', 'async_wait',
                        'settings', 'base'}),
 }
 # provider/'s files, the same way (docs/architecture.md, "Inside provider/"). Everything here may also

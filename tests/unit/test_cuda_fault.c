@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <cmocka.h>
 
 #define GP_CUDA_FAULT_TABLE_ONLY 1
@@ -18,6 +19,7 @@ static void arm(const char *call, const char *line, const char *skip, const char
     setenv("GPUPROV_TEST_CUDA_FAULT_SKIP", skip, 1);
     setenv("GPUPROV_TEST_CUDA_FAULT_TIMES", times, 1);
     setenv("GPUPROV_TEST_CUDA_FAULT_DEVICE", device, 1);
+    unsetenv("GPUPROV_TEST_CUDA_FAULT_AT_MS");
     gp_cuda_fault_arm();
 }
 
@@ -91,6 +93,28 @@ static void test_device_filter(void **state)
     assert_int_equal(fails(10, 40, GP_CF_LAUNCH_KERNEL, 1, &first), 10);
 }
 
+/* at_ms: calls before that time after the arming neither fail nor count towards the skip (a fault
+ * mid-run, whatever the rate of calls); from then on the schedule runs as usual. */
+static void test_at_ms(void **state)
+{
+    const struct timespec pause = { 0, 80 * 1000 * 1000 };
+    int first;
+
+    (void)state;
+    setenv("GPUPROV_TEST_CUDA_FAULT_CALL", "any", 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_LINE", "0", 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_SKIP", "2", 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_TIMES", "0", 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_DEVICE", "any", 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_AT_MS", "50", 1);
+    gp_cuda_fault_arm();
+    assert_int_equal(fails(20, 45, GP_CF_MEMCPY_ASYNC, 0, &first), 0);
+    nanosleep(&pause, NULL);
+    assert_int_equal(fails(10, 45, GP_CF_MEMCPY_ASYNC, 0, &first), 8);
+    assert_int_equal(first, 2);
+    unsetenv("GPUPROV_TEST_CUDA_FAULT_AT_MS");
+}
+
 /* Arming again starts the count anew (each opening of the executor reads the variables). */
 static void test_rearm_restarts(void **state)
 {
@@ -137,6 +161,7 @@ int main(void)
         cmocka_unit_test(test_line_selects_one_site),
         cmocka_unit_test(test_any_from_then_on),
         cmocka_unit_test(test_device_filter),
+        cmocka_unit_test(test_at_ms),
         cmocka_unit_test(test_rearm_restarts),
         cmocka_unit_test(test_site_table),
     };

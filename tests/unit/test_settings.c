@@ -105,6 +105,8 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_SLICE_BYTES", "slice", BAD, 0 },
     { "GPUPROV_TEST_HOST_DEVMEM", "1", 1, 0 }, { "GPUPROV_TEST_HOST_DEVMEM", "device", BAD, 0 },
     { "GPUPROV_TEST_CPUS_FREE", "1", 1, 0 }, { "GPUPROV_TEST_CPUS_FREE", "free", BAD, 0 },
+    { "GPUPROV_TEST_HOST_FAIL_AFTER", "0", 0, 0 }, { "GPUPROV_TEST_HOST_FAIL_AFTER", "7", 7, 0 },
+    { "GPUPROV_TEST_HOST_FAIL_AFTER", "-1", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "none", GP_CF_NONE, 0 }, { "GPUPROV_TEST_CUDA_FAULT_CALL", "any", GP_CF_ANY, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaMalloc", GP_CF_MALLOC, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudahostalloc", GP_CF_HOST_ALLOC, 0 },
@@ -118,6 +120,8 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_CUDA_FAULT_TIMES", "-2", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_DEVICE", "any", -1, 0 }, { "GPUPROV_TEST_CUDA_FAULT_DEVICE", "1", 1, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_DEVICE", "all", BAD, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_AT_MS", "0", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_AT_MS", "1000", 1000, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_AT_MS", "1s", BAD, 0 },
 #endif
 };
 
@@ -263,6 +267,8 @@ static void test_table(void **state)
     assert_int_equal(k.test.cuda_fault_skip, 0);
     assert_int_equal(k.test.cuda_fault_times, 1);
     assert_int_equal(k.test.cuda_fault_device, -1);
+    assert_int_equal(k.test.cuda_fault_at_ms, 0);
+    assert_int_equal(k.test.host_fail_after, -1);
 #endif
 }
 
@@ -390,9 +396,9 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
-        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE",
+        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER",
         "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP", "GPUPROV_TEST_CUDA_FAULT_TIMES",
-        "GPUPROV_TEST_CUDA_FAULT_DEVICE"
+        "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
     gp_knobs plain, set;
