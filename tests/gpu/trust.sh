@@ -18,7 +18,8 @@ trap cleanup EXIT
 
 # backend=auto, as deployed, with the hybrid policy told to send every message to the GPU.
 auto=(GPUPROV_BACKEND=auto GPUPROV_MIN_GPU_BYTES=0 GPUPROV_LONE_GPU_BYTES=0 GPUPROV_GPU_SHARE=1)
-# The exec_cuda.c line of the pool's device allocation (arena_reserve), for the injected growth failure.
+# The call site (file and line) of the pool's device allocation (arena_reserve), for the injected
+# growth failure.
 src=${GPTEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}/batching/exec_cuda.c
 
 run() {   # run ENV... -- COMMAND...: stdout shown, stderr kept in $tmp/err; sets rc
@@ -78,7 +79,8 @@ malloc-on-growth)
   # allocates once at open: `streams` of them).
   line=$(grep -n 'cudaMalloc((void \*\*)&c->dev' "$src" | head -1 | cut -d: -f1)
   [ -n "$line" ] || fail "arena_reserve's cudaMalloc not found in $src"
-  run "${auto[@]}" GPUPROV_STREAMS=4 GPUPROV_TEST_CUDA_FAULT_CALL=cudaMalloc GPUPROV_TEST_CUDA_FAULT_LINE="$line" \
+  run "${auto[@]}" GPUPROV_STREAMS=4 GPUPROV_TEST_CUDA_FAULT_CALL=cudaMalloc \
+      GPUPROV_TEST_CUDA_FAULT_FILE="$(basename "$src")" GPUPROV_TEST_CUDA_FAULT_LINE="$line" \
       GPUPROV_TEST_CUDA_FAULT_SKIP=4 GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --want-gpu-first
   [ $rc = 0 ] || fail "trust exited $rc"
   one_line "cudaMalloc"
