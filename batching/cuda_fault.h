@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Test builds only: the CUDA calls of batching/exec_cuda.c, interposed so that any call site can fail. */
+/* Test builds only: the CUDA calls of batching/cuda/, interposed so that any call site can fail. */
 #ifndef GP_CUDA_FAULT_H
 #define GP_CUDA_FAULT_H
 
 #include "batching/settings.h"
 
 /*
- * exec_cuda.c includes this header after <cuda_runtime_api.h>; in the test module (GP_TEST_HOOKS)
- * each fallible runtime call it makes becomes a macro that first asks gp_cuda_fault_hit whether
- * this call, at this call site (the file's name and the line), fails now (the test hooks
- * GPUPROV_TEST_CUDA_FAULT_*, batching/settings.c), and returns the error a real failure of that
- * call returns instead of calling it. A function-like macro is not expanded again inside its own
- * replacement (C11 6.10.3.4p2), so the replacement calls the runtime's own function. In every
- * other build this header defines nothing.
+ * Every file of batching/cuda/ that makes CUDA calls includes this header last, after
+ * <cuda_runtime_api.h>; in the test module (GP_TEST_HOOKS) each fallible runtime call it makes
+ * becomes a macro that first asks gp_cuda_fault_hit whether this call, at this call site (the
+ * file's name and the line), fails now (the test hooks GPUPROV_TEST_CUDA_FAULT_*,
+ * batching/settings.c), and returns the error a real failure of that call returns instead of
+ * calling it. A function-like macro is not expanded again inside its own replacement (C11
+ * 6.10.3.4p2), so the replacement calls the runtime's own function. In every other build this
+ * header defines nothing.
  *
  * Not interposed: frees and destroys (their results are ignored, and failing them would only leak),
  * cudaGetLastError and the error strings, and the calls of kernels/launch.h (made inside its own
@@ -25,7 +26,7 @@
 
 /* One call site's counts since the process started (gp_test_cuda_fault_sites). */
 typedef struct gp_cuda_fault_site {
-    const char *file;         /* the file's name (exec_cuda.c), without its folder */
+    const char *file;         /* the file's name in batching/cuda/ (device.c) */
     int line;
     int call;                 /* gp_cuda_fault_call */
     const char *name;         /* the call's name */
@@ -86,7 +87,7 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
 #define GP_CUDA_FAULT_HIT(call) gp_cuda_fault_hit(__FILE__, __LINE__, (call), gp_cuda_fault_device())
 #define GP_CUDA_FAULT(call, err, ...) (GP_CUDA_FAULT_HIT(call) ? (err) : (__VA_ARGS__))
 
-/* cuda_open's first call: each opening of the executor starts the schedule anew. */
+/* gp_cuda_open's first call: each opening of the executor starts the schedule anew. */
 #define cudaGetDeviceCount(...) \
     (gp_cuda_fault_arm(), GP_CUDA_FAULT(GP_CF_GET_DEVICE_COUNT, cudaErrorNoDevice, cudaGetDeviceCount(__VA_ARGS__)))
 #define cudaSetDevice(...) GP_CUDA_FAULT(GP_CF_SET_DEVICE, cudaErrorDevicesUnavailable, cudaSetDevice(__VA_ARGS__))
@@ -114,7 +115,7 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
     (GP_CUDA_FAULT_HIT(GP_CF_STREAM_SYNCHRONIZE) ? gp_cuda_fault_drained_stream(s) : cudaStreamSynchronize(s))
 #define cudaEventElapsedTime(...) \
     GP_CUDA_FAULT(GP_CF_EVENT_ELAPSED, cudaErrorLaunchFailure, cudaEventElapsedTime(__VA_ARGS__))
-/* Not made by exec_cuda.c today; interposed for the large-message pipeline and device memory. */
+/* For the large-message pipeline and device memory (cudaHostRegister: made nowhere today). */
 #define cudaStreamWaitEvent(...) \
     GP_CUDA_FAULT(GP_CF_STREAM_WAIT_EVENT, cudaErrorLaunchFailure, cudaStreamWaitEvent(__VA_ARGS__))
 #define cudaHostRegister(...) GP_CUDA_FAULT(GP_CF_HOST_REGISTER, cudaErrorMemoryAllocation, cudaHostRegister(__VA_ARGS__))

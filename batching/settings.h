@@ -37,8 +37,8 @@ typedef enum gp_backend {
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
-/* The CUDA calls of batching/exec_cuda.c that the fault interposition (batching/cuda_fault.h) can
- * fail, by name; the value of the test hook cuda_fault_call. */
+/* The CUDA calls of the cuda executor (batching/cuda/) that the fault interposition
+ * (batching/cuda_fault.h) can fail, by name; the value of the test hook cuda_fault_call. */
 typedef enum gp_cuda_fault_call {
     GP_CF_NONE = 0,               /* no fault */
     GP_CF_ANY,                    /* every call below */
@@ -88,8 +88,8 @@ typedef struct gp_test_hooks {
      * the next `times` fail (0: every one from then on, as when the GPU is taken away). A call
      * site is a file and a line. */
     int cuda_fault_call;      /* gp_cuda_fault_call; GP_CF_NONE: no fault */
-    char cuda_fault_file[32]; /* only the call sites in the cuda executor's file of this name
-                               * (exec_cuda.c); "": every file */
+    char cuda_fault_file[32]; /* only the call sites in this file of batching/cuda/ (its name:
+                               * device.c); "": every file */
     int cuda_fault_line;      /* only the call sites on this line; 0: every line */
     int cuda_fault_skip;
     int cuda_fault_times;
