@@ -94,7 +94,7 @@ struct gp_engine {
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;
     gp_queue queue;
-    void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
+    void *cuda;                  /* the cuda executor's device state (batching/cuda/internal.h) */
     gp_stage_pool *host_stage;   /* test hook: the host executor's staging pool (exec_host.c) */
     _Atomic int max_inflight;    /* batches the queue lets run at once (cuda: its slots; else 1) */
     gp_stat_shard stats[GP_STAT_SHARDS];   /* knob stats: counters, summed when read */

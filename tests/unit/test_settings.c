@@ -111,7 +111,7 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaFree", BAD, 0 }, { "GPUPROV_TEST_CUDA_FAULT_CALL", "3", BAD, 0 },
     /* name knobs: an accepted value is stored as written (want 0) */
-    { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "exec_cuda.c", 0, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "plan.c", 0, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "cuda/device.c", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c:517", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", DIR_TOO_LONG_50, BAD, 0 },
