@@ -9,7 +9,7 @@
 #include "kernels/batch_abi.h"
 
 /*
- * A request alone in its wave whose data crosses in pieces (batching/exec_cuda.c, "Large requests")
+ * A request alone in its wave whose data crosses in pieces (batching/cuda/shape.h, "Large requests")
  * has its batch kernel launched once per chunk, each launch behind the input pieces it reads and
  * ahead of the output pieces it completes, so that the kernel runs while the rest of the input is
  * still being copied in and the first outputs travel back while later chunks compute. The message's

@@ -3,13 +3,14 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #define GP_CUDA_FAULT_TABLE_ONLY 1   /* the schedule needs no CUDA header */
 #include "batching/cuda_fault.h"
 
-/* More sites than exec_cuda.c has calls (about 50); a site beyond this is counted nowhere but
- * still matches the schedule. */
+/* More sites than the cuda executor has calls (about 50); a site beyond this is counted nowhere
+ * but still matches the schedule. */
 #define MAX_SITES 256
 
 static const char *const call_names[GP_CF_COUNT] = {
@@ -36,7 +37,8 @@ static size_t nsites;
 
 /* The schedule's knobs (batching/settings.c), read again from their variables at each arming. */
 static const size_t fault_fields[] = {
-    offsetof(gp_knobs, test.cuda_fault_call), offsetof(gp_knobs, test.cuda_fault_line),
+    offsetof(gp_knobs, test.cuda_fault_call), offsetof(gp_knobs, test.cuda_fault_file),
+    offsetof(gp_knobs, test.cuda_fault_line),
     offsetof(gp_knobs, test.cuda_fault_skip), offsetof(gp_knobs, test.cuda_fault_times),
     offsetof(gp_knobs, test.cuda_fault_device), offsetof(gp_knobs, test.cuda_fault_at_ms),
 };
@@ -73,29 +75,32 @@ int gp_cuda_fault_by_device(void)
     return by;
 }
 
-static gp_cuda_fault_site *site_of(int line, int call)
+static gp_cuda_fault_site *site_of(const char *file, int line, int call)
 {
     for (size_t i = 0; i < nsites; i++)
-        if (sites[i].line == line && sites[i].call == call)
+        if (sites[i].line == line && sites[i].call == call && strcmp(sites[i].file, file) == 0)
             return &sites[i];
     if (nsites == MAX_SITES)
         return NULL;
-    sites[nsites] = (gp_cuda_fault_site){ .line = line, .call = call, .name = call_names[call] };
+    sites[nsites] = (gp_cuda_fault_site){ .file = file, .line = line, .call = call, .name = call_names[call] };
     return &sites[nsites++];
 }
 
-int gp_cuda_fault_hit(int line, int call, int device)
+int gp_cuda_fault_hit(const char *file, int line, int call, int device)
 {
     const gp_test_hooks *s = &schedule;
+    const char *slash = strrchr(file, '/');
+    const char *name = slash != NULL ? slash + 1 : file;   /* __FILE__ is a path; a site names its file */
     gp_cuda_fault_site *site;
     int fail = 0;
 
     pthread_mutex_lock(&lock);
-    site = site_of(line, call);
+    site = site_of(name, line, call);
     if (site != NULL)
         site->calls++;
     if (s->cuda_fault_call != GP_CF_NONE
         && (s->cuda_fault_call == GP_CF_ANY || s->cuda_fault_call == call)
+        && (s->cuda_fault_file[0] == '\0' || strcmp(s->cuda_fault_file, name) == 0)
         && (s->cuda_fault_line == 0 || s->cuda_fault_line == line)
         && (s->cuda_fault_device < 0 || s->cuda_fault_device == device)
         && (s->cuda_fault_at_ms == 0 || now_ms() - armed_ms >= (uint64_t)s->cuda_fault_at_ms)) {

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Test builds only: the CUDA calls of batching/exec_cuda.c, interposed so that any call site can fail. */
+/* Test builds only: the CUDA calls of batching/cuda/, interposed so that any call site can fail. */
 #ifndef GP_CUDA_FAULT_H
 #define GP_CUDA_FAULT_H
 
 #include "batching/settings.h"
 
 /*
- * exec_cuda.c includes this header after <cuda_runtime_api.h>; in the test module (GP_TEST_HOOKS)
- * each fallible runtime call it makes becomes a macro that first asks gp_cuda_fault_hit whether
- * this call, at this line, fails now (the test hooks GPUPROV_TEST_CUDA_FAULT_*, batching/settings.c),
- * and returns the error a real failure of that call returns instead of calling it. A function-like
- * macro is not expanded again inside its own replacement (C11 6.10.3.4p2), so the replacement
- * calls the runtime's own function. In every other build this header defines nothing.
+ * Every file of batching/cuda/ that makes CUDA calls includes this header last, after
+ * <cuda_runtime_api.h>; in the test module (GP_TEST_HOOKS) each fallible runtime call it makes
+ * becomes a macro that first asks gp_cuda_fault_hit whether this call, at this call site (the
+ * file's name and the line), fails now (the test hooks GPUPROV_TEST_CUDA_FAULT_*,
+ * batching/settings.c), and returns the error a real failure of that call returns instead of
+ * calling it. A function-like macro is not expanded again inside its own replacement (C11
+ * 6.10.3.4p2), so the replacement calls the runtime's own function. In every other build this
+ * header defines nothing.
  *
  * Not interposed: frees and destroys (their results are ignored, and failing them would only leak),
  * cudaGetLastError and the error strings, and the calls of kernels/launch.h (made inside its own
@@ -24,7 +26,8 @@
 
 /* One call site's counts since the process started (gp_test_cuda_fault_sites). */
 typedef struct gp_cuda_fault_site {
-    int line;                 /* in batching/exec_cuda.c */
+    const char *file;         /* the file's name in batching/cuda/ (device.c) */
+    int line;
     int call;                 /* gp_cuda_fault_call */
     const char *name;         /* the call's name */
     uint64_t calls;           /* times it was reached */
@@ -41,8 +44,9 @@ size_t gp_test_cuda_fault_sites(gp_cuda_fault_site *out, size_t max);
 void gp_cuda_fault_arm(void);
 /* Does the schedule look at the current device (cuda_fault_device set)? */
 int gp_cuda_fault_by_device(void);
-/* Count the call `call` at `line` (device: the current one, -1 unknown); 1: it fails now. */
-int gp_cuda_fault_hit(int line, int call, int device);
+/* Count the call `call` at `file` (a path: its last part names the site) and `line` (device: the
+ * current one, -1 unknown); 1: it fails now. `file` must outlive the process's sites (a literal). */
+int gp_cuda_fault_hit(const char *file, int line, int call, int device);
 
 /* cuda_fault.c, compiled into every test build (with or without CUDA), needs only the above. */
 #ifndef GP_CUDA_FAULT_TABLE_ONLY
@@ -79,10 +83,11 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
 # error "batching/cuda_fault.h expects the legacy default stream's function names"
 #endif
 
-#define GP_CUDA_FAULT(call, err, ...) \
-    (gp_cuda_fault_hit(__LINE__, (call), gp_cuda_fault_device()) ? (err) : (__VA_ARGS__))
+/* Does the call `call` made here (this file, this line) fail now? */
+#define GP_CUDA_FAULT_HIT(call) gp_cuda_fault_hit(__FILE__, __LINE__, (call), gp_cuda_fault_device())
+#define GP_CUDA_FAULT(call, err, ...) (GP_CUDA_FAULT_HIT(call) ? (err) : (__VA_ARGS__))
 
-/* cuda_open's first call: each opening of the executor starts the schedule anew. */
+/* gp_cuda_open's first call: each opening of the executor starts the schedule anew. */
 #define cudaGetDeviceCount(...) \
     (gp_cuda_fault_arm(), GP_CUDA_FAULT(GP_CF_GET_DEVICE_COUNT, cudaErrorNoDevice, cudaGetDeviceCount(__VA_ARGS__)))
 #define cudaSetDevice(...) GP_CUDA_FAULT(GP_CF_SET_DEVICE, cudaErrorDevicesUnavailable, cudaSetDevice(__VA_ARGS__))
@@ -103,17 +108,14 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
     GP_CUDA_FAULT(GP_CF_LAUNCH_KERNEL_EX, cudaErrorLaunchFailure, cudaLaunchKernelExC(__VA_ARGS__))
 #define cudaEventRecord(...) GP_CUDA_FAULT(GP_CF_EVENT_RECORD, cudaErrorLaunchFailure, cudaEventRecord(__VA_ARGS__))
 #define cudaEventQuery(ev) \
-    (gp_cuda_fault_hit(__LINE__, GP_CF_EVENT_QUERY, gp_cuda_fault_device()) ? gp_cuda_fault_drained_event(ev) \
-                                                                            : cudaEventQuery(ev))
+    (GP_CUDA_FAULT_HIT(GP_CF_EVENT_QUERY) ? gp_cuda_fault_drained_event(ev) : cudaEventQuery(ev))
 #define cudaEventSynchronize(ev) \
-    (gp_cuda_fault_hit(__LINE__, GP_CF_EVENT_SYNCHRONIZE, gp_cuda_fault_device()) ? gp_cuda_fault_drained_event(ev) \
-                                                                                  : cudaEventSynchronize(ev))
+    (GP_CUDA_FAULT_HIT(GP_CF_EVENT_SYNCHRONIZE) ? gp_cuda_fault_drained_event(ev) : cudaEventSynchronize(ev))
 #define cudaStreamSynchronize(s) \
-    (gp_cuda_fault_hit(__LINE__, GP_CF_STREAM_SYNCHRONIZE, gp_cuda_fault_device()) ? gp_cuda_fault_drained_stream(s) \
-                                                                                   : cudaStreamSynchronize(s))
+    (GP_CUDA_FAULT_HIT(GP_CF_STREAM_SYNCHRONIZE) ? gp_cuda_fault_drained_stream(s) : cudaStreamSynchronize(s))
 #define cudaEventElapsedTime(...) \
     GP_CUDA_FAULT(GP_CF_EVENT_ELAPSED, cudaErrorLaunchFailure, cudaEventElapsedTime(__VA_ARGS__))
-/* Not made by exec_cuda.c today; interposed for the large-message pipeline and device memory. */
+/* For the large-message pipeline and device memory (cudaHostRegister: made nowhere today). */
 #define cudaStreamWaitEvent(...) \
     GP_CUDA_FAULT(GP_CF_STREAM_WAIT_EVENT, cudaErrorLaunchFailure, cudaStreamWaitEvent(__VA_ARGS__))
 #define cudaHostRegister(...) GP_CUDA_FAULT(GP_CF_HOST_REGISTER, cudaErrorMemoryAllocation, cudaHostRegister(__VA_ARGS__))

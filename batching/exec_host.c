@@ -138,8 +138,8 @@ static void test_stage_release(void *ctx, void *mem, size_t bytes)
  * provider/test-module/gpuprov-test.map): plain memory, recorded here with the GPU it stands for,
  * and forgotten by gpuprov_test_devmem_free, so that a pointer into a freed allocation, a host
  * pointer and a length past an allocation's end are told apart as the cuda executor tells them
- * (exec_cuda.c, cuda_mem_check). GPUs 0 and 1 count as open, higher ones as GPUs gpuprov does not
- * use.
+ * (batching/cuda/devmem.c, gp_cuda_mem_check). GPUs 0 and 1 count as open, higher ones as GPUs
+ * gpuprov does not use.
  */
 #define TEST_DEVMEM_MAX 256
 #define TEST_DEVMEM_OPEN_GPUS 2
@@ -189,8 +189,9 @@ void gpuprov_test_devmem_free(void *p)
     pthread_mutex_unlock(&test_devmem_lock);
 }
 
-/* gp_executor.mem_check of the stand-in: the allocation that holds p, as cuda_mem_check asks the
- * driver; GP_MEM_NO_EXECUTOR without the hook (the engine asks with p NULL whether it stands in). */
+/* gp_executor.mem_check of the stand-in: the allocation that holds p, as gp_cuda_mem_check asks
+ * the driver; GP_MEM_NO_EXECUTOR without the hook (the engine asks with p NULL whether it stands
+ * in). */
 static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     const uint8_t *b = p;

@@ -179,9 +179,12 @@ static const gp_setting registry[] = {
       FIELD(test.cuda_fault_call), .dflt = GP_CF_NONE, .words = cuda_call_words,
       .expected = "none, any or a CUDA call's name (cudaMalloc, cudaHostAlloc, cudaLaunchKernel, ...)",
       .meaning = "the CUDA call of the cuda executor that fails (any: every one it makes)" },
+    { .env = "GPUPROV_TEST_CUDA_FAULT_FILE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NAME,
+      FIELD(test.cuda_fault_file), .expected = "a file's name, such as device.c",
+      .meaning = "only the call sites in this file of batching/cuda/ fail (unset: every file)" },
     { .env = "GPUPROV_TEST_CUDA_FAULT_LINE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.cuda_fault_line), .dflt = 0, .min = 0, .max = 1 << 20, .expected = "a line number from 0 up",
-      .meaning = "only the call site on this line of batching/exec_cuda.c fails (0: every site of the call)" },
+      .meaning = "only the call sites on this line fail, of the file CUDA_FAULT_FILE names (0: every line)" },
     { .env = "GPUPROV_TEST_CUDA_FAULT_SKIP", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.cuda_fault_skip), .dflt = 0, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
       .meaning = "this many matching calls succeed before the first fault" },
@@ -216,8 +219,8 @@ static void store(gp_knobs *k, const gp_setting *s, long long v, double d)
 {
     void *field = (char *)k + s->offset;
 
-    if (s->syntax == GP_SYNTAX_DIR)
-        return;   /* text: parse_dir stores it; the default is the zeroed (empty) field */
+    if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
+        return;   /* text: parse_dir or parse_name stores it; the default is the zeroed (empty) field */
     if (s->syntax == GP_SYNTAX_FRACTION)
         *(double *)field = d;
     else if (s->size == sizeof(size_t) && s->size != sizeof(int))
@@ -288,6 +291,18 @@ static int parse_dir(gp_knobs *k, const gp_setting *s, const char *v)
     return 1;
 }
 
+/* A file's name, not a path: letters, digits, '.', '_' and '-', fitting the field with its NUL. */
+static int parse_name(gp_knobs *k, const gp_setting *s, const char *v)
+{
+    static const char allowed[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+    const size_t n = strlen(v);
+
+    if (n == 0 || n >= s->size || strspn(v, allowed) != n)
+        return 0;
+    memcpy((char *)k + s->offset, v, n + 1);
+    return 1;
+}
+
 int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
 {
     long long n = 0;
@@ -297,6 +312,8 @@ int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
     switch (s->syntax) {
     case GP_SYNTAX_DIR:
         return parse_dir(k, s, v);
+    case GP_SYNTAX_NAME:
+        return parse_name(k, s, v);
     case GP_SYNTAX_NUMBER:
         ok = parse_word(s, v, &n) || parse_number(s, v, &n);
         break;

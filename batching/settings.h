@@ -37,8 +37,8 @@ typedef enum gp_backend {
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
-/* The CUDA calls of batching/exec_cuda.c that the fault interposition (batching/cuda_fault.h) can
- * fail, by name; the value of the test hook cuda_fault_call. */
+/* The CUDA calls of the cuda executor (batching/cuda/) that the fault interposition
+ * (batching/cuda_fault.h) can fail, by name; the value of the test hook cuda_fault_call. */
 typedef enum gp_cuda_fault_call {
     GP_CF_NONE = 0,               /* no fault */
     GP_CF_ANY,                    /* every call below */
@@ -86,11 +86,14 @@ typedef struct gp_test_hooks {
     int host_fail_after;      /* after N good batches the host executor fails the next one as a
                                * whole, once, as a GPU fails (it stands in for one); -1: never */
     /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
-     * cuda executor: of the calls that match (call, line, device), the first `skip` pass, the next
-     * `times` fail (0: every one from then on, as when the GPU is taken away); with at_ms, calls
-     * match only from then on (a fault mid-run, whatever the calls' rate). */
+     * cuda executor: of the calls that match (call, file, line, device), the first `skip` pass,
+     * the next `times` fail (0: every one from then on, as when the GPU is taken away); with at_ms,
+     * calls match only from then on (a fault mid-run, whatever the calls' rate). A call site is a
+     * file and a line. */
     int cuda_fault_call;      /* gp_cuda_fault_call; GP_CF_NONE: no fault */
-    int cuda_fault_line;      /* only the call site on this line of batching/exec_cuda.c; 0: every site */
+    char cuda_fault_file[32]; /* only the call sites in this file of batching/cuda/ (its name:
+                               * device.c); "": every file */
+    int cuda_fault_line;      /* only the call sites on this line; 0: every line */
     int cuda_fault_skip;
     int cuda_fault_times;
     int cuda_fault_device;    /* only calls made while this device is current; -1: any */
@@ -157,8 +160,10 @@ typedef enum gp_setting_syntax {
     GP_SYNTAX_BYTES,       /* a byte count with an optional k or m suffix (KiB, MiB), at most max */
     GP_SYNTAX_FRACTION,    /* a decimal fraction from 0 to 1 */
     GP_SYNTAX_WORD,        /* one of the words, case-insensitive */
-    GP_SYNTAX_DIR          /* an absolute directory path shorter than the field, or one of the words
+    GP_SYNTAX_DIR,         /* an absolute directory path shorter than the field, or one of the words
                             * (stored as given) */
+    GP_SYNTAX_NAME         /* a file's name (letters, digits, '.', '_' and '-') shorter than the
+                            * field (stored as given) */
 } gp_setting_syntax;
 
 typedef struct gp_setting_word {
@@ -172,7 +177,7 @@ typedef struct gp_setting {
     gp_setting_class cls;
     gp_setting_syntax syntax;
     size_t offset, size;        /* the gp_knobs field: an int, a size_t, (fraction) a double or
-                                 * (dir) a char array */
+                                 * (dir, name) a char array */
     long long dflt;             /* the default (a fraction's: dflt_fraction) */
     double dflt_fraction;
     long long min, max;         /* numbers, byte counts */

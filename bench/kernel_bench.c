@@ -137,7 +137,7 @@ static void probe_print(double clock_khz)
 #endif
 
 /*
- * gp_lone_kernel as the cuda executor launches a small batch alone (batching/exec_cuda.c): the
+ * gp_lone_kernel as the cuda executor launches a small batch alone (batching/cuda/launch.c): the
  * arena's image [0, in_len) in mapped pinned memory, brought in by the launch itself, states and
  * outputs taken back there, the device arena cleared. The pinned states are restored from `image`
  * before each launch (the last launch's results overwrite them).
@@ -275,9 +275,9 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     memset(iv, 0, sizeof(iv));
     gp_msg_begin(&st, &ks, iv, ivlen);
     gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
-    nrefs = nmsg * (!gp_lead_idle(&job, &st) + job.nunits);   /* as exec_cuda.c plans it */
+    nrefs = nmsg * (!gp_lead_idle(&job, &st) + job.nunits);   /* as batching/cuda/plan.c plans it */
     /* One key schedule per message: ChaCha20-Poly1305's carries its message's powers of r, as
-     * the engine's batches do (batching/exec_cuda.c); the others are copies of one. */
+     * the engine's batches do (batching/cuda/plan.c); the others are copies of one. */
     key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
     work_off = (refs_off + (nrefs + 1) * sizeof(gp_unit_ref) + 127) & ~(size_t)127;   /* + claim counter */
     spans_off = work_off + nmsg * sizeof(gp_work);   /* span counters, restored with the plan */
@@ -321,10 +321,10 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         work[i].ghmma_off = use_mma ? mma_off : 0;
         work[i].spans_off = (uint32_t)(spans_off + i * job.nspans * sizeof(uint32_t));
         memset(host + work[i].spans_off, 0, job.nspans * sizeof(uint32_t));
-        const int lead = gp_work_plan_lead(&work[i], &st, (uint32_t *)(host + work[i].spans_off));   /* as exec_cuda.c */
+        const int lead = gp_work_plan_lead(&work[i], &st, (uint32_t *)(host + work[i].spans_off));   /* as cuda/plan.c */
 
         memcpy(host + work[i].state_off, &st, sizeof(st));
-        for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as exec_cuda.c */
+        for (uint32_t u = 0; u < job.nunits; u++) {   /* units first, the lead last, as cuda/plan.c */
             refs[r].work = (uint32_t)i;
             refs[r++].unit = u;
         }
@@ -353,7 +353,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         if (!lone_launch) {
             med = launch_median_ms(args, nrefs, flags, iters, &rp, NULL);
         } else {
-            /* As batching/exec_cuda.c lays a lone batch out: in [0, out_off); results = states and
+            /* As batching/cuda/plan.c lays a lone batch out: in [0, out_off); results = states and
              * outputs; cleared on the device from the first key on. */
             uint8_t *pin;
             void *pin_dev, *done_dev;

@@ -59,9 +59,9 @@ text = ["<!-- soak:begin -->",
         benchlib.wrap_prose(f"{time.strftime('%Y-%m-%d')}, {h['gpu']}, {h['host_cpu']} ({h['cores']} cores), "
                             f"{benchlib.short_version(h['openssl'])}, gpuprov {h['gpuprov_commit']}: "
                             f"`{os.environ['SOAK_CMD']}`. Each epoch loads gpuprov (the test module) anew and arms one "
-                            "CUDA fault: the next call site of batching/exec_cuda.c in turn, once, or (every sixth "
-                            "epoch) every call from a random point on; every message is checked against the default "
-                            "provider. Per epoch: bench/data/soak-" + os.environ["SOAK_TAG"] + ".csv."),
+                            "CUDA fault: the next call site (a file of the cuda executor and a line) in turn, once, "
+                            "or (every sixth epoch) every call from a random point on; every message is checked "
+                            "against the default provider. Per epoch: bench/data/soak-" + os.environ["SOAK_TAG"] + ".csv."),
         "", open(os.environ["SOAK_MD"]).read().rstrip("\n"), "",
         benchlib.wrap_prose(f"Call sites made to fail at least once: {len(failed)} of {len(sites)}. "
                             + ("Reached but never failed (reached only after another failure, or not within the "

@@ -73,7 +73,7 @@ typedef struct gp_key_sched {
     uint32_t chacha_key[8];       /* ChaCha20 key words, little-endian (RFC 8439 §2.3) */
     uint64_t gcm_h[2];            /* GCM hash key H = E_K(0^128) as two big-endian words [hi, lo] */
     gp_mac_pows mac_pows;         /* GCM: powers of H; ChaCha20-Poly1305: a batch's copy of the key
-                                   * carries the request's powers of r here (exec_cuda.c) */
+                                   * carries the request's powers of r here (batching/cuda/plan.c) */
     uint32_t gcm_tag_pows[GP_TAG_POWS][4];   /* GCM: Q^(i+1) H (above) */
     gp_aes_sched aes;             /* AES algorithms: nr and plain round keys first, then bitsliced */
 } gp_key_sched;
@@ -128,7 +128,7 @@ typedef struct gp_job {
  */
 typedef struct gp_work {
     /* gp_key_sched: its address minus the arena's, modulo 2^64, so that it may lie in the arena or
-     * in the cuda executor's table of resident keys (batching/exec_cuda.c) */
+     * in the cuda executor's table of resident keys (batching/cuda/device.c) */
     uint64_t key_off;
     uint64_t state_off;           /* gp_msg_state */
     uint64_t in_off;              /* request input (AAD or data); as key_off, modulo 2^64: a
@@ -164,12 +164,13 @@ typedef struct gp_unit_ref {
  * arena's descriptors and inputs, staged requests' data (batching/stage.h: an async job's data
  * waits in a chunk of mapped pinned memory) and keys for the resident table; after it, results and
  * staged outputs go back and what the device held of the batch is cleared, so that a batch is
- * three launches and no copy calls (batching/exec_cuda.c).
+ * three launches and no copy calls (batching/cuda/launch.c).
  */
 #define GP_COPY_WIPE_SRC 1u           /* after copying, zero the source (device memory) */
 #define GP_COPY_REFS 2u               /* no copy: write `len` unit refs at dst, the k-th being
                                        * gp_copy_ref(src, k) (a large wave's refs, made on the GPU
-                                       * rather than written and sent over PCIe: exec_cuda.c) */
+                                       * rather than written and sent over PCIe:
+                                       * batching/cuda/plan.c) */
 
 typedef struct gp_copy {
     uint64_t src;                 /* 0: write zeros */
@@ -234,7 +235,7 @@ GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and de
 GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
 GP_STATIC_ASSERT(sizeof(gp_lone_args) == 88, "gp_lone_args is a kernel parameter");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
- * boundaries in a batch arena (batching/exec_cuda.c KEY_STRIDE). */
+ * boundaries in a batch arena (batching/cuda/internal.h KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,
                  "AES round keys 16-byte aligned in a key schedule");
 

@@ -45,7 +45,7 @@ extern "C" void *gp_probe_slots_address(void)
  * (state, partials) before the count; the finisher loads what other blocks wrote from L2
  * (GP_LOAD_SHARED, __ldcg), never from a possibly stale L1 line, and works on a local copy of the
  * state. A block fills its bank-private AES table (kernels/aes_tt.h, dynamic shared memory) when
- * the batch holds AES work. The host glue (batching/exec_cuda.c, with the geometry of
+ * the batch holds AES work. The host glue (batching/cuda/launch.c, with the geometry of
  * kernels/launch.h) launches it by address with cudaLaunchKernel, in blocks of
  * gp_kernel_shape.block threads, so this file holds device code only.
  */
@@ -113,7 +113,7 @@ static __device__ void group_sum(uint32_t alg, unsigned int mask, gp_lane_mac *m
 
 /* A ref's arena pointers (unsigned arithmetic: key_off wraps modulo 2^64 when the key is in the
  * resident table, in_off and out_off when a device-mode request's data is the caller's own device
- * memory, batching/exec_cuda.c). */
+ * memory, batching/cuda/plan.c). */
 struct batch_ptrs {
     gp_work *w;
     const gp_key_sched *k;
@@ -363,7 +363,7 @@ static __device__ __forceinline__ void batch_run_spread(gp_unit_ref *refs, unsig
 /*
  * Programmatic dependent launch (sm_90+; PTX ISA griddepcontrol): the host launches the batch
  * kernel and the copy kernel out with cudaLaunchAttributeProgrammaticStreamSerialization
- * (batching/exec_cuda.c), so each may start once every block of the kernel before it has started
+ * (batching/cuda/launch.c), so each may start once every block of the kernel before it has started
  * (launch_dependents) instead of after that kernel has ended. Its blocks then set up what does
  * not depend on that kernel (the batch kernel's AES table) and wait (griddepcontrol.wait: the
  * kernel before has completed and its writes are visible) before they read anything it wrote.
@@ -484,11 +484,11 @@ static __device__ __forceinline__ void copy_piece(const gp_copy &c)
 }
 
 /*
- * A block's last step when the host waits on done words (batching/exec_cuda.c wait_for_gpu; done 0:
- * it does not): behind a block barrier, one thread fences at system scope and writes `ticket` into
- * the block's word. The barrier puts the block's stores before that fence in causality order (PTX
- * ISA, memory consistency model), so a host that reads every block's ticket with acquire ordering
- * reads what the blocks wrote.
+ * A block's last step when the host waits on done words (batching/cuda/deliver.c wait_for_gpu;
+ * done 0: it does not): behind a block barrier, one thread fences at system scope and writes
+ * `ticket` into the block's word. The barrier puts the block's stores before that fence in
+ * causality order (PTX ISA, memory consistency model), so a host that reads every block's ticket
+ * with acquire ordering reads what the blocks wrote.
  */
 static __device__ __forceinline__ void block_says_done(uint64_t done, uint64_t ticket)
 {
@@ -536,9 +536,9 @@ gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uin
 }
 
 /*
- * A small batch in one launch (batching/exec_cuda.c, lone_blocks): a lone synchronous call's three
- * launches (copy in, batch kernel, copy out) left two kernel handovers and the copy kernels' own
- * starts on its path. Here one thread block cluster (sm_90) runs them as phases of one kernel
+ * A small batch in one launch (batching/cuda/launch.c, lone_cluster): a lone synchronous call's
+ * three launches (copy in, batch kernel, copy out) left two kernel handovers and the copy kernels'
+ * own starts on its path. Here one thread block cluster (sm_90) runs them as phases of one kernel
  * with the cluster's hardware barrier between them: its blocks are resident together (one GPC),
  * so the barrier cannot wait on a block that never starts, and its release/acquire makes one
  * phase's global writes visible to the next. A block per SM (each holds the wide AES table), so

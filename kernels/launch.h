@@ -16,7 +16,7 @@ void gp_batch_kernel(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8
 void gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work, uint8_t *arena, unsigned int flags);
 /* A copy list (kernels/batch_abi.h gp_copy), its first GP_COPY_INLINE entries also in `head`: blocks
  * of GP_COPY_BLOCK, one per entry up to GP_COPY_MAX_GRID; with done != 0, block b then writes
- * `ticket` into the mapped word done[b] (a batch's end, batching/exec_cuda.c wait_for_gpu). */
+ * `ticket` into the mapped word done[b] (a batch's end, batching/cuda/deliver.c wait_for_gpu). */
 void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uint64_t done, uint64_t ticket);
 /* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks of GP_LATENCY_BLOCK. */
 void gp_lone_kernel(const gp_lone_args a);

@@ -108,7 +108,7 @@ struct gp_engine {
     gp_cpu_direct cpu_direct[8]; /* cpu executor: the same ciphers' functions, called directly */
     gp_host_pool pool;
     gp_queue queue;
-    void *cuda;                  /* the cuda executor's device state (exec_cuda.c) */
+    void *cuda;                  /* the cuda executor's device state (batching/cuda/internal.h) */
     gp_stage_pool *host_stage;   /* test hook: the host executor's staging pool (exec_host.c) */
     /* Test hook host_fail_after = N: N + 1 while the host executor has N good batches left before
      * it fails one as a whole; 0: it fails none (exec_host.c). */

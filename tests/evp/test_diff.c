@@ -1137,7 +1137,7 @@ static void test_upper_state_clean(void **state)
 
 /*
  * Large in-place updates: a GPU wave hands such an output back piece by piece into the caller's
- * buffer, which is also its input (batching/exec_cuda.c back_in_pieces). With GPTEST_DIFF_BIG_MAX
+ * buffer, which is also its input (batching/cuda/shape.h back_in_pieces). With GPTEST_DIFF_BIG_MAX
  * of 1 MiB and up, each cipher encrypts a message of two in-place updates (a quarter of the big
  * maximum and 300 KiB + 5) and decrypts it in place again. Under a CUDA fault in the wait for one
  * of those pieces (diff-cuda-piece-fault: some pieces have landed in the input by then) the bytes

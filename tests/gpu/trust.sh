@@ -18,8 +18,8 @@ trap cleanup EXIT
 
 # backend=auto, as deployed, with the hybrid policy told to send every message to the GPU.
 auto=(GPUPROV_BACKEND=auto GPUPROV_MIN_GPU_BYTES=0 GPUPROV_LONE_GPU_BYTES=0 GPUPROV_GPU_SHARE=1)
-# The exec_cuda.c line of the pool's device allocation (arena_reserve), for the injected growth failure.
-src=${GPTEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}/batching/exec_cuda.c
+# The cuda executor's files (batching/cuda/), where a call site is a file's name and a line.
+src=${GPTEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}/batching/cuda
 
 run() {   # run ENV... -- COMMAND...: stdout shown, stderr kept in $tmp/err; sets rc
   local envs=()
@@ -76,11 +76,13 @@ hold-on-growth)
   one_line "GPU 0 failed (.*; new messages go to the cpu executor$"
   ;;
 malloc-on-growth)
-  # The same, injected: the pool's device allocation fails from its first growth on (each slot
-  # allocates once at open: `streams` of them).
-  line=$(grep -n 'cudaMalloc((void \*\*)&c->dev' "$src" | head -1 | cut -d: -f1)
-  [ -n "$line" ] || fail "arena_reserve's cudaMalloc not found in $src"
-  run "${auto[@]}" GPUPROV_STREAMS=4 GPUPROV_TEST_CUDA_FAULT_CALL=cudaMalloc GPUPROV_TEST_CUDA_FAULT_LINE="$line" \
+  # The same, injected: the pool's device allocation (the cudaMalloc of arena_alloc, which
+  # gp_cuda_arena_reserve calls) fails from its first growth on (each slot allocates once at open:
+  # `streams` of them).
+  site=$(grep -Hn 'cudaMalloc((void \*\*)&c->dev' "$src"/*.c | head -1 | cut -d: -f1,2)
+  [ -n "$site" ] || fail "the arenas' cudaMalloc not found in $src"
+  run "${auto[@]}" GPUPROV_STREAMS=4 GPUPROV_TEST_CUDA_FAULT_CALL=cudaMalloc \
+      GPUPROV_TEST_CUDA_FAULT_FILE="$(basename "${site%:*}")" GPUPROV_TEST_CUDA_FAULT_LINE="${site##*:}" \
       GPUPROV_TEST_CUDA_FAULT_SKIP=4 GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --want-gpu-first
   [ $rc = 0 ] || fail "trust exited $rc"
   one_line "GPU 0 failed (cudaMalloc: cudaErrorMemoryAllocation"

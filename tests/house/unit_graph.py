@@ -31,8 +31,8 @@ import sys
 
 # batching/'s units: layer, and the units each one may use (all of a lower layer). Keep it and the
 # table of docs/architecture.md ("Inside batching/") the same. batch_kernel is the kernels' object
-# (kernels/, built by nvcc), which names nothing of batching/. A unit that a build lacks (exec_cuda
-# and batch_kernel without nvcc, cuda_fault outside the test builds) is simply not seen.
+# (kernels/, built by nvcc), which names nothing of batching/. A unit that a build lacks (cuda and
+# batch_kernel without nvcc, cuda_fault outside the test builds) is simply not seen.
 Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
@@ -52,12 +52,13 @@ BATCHING = {
     'kstate': Rule(2, {'core'}),
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
     'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
-    'exec_cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
-                          'cuda_fault', 'base', 'batch_kernel'}),
+    # cuda/: the cuda executor, its files calling one way inside (batching/cuda/internal.h).
+    'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
+                     'cuda_fault', 'base', 'batch_kernel'}),
     # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
     # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy; kstate:
     # what of a message's kernel state the cpu executor can take on after a GPU failure.
-    'engine': Rule(4, {'policy', 'queue', 'exec_cuda', 'exec_host', 'exec_cpu', 'kstate', 'core', 'async_wait',
+    'engine': Rule(4, {'policy', 'queue', 'cuda', 'exec_host', 'exec_cpu', 'kstate', 'core', 'async_wait',
                        'settings', 'base'}),
 }
 # provider/'s files, the same way (docs/architecture.md, "Inside provider/"). Everything here may also

@@ -25,9 +25,9 @@
  * library context of its own, runs sync threads and threads of async jobs against it for
  * --epoch-seconds, stops them, reads gpuprov's counters and the fault table, and unloads it: a
  * failure that moved gpuprov to the CPU lasts until its engine is freed, so a new epoch is a new
- * engine that opens the GPU again. Epoch 0 has no fault and finds the call sites; epoch k > 0
- * arms one fault: at the next site in turn, once, after a random share of the calls the site
- * made in an epoch; every --taken-every-th epoch instead takes the GPU away (every call fails
+ * engine that opens the GPU again. Epoch 0 has no fault and finds the call sites (a site: a file
+ * of the cuda executor and a line); epoch k > 0 arms one fault: at the next site in turn, once,
+ * after a random share of the calls the site made in an epoch; every --taken-every-th epoch instead takes the GPU away (every call fails
  * from a random point on).
  *
  * Every message runs on two contexts, gpuprov's and the default provider's (a library context
@@ -51,6 +51,7 @@
 
 /* The table batching/cuda_fault.h exports from the test module (same layout). */
 typedef struct fault_site {
+    const char *file;       /* the file's name; the module stays mapped (RTLD_NOLOAD keeps a reference) */
     int line;
     int call;
     const char *name;
@@ -777,6 +778,12 @@ static site_state sites[MAX_SITES];
 static size_t nsites;
 static uint64_t any_per_epoch;   /* every site's calls in epoch 0 */
 
+/* A call site: a call at a file's line. */
+static int same_site(const fault_site *a, const fault_site *b)
+{
+    return a->line == b->line && a->call == b->call && strcmp(a->file, b->file) == 0;
+}
+
 static void sites_update(fault_sites_fn *fn, size_t epoch)
 {
     fault_site t[MAX_SITES];
@@ -787,7 +794,7 @@ static void sites_update(fault_sites_fn *fn, size_t epoch)
     for (size_t i = 0; i < n; i++) {
         size_t k;
 
-        for (k = 0; k < nsites && !(sites[k].now.line == t[i].line && sites[k].now.call == t[i].call); k++)
+        for (k = 0; k < nsites && !same_site(&sites[k].now, &t[i]); k++)
             ;
         if (k == nsites) {
             nsites++;
@@ -876,7 +883,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (csv != NULL)
-        fprintf(csv, "epoch,t_s,fault,fault_line,fault_skip,fault_times,fault_fired,ops,wrong,lost,gp_ops,cuda_ops,"
+        fprintf(csv, "epoch,t_s,fault,fault_file,fault_line,fault_skip,fault_times,fault_fired,ops,wrong,lost,gp_ops,cuda_ops,"
                 "batches,fallbacks,executor_after,rss_mib,gpu_proc_mib,gpu_used_mib\n");
     /* The reference: the default provider in a library context of its own. */
     if ((ref_ctx = OSSL_LIB_CTX_new()) == NULL || (ref_prov = OSSL_PROVIDER_load(ref_ctx, "default")) == NULL) {
@@ -895,7 +902,7 @@ int main(int argc, char **argv)
         OSSL_LIB_CTX *ctx = OSSL_LIB_CTX_new();
         OSSL_PROVIDER *gp, *dflt;
         provider_counts pc;
-        const char *fault = "none";
+        const char *fault = "none", *file = "";
         long line = 0, skip = 0, times = 1, rss, gproc, gused;
         site_state *armed = NULL;
         uint64_t ops0 = atomic_load(&total.ops), wrong0 = atomic_load(&total.wrong), lost0 = atomic_load(&total.lost);
@@ -914,6 +921,7 @@ int main(int argc, char **argv)
 
                 armed = &sites[next++ % nsites];
                 fault = armed->now.name;
+                file = armed->now.file;
                 line = armed->now.line;
                 skip = armed->per_epoch > 1 ? (long)(rnd(&seed) % (armed->per_epoch * 4 / 5 + 1)) : 0;
                 armed->armed++;
@@ -921,6 +929,7 @@ int main(int argc, char **argv)
         }
         setenv("GPUPROV_TEST_CUDA_FAULT_CALL", fault, 1);
         atomic_store(&epoch_faulted, strcmp(fault, "none") != 0);
+        setenv("GPUPROV_TEST_CUDA_FAULT_FILE", file, 1);   /* empty: unset, every file */
         set_env_num("GPUPROV_TEST_CUDA_FAULT_LINE", line);
         set_env_num("GPUPROV_TEST_CUDA_FAULT_SKIP", skip);
         set_env_num("GPUPROV_TEST_CUDA_FAULT_TIMES", times);
@@ -997,9 +1006,9 @@ int main(int argc, char **argv)
         if (rss_warm >= 0 && gpu_end > gpu_max_late)
             gpu_max_late = gpu_end;
         if (csv != NULL) {
-            fprintf(csv, "%zu,%.1f,%s,%ld,%ld,%ld,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
-                    ",%" PRIu64 ",%" PRIu64 ",%s,%.1f,%ld,%ld\n", epoch, (double)(now_ns() - t_start) / 1e9, fault, line,
-                    skip, times, fired, atomic_load(&total.ops) - ops0, atomic_load(&total.wrong) - wrong0,
+            fprintf(csv, "%zu,%.1f,%s,%s,%ld,%ld,%ld,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+                    ",%" PRIu64 ",%" PRIu64 ",%s,%.1f,%ld,%ld\n", epoch, (double)(now_ns() - t_start) / 1e9, fault, file,
+                    line, skip, times, fired, atomic_load(&total.ops) - ops0, atomic_load(&total.wrong) - wrong0,
                     atomic_load(&total.lost) - lost0, pc.ops, pc.cuda_ops, pc.batches, pc.fallbacks, pc.executor,
                     rss / 1024.0, gproc, gused);
             fflush(csv);
@@ -1043,8 +1052,8 @@ int main(int argc, char **argv)
         printf("soak: call sites reached=%zu armed=%zu failed=%zu; GPU taken away in %" PRIu64 " epochs (reached in %"
                PRIu64 ")\n", nsites, sites_armed, sites_fired, taken, taken_fired);
         for (size_t k = 0; k < nsites; k++)
-            printf("soak: site exec_cuda.c:%d %s calls=%" PRIu64 " armed=%" PRIu64 " failed_in=%" PRIu64 "\n",
-                   sites[k].now.line, sites[k].now.name, sites[k].now.calls, sites[k].armed, sites[k].fired);
+            printf("soak: site %s:%d %s calls=%" PRIu64 " armed=%" PRIu64 " failed_in=%" PRIu64 "\n",
+                   sites[k].now.file, sites[k].now.line, sites[k].now.name, sites[k].now.calls, sites[k].armed, sites[k].fired);
         printf("soak: rss_mib warm=%.1f end=%.1f most_after_warm=%.1f (%s); "
                "gpu_mib(%s) warm=%ld end=%ld most_after_warm=%ld (%s)\n",
                rss_warm / 1024.0, rss_end / 1024.0, rss_max_late / 1024.0,

@@ -67,7 +67,7 @@ static void check_plan(uint64_t text_len, uint64_t len, uint64_t piece)
     }
 }
 
-/* The pieces the cuda executor cuts a request into (exec_cuda.c spread_piece). */
+/* The pieces the cuda executor cuts a request into (batching/cuda/shape.h spread_piece). */
 static uint64_t piece_for(uint64_t len)
 {
     uint64_t p = ((len / 16) + 65535) & ~(uint64_t)65535;

@@ -12,9 +12,11 @@
 #define GP_CUDA_FAULT_TABLE_ONLY 1
 #include "batching/cuda_fault.h"
 
-static void arm(const char *call, const char *line, const char *skip, const char *times, const char *device)
+static void arm_in(const char *file, const char *call, const char *line, const char *skip, const char *times,
+                   const char *device)
 {
     setenv("GPUPROV_TEST_CUDA_FAULT_CALL", call, 1);
+    setenv("GPUPROV_TEST_CUDA_FAULT_FILE", file, 1);   /* "": unset, every file */
     setenv("GPUPROV_TEST_CUDA_FAULT_LINE", line, 1);
     setenv("GPUPROV_TEST_CUDA_FAULT_SKIP", skip, 1);
     setenv("GPUPROV_TEST_CUDA_FAULT_TIMES", times, 1);
@@ -23,18 +25,28 @@ static void arm(const char *call, const char *line, const char *skip, const char
     gp_cuda_fault_arm();
 }
 
-/* How many of n calls at (line, call, device) fail, and which was the first (-1: none). */
-static int fails(int n, int line, int call, int device, int *first)
+static void arm(const char *call, const char *line, const char *skip, const char *times, const char *device)
+{
+    arm_in("", call, line, skip, times, device);
+}
+
+/* How many of n calls at (file, line, call, device) fail, and which was the first (-1: none). */
+static int fails_in(const char *file, int n, int line, int call, int device, int *first)
 {
     int k = 0;
 
     *first = -1;
     for (int i = 0; i < n; i++)
-        if (gp_cuda_fault_hit(line, call, device)) {
+        if (gp_cuda_fault_hit(file, line, call, device)) {
             if (k++ == 0)
                 *first = i;
         }
     return k;
+}
+
+static int fails(int n, int line, int call, int device, int *first)
+{
+    return fails_in("../batching/cuda/device.c", n, line, call, device, first);
 }
 
 static void test_none_fails_nothing(void **state)
@@ -68,6 +80,23 @@ static void test_line_selects_one_site(void **state)
     assert_int_equal(fails(10, 20, GP_CF_MALLOC, 0, &first), 0);
     assert_int_equal(fails(10, 21, GP_CF_MALLOC, 0, &first), 1);
     assert_int_equal(first, 0);
+}
+
+/* A site is a file and a line: the file's name (a path's last part) selects among files with a
+ * call on the same line. */
+static void test_file_selects_one_site(void **state)
+{
+    int first;
+
+    (void)state;
+    arm_in("plan.c", "cudaMalloc", "21", "0", "0", "any");
+    assert_int_equal(fails_in("../batching/cuda/device.c", 10, 21, GP_CF_MALLOC, 0, &first), 0);
+    assert_int_equal(fails_in("../batching/cuda/plan.c", 10, 21, GP_CF_MALLOC, 0, &first), 10);
+    assert_int_equal(fails_in("plan.c", 10, 21, GP_CF_MALLOC, 0, &first), 10);
+    /* the file alone: every line of it */
+    arm_in("plan.c", "cudaMalloc", "0", "0", "0", "any");
+    assert_int_equal(fails_in("/src/batching/cuda/plan.c", 10, 99, GP_CF_MALLOC, 0, &first), 10);
+    assert_int_equal(fails_in("/src/batching/cuda/device.c", 10, 99, GP_CF_MALLOC, 0, &first), 0);
 }
 
 /* times 0: every matching call from the skip on (the GPU taken away), whatever the call. */
@@ -129,7 +158,8 @@ static void test_rearm_restarts(void **state)
     assert_int_equal(first, 2);
 }
 
-/* The table counts calls and faults per (line, call), across armings. */
+/* The table counts calls and faults per (file, line, call), across armings; a site names its file
+ * without the folder. */
 static void test_site_table(void **state)
 {
     gp_cuda_fault_site t[256];
@@ -145,6 +175,7 @@ static void test_site_table(void **state)
         if (t[i].line != 60)
             continue;
         seen = 1;
+        assert_string_equal(t[i].file, "device.c");
         assert_int_equal(t[i].call, GP_CF_STREAM_SYNCHRONIZE);
         assert_string_equal(t[i].name, "cudaStreamSynchronize");
         assert_int_equal(t[i].calls, 4);
@@ -159,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_none_fails_nothing),
         cmocka_unit_test(test_skip_then_times),
         cmocka_unit_test(test_line_selects_one_site),
+        cmocka_unit_test(test_file_selects_one_site),
         cmocka_unit_test(test_any_from_then_on),
         cmocka_unit_test(test_device_filter),
         cmocka_unit_test(test_at_ms),

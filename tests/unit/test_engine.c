@@ -264,7 +264,7 @@ static void test_cuda_fault_falls_back(void **state)
     cuda_failure_falls_back(0, 1);
 }
 
-/* A batch whose last kernel ends without writing its done words (batching/exec_cuda.c
+/* A batch whose last kernel ends without writing its done words (batching/cuda/deliver.c
  * wait_for_gpu): the event completes, the words stay unset, and the batch must count as failed
  * rather than deliver what the pinned arena holds. */
 static void test_cuda_silent_kernel_falls_back(void **state)

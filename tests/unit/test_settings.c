@@ -25,7 +25,7 @@ typedef struct {
 } knob_case;
 
 #define MIB (1ll << 20)
-/* 300 characters: longer than any dir knob's field */
+/* 300 characters: longer than any dir knob's field (50: than any name knob's) */
 #define DIR_TOO_LONG_50 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define DIR_TOO_LONG DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50 DIR_TOO_LONG_50
 
@@ -112,6 +112,11 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudahostalloc", GP_CF_HOST_ALLOC, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaFree", BAD, 0 }, { "GPUPROV_TEST_CUDA_FAULT_CALL", "3", BAD, 0 },
+    /* name knobs: an accepted value is stored as written (want 0) */
+    { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "plan.c", 0, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_FILE", "cuda/device.c", BAD, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c:517", BAD, 0 },
+    { "GPUPROV_TEST_CUDA_FAULT_FILE", DIR_TOO_LONG_50, BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_LINE", "0", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_LINE", "517", 517, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_LINE", "-1", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_SKIP", "0", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_SKIP", "1000", 1000, 0 },
@@ -142,7 +147,7 @@ static double field_fraction(const gp_knobs *k, const gp_setting *s)
 /* Is k's field for s its default? */
 static int at_default(const gp_knobs *k, const gp_setting *s)
 {
-    if (s->syntax == GP_SYNTAX_DIR)
+    if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
         return *((const char *)k + s->offset) == '\0';
     if (s->syntax == GP_SYNTAX_FRACTION)
         return field_fraction(k, s) == s->dflt_fraction;
@@ -223,7 +228,7 @@ static void test_table(void **state)
         assert_true(at_default(&k, s));
         if (s->syntax == GP_SYNTAX_WORD)
             assert_non_null(s->words);
-        if (s->syntax == GP_SYNTAX_DIR)
+        if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
             assert_true(s->size > 1);
         /* every knob has cases: its syntaxes accepted, and one bad value at least */
         {
@@ -263,6 +268,7 @@ static void test_table(void **state)
     assert_int_equal(k.test.host_stage, 0);
     assert_int_equal(k.test.host_devmem, 0);
     assert_int_equal(k.test.cuda_fault_call, GP_CF_NONE);
+    assert_string_equal(k.test.cuda_fault_file, "");
     assert_int_equal(k.test.cuda_fault_line, 0);
     assert_int_equal(k.test.cuda_fault_skip, 0);
     assert_int_equal(k.test.cuda_fault_times, 1);
@@ -304,7 +310,7 @@ static void test_each_knob_syntax(void **state)
                 fail_msg("%s=%s: rejected (%s)", kc->name, kc->text, err);
             if (s->syntax == GP_SYNTAX_FRACTION)
                 assert_true(field_fraction(&k, s) == kc->want_fraction);
-            else if (s->syntax == GP_SYNTAX_DIR)
+            else if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
                 assert_string_equal((const char *)&k + s->offset, kc->text);
             else if (field_int(&k, s) != kc->want)
                 fail_msg("%s=%s: got %lld, want %lld", kc->name, kc->text, field_int(&k, s), kc->want);
@@ -397,8 +403,8 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
         "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER",
-        "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP", "GPUPROV_TEST_CUDA_FAULT_TIMES",
-        "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
+        "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
+        "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
     gp_knobs plain, set;
@@ -448,7 +454,7 @@ static void print_table(void)
 
         if (s->syntax == GP_SYNTAX_FRACTION)
             snprintf(dflt, sizeof(dflt), s->dflt_fraction < 0 ? "measured" : "%g", s->dflt_fraction);
-        else if (s->syntax == GP_SYNTAX_DIR)
+        else if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
             snprintf(dflt, sizeof(dflt), "unset");
         else if (s->syntax == GP_SYNTAX_BYTES && s->dflt == -1)
             snprintf(dflt, sizeof(dflt), "measured");
