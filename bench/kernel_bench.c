@@ -518,7 +518,7 @@ int main(int argc, char **argv)
         return 2;
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    CHECK(gp_kernel_prepare(&shape));
+    CHECK(gp_kernel_prepare(&shape, 0));
     if (cap > 0)
         shape.max_grid = shape.max_grid_plain = cap > 0x7fffffffUL ? 0x7fffffffu : (unsigned int)cap;
     cms = copy_ms(total, iters);

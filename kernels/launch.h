@@ -96,7 +96,8 @@ static inline cudaError_t gp_lone_prepare(gp_kernel_shape *ks, int major)
 }
 
 /*
- * Once per device, with that device current. The kernel's code for this GPU reads one AES table
+ * Once per device `dev`, with it current (function attributes are set on the current device). The
+ * kernel's code for this GPU reads one AES table
  * layout, fixed when it was compiled (kernels/aes_tt.h, GP_AES_TT_DEVICE_WIDE), and says which by
  * its launch bounds: blocks of more than GP_KERNEL_BLOCK threads for the wide table (128 KiB, one
  * block per SM), GP_KERNEL_BLOCK for the narrow one (64 KiB). A GPU that cannot give a block the
@@ -106,14 +107,13 @@ static inline cudaError_t gp_lone_prepare(gp_kernel_shape *ks, int major)
  * once: the kernel strides over its refs, so a larger batch reuses resident blocks (and their
  * table) instead of launching more.
  */
-static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks)
+static inline cudaError_t gp_kernel_prepare(gp_kernel_shape *ks, int dev)
 {
     struct cudaFuncAttributes fa, fc;
-    int dev, sms, per_sm, optin, major;
+    int sms, per_sm, optin, major;
     cudaError_t err;
 
-    if ((err = cudaGetDevice(&dev)) != cudaSuccess
-        || (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess
         || (err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess
         || (err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) != cudaSuccess
         || (err = cudaFuncGetAttributes(&fa, (const void *)gp_batch_kernel)) != cudaSuccess

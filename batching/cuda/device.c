@@ -422,7 +422,7 @@ int gp_cuda_open(gp_engine *e)
         c->nslots = i + 1;
         sl->device = first + i / per_gpu;
         if ((err = cudaSetDevice(sl->device)) != cudaSuccess
-            || (err = gp_kernel_prepare(&sl->shape)) != cudaSuccess
+            || (err = gp_kernel_prepare(&sl->shape, sl->device)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->ahead, cudaStreamNonBlocking)) != cudaSuccess
             || (err = cudaStreamCreateWithFlags(&sl->back, cudaStreamNonBlocking)) != cudaSuccess

@@ -169,6 +169,11 @@ static int verbose;
  * tag (3.0.22; earlier releases returned at once), and a 0-byte EVP_Cipher(ctx, out, in, 0)
  * between AAD pieces pads the partial AAD block (3.0.22: openssl/openssl#32752). */
 static int ref_ccp_cipher_final, ref_ccp_empty_cipher_pads_aad;
+/* OpenSSL 3.5's EVP keeps a KEYLEN or IVLEN param the provider took (or ignored) and hands it to
+ * the next init, which then fails on the default where the length is not the cipher's; 3.0's
+ * does not. After a failed init the default's context is as its init left it (a CTR context's
+ * block position reset before the IV length was refused), not as before. */
+static int ref_evp_keeps_lengths;
 
 static const char *const side_name[2] = { "default", "gpuprov" };
 
@@ -659,8 +664,15 @@ static void op_reinit(fz *f, reader *r)
     }
     ERR_clear_error();
     trace(f, " -> %d | %d\n", d.rc[0], d.rc[1]);
-    if (!check_rc(f, OP_REINIT, &d, "re-init") || !ok_rc(d.rc[0]))
+    if (!check_rc(f, OP_REINIT, &d, "re-init"))
         return;
+    if (!ok_rc(d.rc[0])) {
+        if (ref_evp_keeps_lengths) {   /* each side as its failed init left it */
+            trace(f, "   both refused a re-init with a length this EVP kept; both sides restart\n");
+            resync(f, "re-init refused on both");
+        }
+        return;
+    }
     /* A GCM record pending outlives an IV init (the default's init leaves its AAD); a
      * ChaCha20-Poly1305 key or IV init ends record mode on both */
     iv_tls = f->ai->kind == K_GCM && with_iv && f->tls_pending;
@@ -1520,6 +1532,10 @@ static void op_params(fz *f, reader *r)
     if (which == 3 && sz != f->ai->keylen && ok_rc(d.rc[0]) && !ok_rc(d.rc[1])
         && d.reason == GP_R_INVALID_KEY_LENGTH) {
         trace(f, "   allowed: KEYLEN %zu refused by gpuprov, ignored by default\n", sz);
+        if (ref_evp_keeps_lengths) {
+            trace(f, "   this EVP hands the ignored KEYLEN to the default's next init; both sides restart\n");
+            resync(f, "KEYLEN kept by EVP for the next init");
+        }
         return;
     }
     /* CTR with TLS_VERSION and TLS_MAC_SIZE both above 0: the default's decryption strips a MAC
@@ -1576,7 +1592,7 @@ static int ccp_probe_tag(EVP_CIPHER_CTX *c, const EVP_CIPHER *ccp, int split, ui
  * ref_ccp_cipher_final). 0 if the probe itself failed. */
 static int probe_reference(void)
 {
-    static const uint8_t key[32], iv[12], wrong_tag[16];
+    static const uint8_t key[32], iv[16], wrong_tag[16];   /* iv: CTR reads 16 bytes, ChaCha20-Poly1305 12 */
     const EVP_CIPHER *ccp = NULL;
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     uint8_t out[16], t1[16], t2[16];
@@ -1592,6 +1608,18 @@ static int probe_reference(void)
     ok = ok && ccp_probe_tag(c, ccp, 0, t1) && ccp_probe_tag(c, ccp, 1, t2);
     if (ok)
         ref_ccp_empty_cipher_pads_aad = memcmp(t1, t2, 16) != 0;
+    if (ok) {
+        const EVP_CIPHER *ctr = NULL;
+        size_t wrong = 32;
+        OSSL_PARAM p[2] = { OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_KEYLEN, &wrong), OSSL_PARAM_END };
+
+        for (int i = 0; i < 8; i++)
+            if (algs[i].kind == K_CTR && algs[i].keylen == 16)
+                ctr = ciphers[i][0];
+        ok = ctr != NULL && EVP_CipherInit_ex2(c, ctr, key, iv, 1, NULL) == 1 && EVP_CIPHER_CTX_set_params(c, p) == 1;
+        if (ok)
+            ref_evp_keeps_lengths = EVP_CipherInit_ex2(c, NULL, key, NULL, 1, NULL) != 1;
+    }
     EVP_CIPHER_CTX_free(c);
     ERR_clear_error();
     if (!ok)
@@ -1645,9 +1673,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!probe_reference())
         goto err;
     fprintf(stderr, "fuzz_evp_diff: gpuprov (%s executor) against the default provider, %s; its ChaCha20-Poly1305 "
-            "EVP_Cipher(ctx, out, NULL, 0) %s, a 0-byte EVP_Cipher between AAD pieces %s\n", got,
+            "EVP_Cipher(ctx, out, NULL, 0) %s, a 0-byte EVP_Cipher between AAD pieces %s; its EVP %s\n", got,
             OpenSSL_version(OPENSSL_VERSION), ref_ccp_cipher_final ? "checks the tag" : "returns at once",
-            ref_ccp_empty_cipher_pads_aad ? "pads the AAD" : "does nothing");
+            ref_ccp_empty_cipher_pads_aad ? "pads the AAD" : "does nothing",
+            ref_evp_keeps_lengths ? "keeps a KEYLEN param for the next init" : "keeps no length param");
     return 0;
 err:
     ERR_print_errors_fp(stderr);
