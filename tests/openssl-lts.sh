@@ -5,8 +5,9 @@
 # usage: tests/openssl-lts.sh
 #   LTS_STEPS: the steps to run, default "openssl suites fuzz" (openssl: fetch and build OpenSSL,
 #     reused while build-openssl35/prefix holds a working build of the chosen version; suites: meson
-#     build build-ossl35, the unit, kat, evp and integration suites; fuzz: tests/fuzz/run.sh on the
-#     host and cpu executors in build-fuzz-ossl35, as tests/run-all.sh runs it).
+#     build build-ossl35, the suites LTS_SUITES names, default "unit kat evp integration" (tls and
+#     soak pass too, in two more minutes); fuzz: tests/fuzz/run.sh on the host and cpu executors in
+#     build-fuzz-ossl35, as tests/run-all.sh runs it).
 #   WYCHEPROOF_DIR: the vectors (tests/run-all.sh passes its own); FUZZ_RUNS, FUZZ_SEED, FUZZ_SECONDS
 #     as in tests/run-all.sh.
 #   LTS_ARCHIVE, LTS_SECURITY_ARCHIVE: the Debian archive and security archive to take the source
@@ -131,9 +132,11 @@ if want suites; then
     awk '$1 == "gpuprov" && NF == 1 {g = 1; next} NF == 1 {g = 0} g && /status: active/ {ok = 1} END {exit !ok}' \
       "$build/list-providers.log" || { say "gpuprov is not active in $(openssl version)"; status=1; }
     start=$SECONDS
-    meson test -C "$build" --suite unit --suite kat --suite evp --suite integration --no-suite gpu \
+    suites=${LTS_SUITES:-unit kat evp integration}
+    # shellcheck disable=SC2046,SC2086  # one --suite per word
+    meson test -C "$build" $(printf -- '--suite %s ' $suites) --no-suite gpu \
       --print-errorlogs --num-processes 2 || status=1
-    say "suites (unit, kat, evp, integration) against $(openssl version -v): $((SECONDS - start)) s"
+    say "suites ($suites) against $(openssl version -v): $((SECONDS - start)) s"
   else
     tail -40 "$build/ninja.log"; say "building gpuprov against OpenSSL $series failed"; status=1
   fi
