@@ -3,7 +3,7 @@
 # Builds gpuprov and runs every test suite that this machine can run, then the same suites again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded engine and async tests under
 # ThreadSanitizer, the differential fuzz target for a bounded time, then on a GPU machine the gpu
-# suite. The README's test command.
+# suite, then the suites and the fuzz target against OpenSSL 3.5 LTS. The README's test command.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -67,4 +67,12 @@ done
 # without one, tests/gpu/run.sh says so and skips.
 GPU_STEPS=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-engine racecheck} \
   WYCHEPROOF_DIR="$wp" bash tests/gpu/run.sh build-gpu
-echo "run-all: all suites passed (plain, ASan+UBSan, TSan for the engine and async tests, fuzz_evp_diff; gpu where present)"
+# The unit, kat, evp and integration suites, the fuzz regressions and the fixed walk again against
+# OpenSSL 3.5 LTS, built from Debian 13's source package into build-openssl35/ (minutes the first
+# time, reused after; tests/openssl-lts.sh). OPENSSL_LTS=0 leaves it out (developers; CI runs it).
+if [ "${OPENSSL_LTS:-1}" != 0 ]; then
+  WYCHEPROOF_DIR="$wp" bash tests/openssl-lts.sh
+else
+  echo "run-all: OPENSSL_LTS=0: the suites against OpenSSL 3.5 LTS are left out"
+fi
+echo "run-all: all suites passed (plain, ASan+UBSan, TSan for the engine and async tests, fuzz_evp_diff; gpu where present; OpenSSL 3.5 LTS unless OPENSSL_LTS=0)"
