@@ -151,7 +151,7 @@ static int cuda_run_split(gp_engine *e, gp_request *reqs, size_t n)
  * from the state the one before left (the message's counter and MAC state carry from slice to slice
  * as they do from update to update; the AAD it carries goes with the first). `r` is left as its
  * last slice. On a failure `r` is what is left to do, from the state its message is in now, so
- * the engine's re-run on the host goes on where the GPU stopped, and nothing is done twice (an
+ * the engine's re-run on the CPU goes on where the GPU stopped, and nothing is done twice (an
  * in-place request's input is already gone where its output was written).
  */
 static int run_leading_slices(gp_engine *e, gp_cuda_slot *c, gp_request *r, size_t slice)
@@ -245,7 +245,7 @@ static int run_wave_bounded(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, con
  * A batch runs in waves: wave w holds the w-th request of each message (requests of one message
  * run in order, each from the state the previous left). Real batches have one request per message
  * (an EVP call waits for its own), so one wave, one launch. On failure the finished waves stay
- * finished (status OK) and the rest is untouched for the engine to re-run on the host.
+ * finished (status OK) and the rest is untouched for the engine to re-run on the CPU.
  */
 static int cuda_run(gp_engine *e, gp_request *reqs, size_t n)
 {

@@ -140,8 +140,9 @@ static inline size_t spread_piece(size_t len)
 /*
  * Does request r, of a wave of m requests, have its output come back piece by piece, the copy
  * crew taking each piece to the caller as it lands (a DMA wave only)? The caller's output changes
- * before the wave is known to have succeeded; the request can still be re-run on the host from
- * its message's state, which moves only once every piece is in, because its input is intact:
+ * before the wave is known to have succeeded; the request can still be re-run on the CPU
+ * (engine.c, after a GPU failure) from its message's state, which moves only once every piece is
+ * in, because its input is intact:
  * untouched where the output does not overlap it, or, in place, put back from the pinned arena's
  * copy (gp_cuda_pieces_end) before the request is handed back as failed. In place only where the
  * request is the wave's only one: there its pieces overlap the copy out with the transfers, while
