@@ -368,10 +368,21 @@ static void *driver_call(const char *name, unsigned int version)
     return fn;
 }
 
+/* One step of a slot's setup: on failure, its error and the name the log line gives it. */
+static int setup_step(cudaError_t r, const char *name, cudaError_t *err, const char **what)
+{
+    *err = r;
+    if (r == cudaSuccess)
+        return 1;
+    *what = name;
+    return 0;
+}
+
 int gp_cuda_open(gp_engine *e)
 {
     gp_cuda *c;
     int n = 0, first, ngpus, per_gpu;
+    const char *what = NULL;
     cudaError_t err = cudaGetDeviceCount(&n);
 
     if (err != cudaSuccess || n == 0) {
@@ -421,20 +432,20 @@ int gp_cuda_open(gp_engine *e)
         pthread_mutex_init(&sl->lock, NULL);
         c->nslots = i + 1;
         sl->device = first + i / per_gpu;
-        if ((err = cudaSetDevice(sl->device)) != cudaSuccess
-            || (err = gp_kernel_prepare(&sl->shape, sl->device)) != cudaSuccess
-            || (err = cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking)) != cudaSuccess
-            || (err = cudaStreamCreateWithFlags(&sl->ahead, cudaStreamNonBlocking)) != cudaSuccess
-            || (err = cudaStreamCreateWithFlags(&sl->back, cudaStreamNonBlocking)) != cudaSuccess
-            || (err = cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync))
-                   != cudaSuccess
-            || (err = cudaEventCreateWithFlags(&sl->callers, cudaEventDisableTiming)) != cudaSuccess
-            || (err = done_words_alloc(sl)) != cudaSuccess
-            || (err = step_events_create(e, sl)) != cudaSuccess) {
+        if (!setup_step(cudaSetDevice(sl->device), "cudaSetDevice", &err, &what)
+            || !setup_step(gp_kernel_prepare(&sl->shape, sl->device), "the kernel's attributes", &err, &what)
+            || !setup_step(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
+            || !setup_step(cudaStreamCreateWithFlags(&sl->ahead, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
+            || !setup_step(cudaStreamCreateWithFlags(&sl->back, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
+            || !setup_step(cudaEventCreateWithFlags(&sl->copied, cudaEventDisableTiming | cudaEventBlockingSync),
+                           "cudaEventCreate", &err, &what)
+            || !setup_step(cudaEventCreateWithFlags(&sl->callers, cudaEventDisableTiming), "cudaEventCreate", &err, &what)
+            || !setup_step(done_words_alloc(sl), "cudaHostAlloc of the done words", &err, &what)
+            || !setup_step(step_events_create(e, sl), "cudaEventCreate", &err, &what)) {
             gp_cuda_failed(e, err == cudaErrorNotSupported
-                                  ? "device setup (the kernel built for this GPU wants a 128 KiB AES table per block, "
-                                    "which it cannot hold: build with -Dgpu_sm=<its SM>)"
-                                  : "device setup", err);
+                                  ? "the kernel's attributes (the kernel built for this GPU wants a 128 KiB AES table "
+                                    "per block, which it cannot hold: build with -Dgpu_sm=<its SM>)"
+                                  : what, err);
             gp_cuda_close(e);
             return 0;
         }

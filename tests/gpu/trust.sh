@@ -91,7 +91,7 @@ pinned-unavailable)
   # No pinned host memory can be had (every cudaHostAlloc fails).
   run "${auto[@]}" GPUPROV_TEST_CUDA_FAULT_CALL=cudaHostAlloc GPUPROV_TEST_CUDA_FAULT_TIMES=0 -- "$trust" --settle-ms 5000
   [ $rc = 0 ] || fail "trust exited $rc"
-  one_line "GPU 0 failed while opening (cudaHostAlloc: cudaErrorMemoryAllocation"
+  one_line "GPU 0 failed while opening (cudaHostAlloc.*: cudaErrorMemoryAllocation"
   ;;
 taken-away)
   # The GPU served; then every CUDA call fails from its 400th on, as when the device is lost.
