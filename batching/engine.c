@@ -11,6 +11,7 @@
 
 #include "batching/async_wait.h"
 #include "batching/core/core.h"
+#include "batching/engine.h"
 #include "batching/exec_cpu.h"
 #include "batching/exec_host.h"
 #include "batching/kstate.h"

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "batching/base/base.h"
-#include "batching/engine.h"
+#include "batching/request.h"
 #include "batching/stage.h"
 
 typedef enum gp_exec_id { GP_EXEC_CUDA = 0, GP_EXEC_HOST, GP_EXEC_CPU, GP_EXEC_COUNT } gp_exec_id;

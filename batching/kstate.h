@@ -4,7 +4,7 @@
 #ifndef GP_KSTATE_H
 #define GP_KSTATE_H
 
-#include "batching/engine.h"
+#include "batching/request.h"
 
 /* The executors' msg_start: J0, E_K(J0) and a fresh set of MAC powers. */
 int gp_kstate_msg_start(gp_engine *e, gp_msg *m);

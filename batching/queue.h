@@ -10,7 +10,8 @@
 
 #include "batching/async_wait.h"
 #include "batching/base/base.h"
-#include "batching/engine.h"
+#include "batching/request.h"
+#include "batching/settings.h"
 #include "batching/stage.h"
 
 /*

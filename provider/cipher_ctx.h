@@ -9,7 +9,7 @@
 
 #include "batching/base/base.h"   /* gp_cpu_clean_upper_state */
 #include "params.h"
-#include "prov.h"
+#include "provctx.h"
 
 /* Kept out of line: the general path of an update, so that the lane's shortcut before it needs no
  * stack frame and ends in a tail call (provider/stream_common.c). */

@@ -2,7 +2,7 @@
 /* Knobs: the provider's openssl.cnf section, read through the core, handed to the settings registry. */
 #include <openssl/params.h>
 
-#include "prov.h"
+#include "provctx.h"
 
 typedef struct config_section {
     const OSSL_CORE_HANDLE *handle;

@@ -6,7 +6,7 @@
 #include <openssl/provider.h>
 
 #include "batching/base/base.h"
-#include "prov.h"
+#include "provctx.h"
 
 /*
  * On a host without a GPU, under backend auto (gp_engine_gpu_possible), every message would run on

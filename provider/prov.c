@@ -11,7 +11,7 @@
 #include <openssl/rand.h>
 
 #include "batching/base/base.h"
-#include "prov.h"
+#include "provctx.h"
 
 #ifndef GPUPROV_VERSION
 # define GPUPROV_VERSION "0.0.0"

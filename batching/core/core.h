@@ -11,8 +11,9 @@
 #include <openssl/core_dispatch.h>
 
 #include "batching/base/base.h"
-#include "batching/engine.h"
-#include "batching/exec_host.h"
+#include "batching/request.h"
+#include "batching/settings.h"
+#include "batching/host_pool.h"
 #include "batching/executor.h"
 #include "batching/policy/policy.h"
 #include "batching/queue.h"

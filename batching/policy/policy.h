@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "batching/engine.h"
+#include "batching/request.h"
+#include "batching/settings.h"
 
 /* An executor (batching/executor.h): the policy compares them and hands them back, never calls one. */
 typedef struct gp_executor gp_executor;

@@ -12,7 +12,7 @@
 #include <openssl/params.h>
 #include <openssl/provider.h>
 
-#include "provider/prov.h"   /* enum gp_reason: the reason a deliberate refusal must carry */
+#include "provider/errors.h"   /* enum gp_reason: the reason a deliberate refusal must carry */
 
 /*
  * Input format (tests/fuzz/README.md; tests/fuzz/make_corpus.py writes it):

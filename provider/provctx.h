@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Provider-wide internals: the provider context, passthrough, knobs, algorithm tables. */
-#ifndef GP_PROV_H
-#define GP_PROV_H
+/* What every file of provider/ shares: the provider context, its names, passthrough, knobs, the dispatch tables. */
+#ifndef GP_PROVCTX_H
+#define GP_PROVCTX_H
 
 #include <pthread.h>
 
