@@ -10,8 +10,8 @@
  * Why: on a fresh host the first message is routed before any measurement exists, and a message
  * cannot move once it runs on the CPU (the default provider keeps its MAC state). Where the GPU
  * and the CPU's code class are ones the project has measured, their numbers route that message as
- * a measured host would. Each entry is the median of the calibrations listed in bench/RESULTS.md,
- * "Priors: the first run on a fresh host" (bench/data/calib-*.txt holds every one); `gpuprov-calibrate`
+ * a measured host would. Each number is the median of that field over the calibrations in
+ * bench/data/calib-h200.txt (bench/RESULTS.md, "The first run on a fresh host"); gpuprov-calibrate
  * measures the host itself, and its numbers (or a process's own measurement) replace these.
  *
  * What a class covers: the driver's Model string of every GPU in the host (all alike) and the
@@ -36,15 +36,15 @@ typedef struct prior_class {
 
 static const prior_class classes[] = {
     { "H100/H200, VAES + AVX-512 cores", { "NVIDIA H200", "NVIDIA H100 80GB HBM3", NULL }, "vaes-avx512",
-      { [GP_ALG_AES_CTR] = { 6.1, 17.8, 21.1, 35500, 1290000, 0.75 },
-        [GP_ALG_AES_GCM] = { 9.8, 17.9, 29.5, 72000, 2200000, 0.64 },
-        [GP_ALG_CHACHA20] = { 4.05, 18.4, 16.7, 16600, 207000, 0.82 },
-        [GP_ALG_CHACHA20_POLY1305] = { 2.53, 3.42, 18.5, 5900, 124000, 0.58 } } },
+      { [GP_ALG_AES_CTR] = { 6.3, 18.03, 21.1, 34790, 1325000, 0.75 },
+        [GP_ALG_AES_GCM] = { 9.81, 17.88, 29.25, 72410, 2309000, 0.64 },
+        [GP_ALG_CHACHA20] = { 4.08, 18.16, 16.5, 16930, 209700, 0.79 },
+        [GP_ALG_CHACHA20_POLY1305] = { 2.505, 3.53, 18.4, 5765, 116200, 0.575 } } },
     { "H100/H200, AVX2 cores", { "NVIDIA H200", "NVIDIA H100 80GB HBM3", NULL }, "avx2",
-      { [GP_ALG_AES_CTR] = { 6.2, 18.8, 21.6, 33000, 1580000, 0.75 },
-        [GP_ALG_AES_GCM] = { 2.87, 3.53, 28.9, 6300, 518000, 0.55 },
-        [GP_ALG_CHACHA20] = { 2.21, 3.61, 16.4, 2340, 57800, 0.62 },
-        [GP_ALG_CHACHA20_POLY1305] = { 1.45, 3.15, 19.3, 2240, 33800, 0.68 } } },
+      { [GP_ALG_AES_CTR] = { 6.56, 18.68, 19.8, 33560, 1321000, 0.74 },
+        [GP_ALG_AES_GCM] = { 3.19, 3.64, 28.1, 8984, 454500, 0.56 },
+        [GP_ALG_CHACHA20] = { 2.39, 3.75, 15.4, 2273, 61650, 0.62 },
+        [GP_ALG_CHACHA20_POLY1305] = { 1.59, 3.99, 17.5, 1885, 38370, 0.71 } } },
 };
 
 int gp_prior_numbers(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5], const char **name)
