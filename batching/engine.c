@@ -17,6 +17,7 @@
 #include "batching/kstate.h"
 #include "batching/policy/policy.h"
 #include "batching/queue.h"
+#include "batching/reg_cache.h"
 
 static const gp_executor *const executors[GP_EXEC_COUNT] = {
 #ifdef GPUPROV_HAVE_CUDA
@@ -179,6 +180,10 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
     pthread_mutex_init(&e->pool.submit, NULL);
     pthread_cond_init(&e->pool.wake, NULL);
     pthread_cond_init(&e->pool.done, NULL);
+    /* The registration cache tracks only memory allocated after its hooks are in: in now, before
+     * the program makes the buffers it will reuse, wherever the cuda executor may open. */
+    if (e->knobs.reg_cache_mib > 0 && executors[GP_EXEC_CUDA] != NULL && gp_engine_gpu_possible(e))
+        (void)gp_reg_cache_hooks();
     return e;
 }
 

@@ -56,9 +56,6 @@ typedef struct real_fns {
     int (*madvise)(void *, size_t, int);
     void *(*sbrk)(intptr_t);
     int (*brk)(void *);
-    void *(*dlopen)(const char *, int);
-    void *(*dlmopen)(Lmid_t, const char *, int);
-    void *(*dlsym)(void *, const char *);
 } real_fns;
 
 static struct {
@@ -433,39 +430,6 @@ static int hk_brk(void *addr)
     return real.brk(addr);
 }
 
-static int hooks_patch_all(void);
-
-/* An object loaded now whose calls the hooks cannot see (another library rewrote its relocations
- * first): the cache goes off, and what it holds is dropped. */
-static void cache_off(const void *caller)
-{
-    pthread_mutex_lock(&rc.lock);
-    rc.on = 0;
-    (void)entries_drop(0, UINTPTR_MAX);
-    pthread_mutex_unlock(&rc.lock);
-    if (may_call_driver(caller))
-        drain();
-}
-
-/* Objects a dlopen loads are patched before it returns (their constructors ran unpatched). */
-static void *hk_dlopen(const char *file, int mode)
-{
-    void *h = real.dlopen(file, mode);
-
-    if (h != NULL && !hooks_patch_all())
-        cache_off(CALLER);
-    return h;
-}
-
-static void *hk_dlmopen(Lmid_t lm, const char *file, int mode)
-{
-    void *h = real.dlmopen(lm, file, mode);
-
-    if (h != NULL && !hooks_patch_all())
-        cache_off(CALLER);
-    return h;
-}
-
 /* ---- relocation patching ---- */
 
 typedef struct hook {
@@ -473,8 +437,6 @@ typedef struct hook {
     void *fn;                      /* the hook */
     void **real;                   /* where its real function is kept */
 } hook;
-
-static void *hk_dlsym(void *h, const char *name);
 
 static const hook hooks[] = {
     { "malloc", (void *)hk_malloc, (void **)&real.malloc },
@@ -491,22 +453,8 @@ static const hook hooks[] = {
     { "madvise", (void *)hk_madvise, (void **)&real.madvise },
     { "sbrk", (void *)hk_sbrk, (void **)&real.sbrk },
     { "brk", (void *)hk_brk, (void **)&real.brk },
-    { "dlopen", (void *)hk_dlopen, (void **)&real.dlopen },
-    { "dlmopen", (void *)hk_dlmopen, (void **)&real.dlmopen },
-    { "dlsym", (void *)hk_dlsym, (void **)&real.dlsym },
 };
 #define NHOOKS (sizeof(hooks) / sizeof(hooks[0]))
-
-/* A pointer taken through dlsym is the hook too, so calls through it are seen. */
-static void *hk_dlsym(void *h, const char *name)
-{
-    void *p = real.dlsym(h, name);
-
-    for (size_t i = 0; p != NULL && name != NULL && i < NHOOKS; i++)
-        if (p == *hooks[i].real && strcmp(name, hooks[i].name) == 0)
-            return hooks[i].fn;
-    return p;
-}
 
 #if defined(__x86_64__)
 #define R_JUMP_SLOT R_X86_64_JUMP_SLOT
@@ -519,6 +467,7 @@ static void *hk_dlsym(void *h, const char *name)
 typedef struct patch_walk {
     int foreign;                   /* a slot held a function neither real nor its own object's stub */
     int patched;
+    unsigned long long adds;       /* the loader's count of objects loaded so far */
 } patch_walk;
 
 /* A dynamic entry's address: glibc relocates them in place on most targets, not on all. */
@@ -551,7 +500,8 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
     const ElfW(Rela) *rel[2] = { NULL, NULL };
     size_t relsz[2] = { 0, 0 };
 
-    (void)size;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+        pw->adds = info->dlpi_adds;
     if (info->dlpi_name != NULL && strstr(info->dlpi_name, "linux-vdso") != NULL)
         return 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -621,16 +571,57 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
+/* The loader's count of objects loaded at the last patching (0: none yet). */
+static atomic_ullong patched_adds;
+
 static int hooks_patch_all(void)
 {
-    patch_walk pw = { 0, 0 };
+    patch_walk pw = { 0, 0, 0 };
 
     pthread_mutex_lock(&hooks_lock);
     dl_iterate_phdr(patch_object, &pw);
     if (pw.foreign)
         hooks_state = -1;
+    atomic_store(&patched_adds, pw.adds);
     pthread_mutex_unlock(&hooks_lock);
     return !pw.foreign;
+}
+
+static int read_adds(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+        *(unsigned long long *)arg = info->dlpi_adds;
+    return 1;   /* the first object says it */
+}
+
+/*
+ * Objects loaded since the last patching (dlopen, and the libraries it pulls in) call free and
+ * munmap through relocations of their own, which the hooks did not see until now: they are
+ * patched, and every entry is dropped, since their code may have freed registered memory unseen
+ * (a later lookup registers again). Not by hooking dlopen: glibc's dlopen takes its caller's
+ * address for the caller's RUNPATH and namespace, and a hook would become that caller. Without
+ * the loader's count (size too small), every lookup would patch: the cache stays off instead.
+ */
+static int objects_settled(void)
+{
+    unsigned long long adds = 0;
+
+    dl_iterate_phdr(read_adds, &adds);
+    if (adds == 0)
+        return 0;
+    if (adds == atomic_load(&patched_adds))
+        return 1;
+    if (!hooks_patch_all()) {
+        pthread_mutex_lock(&rc.lock);
+        rc.on = 0;
+        (void)entries_drop(0, UINTPTR_MAX);
+        pthread_mutex_unlock(&rc.lock);
+        return 0;
+    }
+    pthread_mutex_lock(&rc.lock);
+    (void)entries_drop(0, UINTPTR_MAX);
+    pthread_mutex_unlock(&rc.lock);
+    return 1;
 }
 
 /* ---- fork ---- */
@@ -718,7 +709,7 @@ static int hooks_install(void)
             Dl_info self;
 
             if (dladdr((void *)hooks_install, &self) == 0 || self.dli_fname == NULL
-                || real.dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL)
+                || dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL)
                 state = -1;
         }
         if (state == 1 && pthread_atfork(at_prepare, at_parent, at_child) != 0)
@@ -732,6 +723,11 @@ static int hooks_install(void)
 }
 
 /* ---- the cache ---- */
+
+int gp_reg_cache_hooks(void)
+{
+    return hooks_install();
+}
 
 int gp_reg_cache_open(const gp_reg_ops *ops, size_t max_bytes)
 {
@@ -751,10 +747,8 @@ void gp_reg_cache_close(void)
     rc.on = 0;
     (void)entries_drop(0, UINTPTR_MAX);
     pthread_mutex_unlock(&rc.lock);
+    /* The ops stay: an entry a lookup still holds (a wave that failed) is unregistered at its put. */
     drain();
-    pthread_mutex_lock(&rc.lock);
-    memset(&rc.ops, 0, sizeof(rc.ops));
-    pthread_mutex_unlock(&rc.lock);
 }
 
 int gp_reg_cache_on(void)
@@ -816,6 +810,10 @@ int gp_reg_cache_get(const void *p, size_t len, gp_reg_use *use)
     use->entry = NULL;
     if (len == 0 || e < s)
         return 0;
+    if (!objects_settled()) {
+        drain();
+        return 0;
+    }
     drain();   /* before any registration: the driver never holds two of one address */
     pthread_mutex_lock(&rc.lock);
     if (!rc.on) {

@@ -15,9 +15,11 @@
  * its memory can change passes through a hook of this unit.
  *
  * The hooks (process-wide, installed once, by rewriting the relocations of every loaded object,
- * and of each object dlopen loads later, as UCX's ucm does) see, before the real call proceeds:
- * munmap, mremap, madvise (every advice but the few that never change a page's mapping), mmap with
- * MAP_FIXED over a range, free, realloc and reallocarray. They also keep the *tracked regions*:
+ * as UCX's ucm does) see, before the real call proceeds: munmap, mremap, madvise (every advice but
+ * the few that never change a page's mapping), mmap with MAP_FIXED over a range, brk and sbrk
+ * shrinking the heap, free, realloc and reallocarray. Objects loaded later are patched at the next
+ * lookup, which first drops every entry (their code may have freed registered memory meanwhile).
+ * The hooks also keep the *tracked regions*:
  * what the hooked malloc family returned (blocks of GP_REG_TRACK_MIN bytes and up, until their
  * free or realloc) and the private anonymous mappings the hooked mmap made (until their munmap or
  * mremap). A range is registered only inside one tracked region. Memory the hooks never saw made
@@ -30,8 +32,9 @@
  * What stays outside any hook, and what the cache does there: a program whose objects were not
  * patched (the hooks could not be installed, or another library had already rewritten the same
  * relocations: gp_reg_cache_open fails and nothing is registered); memory freed or unmapped by a
- * raw system call or by code inside a library loaded after the cache opened, before its dlopen
- * returned (its constructors); memory freed while an EVP call on it is still running (the
+ * raw system call, through a pointer to free or munmap taken with dlsym, or by a library loaded
+ * after the hooks went in before the next lookup patched it, where that memory is then reused
+ * unseen and registered again; memory freed while an EVP call on it is still running (the
  * program's own bug). docs/limitations.md says so.
  *
  * An entry dropped by a hook is at once unreachable by lookups; its unregistration runs later,
@@ -63,12 +66,19 @@ typedef struct gp_reg_counts {
 } gp_reg_counts;
 
 /*
+ * Install the hooks (once per process), so that the memory the program allocates from now on is
+ * tracked; the engine does it when it is made (at the provider's load, before the program has
+ * made the buffers it will reuse). 1: installed in every loaded object.
+ */
+int gp_reg_cache_hooks(void);
+/*
  * Install the hooks (once per process; they stay, forwarding, after close) and turn the cache on
  * with `ops`, pinning at most `max_bytes` (the least recently used entries go first). 0: the hooks
  * could not be installed where every loaded object's calls pass through them; the cache stays off.
  */
 int gp_reg_cache_open(const gp_reg_ops *ops, size_t max_bytes);
-/* Off: every entry unregistered (after a GPU failure too: the driver's errors are ignored). */
+/* Off: every entry unregistered (after a GPU failure too: the driver's errors are ignored); one a
+ * lookup still holds, at its put. */
 void gp_reg_cache_close(void);
 /* Whether the cache is on. */
 int gp_reg_cache_on(void);

@@ -44,6 +44,9 @@ typedef struct gp_request {
      * `gpu` (as the executor's mem_check found them), never read or written by host code. */
     int devmem;
     int gpu;
+    /* Set by the cuda executor's layout for each wave: `in` lies in a range the registration cache
+     * holds (batching/reg_cache.h), and the GPU reads it there by DMA, not from the pinned arena. */
+    int direct_in;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 

@@ -75,6 +75,12 @@ static const gp_setting registry[] = {
       .expected = "a number from 0 to 16",
       .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
                  "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
+    { .key = "reg_cache", .env = "GPUPROV_REG_CACHE", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(reg_cache_mib), .dflt = 256, .min = 0, .max = 1 << 20,
+      .expected = "a number of MiB from 0 to 1048576",
+      .meaning = "cuda: MiB of callers' reused buffers (256 KiB and up) kept registered (pinned) so the "
+                 "GPU reads them directly, without the copy crew's copy in (batching/reg_cache.h); "
+                 "0: off, and no memory hooks are installed" },
     /* The default is where more slots a GPU stop paying: fewer leave the GPU idle between
      * batches, more cost one thread and openssl speed throughput (bench/evp_bench, bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,

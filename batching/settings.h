@@ -119,6 +119,7 @@ typedef struct gp_knobs {
                             * the cuda executor also times each step of a batch on the GPU */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
     int copy_threads;      /* cuda: threads that copy large requests to and from pinned memory (0: auto) */
+    int reg_cache_mib;     /* cuda: MiB of callers' buffers kept registered (reg_cache.h); 0: off */
     int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
                             * device arenas and async dispatcher thread */

@@ -194,6 +194,7 @@ void gp_cuda_wave_wipe(gp_wave *wv)
         (void)cudaMemsetAsync(c->dev, 0, wv->total, c->stream);
         (void)cudaGetLastError();
     }
+    gp_cuda_direct_release(wv);   /* no DMA of the wave reads the callers' memory any more */
     if (wv->total != 0 && wv->total <= c->cap) {
         /* Plans (counters), keys, states and tags must not linger in pinned memory; data buffers
          * are the callers' own bytes and are cleansed when the arena is freed. */

@@ -14,6 +14,7 @@
 
 #include "batching/async_wait.h"
 #include "batching/cuda/internal.h"
+#include "batching/reg_cache.h"
 #include "batching/cuda_fault.h"   /* test builds: any CUDA call can be made to fail */
 
 #define ARENA_MIN (1u << 20)
@@ -34,6 +35,7 @@ int gp_cuda_failed(gp_engine *e, const char *what, cudaError_t err)
     snprintf(words, sizeof(words), "%s: %s, %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
     gp_engine_executor_fault(e, e->exec[GP_EXEC_CUDA], dev, words);
     (void)cudaGetLastError();
+    gp_reg_cache_close();   /* nothing of the callers' is lost: their buffers go back to copies */
     return 0;
 }
 
@@ -378,6 +380,34 @@ static int setup_step(cudaError_t r, const char *name, cudaError_t *err, const c
     return 0;
 }
 
+/*
+ * The registration cache's calls into the driver (batching/reg_cache.h). Portable: a registration
+ * made under one GPU is pinned memory to every GPU of the process (device = all), so each is made,
+ * and undone, under the first GPU (arg), whichever GPU the calling thread last ran. Errors leave
+ * nothing behind: a refused registration is a buffer that keeps being copied.
+ */
+static int reg_host(void *arg, void *base, size_t len)
+{
+    int saved, ok = gp_cuda_device_enter((int)(intptr_t)arg, &saved)
+                    && cudaHostRegister(base, len, cudaHostRegisterPortable) == cudaSuccess;
+
+    if (!ok)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    return ok;
+}
+
+static void unreg_host(void *arg, void *base, size_t len)
+{
+    int saved;
+
+    (void)len;
+    if (gp_cuda_device_enter((int)(intptr_t)arg, &saved))
+        (void)cudaHostUnregister(base);
+    (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+}
+
 int gp_cuda_open(gp_engine *e)
 {
     gp_cuda *c;
@@ -425,6 +455,11 @@ int gp_cuda_open(gp_engine *e)
         c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     gp_copy_crew_init(&c->crew, copy_threads(e));
+    if (e->knobs.reg_cache_mib > 0) {
+        const gp_reg_ops reg = { reg_host, unreg_host, (void *)(intptr_t)first };
+
+        (void)gp_reg_cache_open(&reg, (size_t)e->knobs.reg_cache_mib << 20);
+    }
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
@@ -505,6 +540,16 @@ void gp_cuda_close(gp_engine *e)
                     (double)atomic_load(&c->st_ns_issue) / nb / 1e3, steps, (double)atomic_load(&c->st_grows),
                     (double)atomic_load(&c->st_ns_grow) / 1e6);
     }
+    if (e->knobs.stats && gp_reg_cache_on()) {
+        gp_reg_counts rn;
+
+        gp_reg_cache_counts(&rn);
+        gp_log_line("gpuprov cuda: reg_cache hits=%llu misses=%llu registered=%llu invalidated=%llu refused=%llu "
+                    "pinned_mib=%.1f\n", (unsigned long long)rn.hits, (unsigned long long)rn.misses,
+                    (unsigned long long)rn.registered, (unsigned long long)rn.invalidated,
+                    (unsigned long long)rn.refused, (double)rn.pinned_bytes / (1 << 20));
+    }
+    gp_reg_cache_close();   /* before the contexts go */
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
         gp_cuda_slot *sl = &c->slots[i];

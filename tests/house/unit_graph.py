@@ -37,6 +37,7 @@ Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
     'copy_crew': Rule(0, set()),
+    'reg_cache': Rule(0, set()),
     'settings': Rule(0, set()),
     'chunk_plan': Rule(0, set()),
     'batch_kernel': Rule(0, set()),
@@ -53,13 +54,14 @@ BATCHING = {
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
     'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
     # cuda/: the cuda executor, its files calling one way inside (batching/cuda/internal.h).
-    'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
+    'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'reg_cache', 'chunk_plan', 'async_wait',
                      'cuda_fault', 'base', 'batch_kernel'}),
     # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
     # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy; kstate:
     # what of a message's kernel state the cpu executor can take on after a GPU failure.
+    # reg_cache: its memory hooks go in when the engine is made (batching/reg_cache.h).
     'engine': Rule(4, {'policy', 'queue', 'cuda', 'exec_host', 'exec_cpu', 'kstate', 'core', 'async_wait',
-                       'settings', 'base'}),
+                       'settings', 'reg_cache', 'base'}),
 }
 # provider/'s files, the same way (docs/architecture.md, "Inside provider/"). Everything here may also
 # call batching/ (the layer below the provider), which this table does not list.

@@ -48,6 +48,8 @@ static const knob_case cases[] = {
     { "GPUPROV_HOST_THREADS", "1025", BAD, 0 }, { "GPUPROV_HOST_THREADS", "3.5", BAD, 0 },
     { "GPUPROV_COPY_THREADS", "0", 0, 0 }, { "GPUPROV_COPY_THREADS", "16", 16, 0 },
     { "GPUPROV_COPY_THREADS", "17", BAD, 0 }, { "GPUPROV_COPY_THREADS", "-1", BAD, 0 },
+    { "GPUPROV_REG_CACHE", "0", 0, 0 }, { "GPUPROV_REG_CACHE", "1048576", 1048576, 0 },
+    { "GPUPROV_REG_CACHE", "1048577", BAD, 0 }, { "GPUPROV_REG_CACHE", "-1", BAD, 0 },
     { "GPUPROV_STREAMS", "0", 1, 0 }, { "GPUPROV_STREAMS", "1", 1, 0 }, { "GPUPROV_STREAMS", "8", 8, 0 },
     { "GPUPROV_STREAMS", "9", BAD, 0 }, { "GPUPROV_STREAMS", "-1", BAD, 0 },
     { "GPUPROV_MAX_BATCH_OPS", "0", 1, 0 }, { "GPUPROV_MAX_BATCH_OPS", "64", 64, 0 },
