@@ -16,8 +16,8 @@
 #include "batching/reg_cache.h"
 
 /*
- * Every table is a fixed array in this module's own data: nothing here allocates while it holds
- * the lock, since a hook may run in a thread that holds an allocator's lock (an allocator that
+ * Every table is a fixed array in this module's own data: nothing here allocates (or calls out at
+ * all) while it holds the lock, since a hook may run in a thread that holds an allocator's lock (an allocator that
  * calls madvise or munmap through its relocations), and an allocation under our lock would then
  * wait for that thread. Where a table is full the cache only declines: an untracked region is
  * never registered, an entry that finds no room is not made.
@@ -71,7 +71,7 @@ static struct {
     gp_reg_ops ops;
     int on;
     gp_reg_counts n;
-} rc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} rc = { .lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP };
 
 static real_fns real;
 static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;   /* patching, one at a time */
@@ -242,7 +242,7 @@ static void about_to_change(uintptr_t s, uintptr_t e, int forget, const void *ca
     if (e <= s)
         return;
     pthread_mutex_lock(&rc.lock);
-    dropped = forget ? track_drop(s, e) : entries_drop(page_down(s), page_up(e));
+    dropped = (forget ? track_drop(s, e) : 0) + entries_drop(page_down(s), page_up(e));
     pthread_mutex_unlock(&rc.lock);
     if (dropped > 0 && may_call_driver(caller))
         drain();
@@ -626,8 +626,12 @@ static int objects_settled(void)
 
 /* ---- fork ---- */
 
+/* The tables are whole in the child: fork waits for the lock. It is recursive because the prepare
+ * handlers registered before this one run after it, in this thread, and may free or unmap: their
+ * hooks then find the lock already theirs. Nothing here calls out while holding it. */
 static void at_prepare(void)
 {
+    pthread_mutex_lock(&hooks_lock);
     pthread_mutex_lock(&rc.lock);
 }
 
@@ -645,13 +649,20 @@ static void at_parent(void)
         }
     }
     pthread_mutex_unlock(&rc.lock);
+    pthread_mutex_unlock(&hooks_lock);
 }
 
 /* The child never calls the driver its parent opened: it forgets the entries, and the cache is off
  * until the child's own executor opens it. Its memory is its parent's, so the tracking holds. */
 static void at_child(void)
 {
-    pthread_mutex_init(&rc.lock, NULL);
+    pthread_mutexattr_t attr;
+
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&rc.lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    pthread_mutex_init(&hooks_lock, NULL);
     memset(rc.ent, 0, sizeof(rc.ent));
     memset(rc.sight, 0, sizeof(rc.sight));
     memset(&rc.ops, 0, sizeof(rc.ops));

@@ -398,6 +398,8 @@ static void test_lru(void **state)
 static void test_neighbours(void **state)
 {
     uint8_t *a, *b;
+    uintptr_t pa, pb;
+    int share;
 
     (void)state;
     mallopt(M_MMAP_THRESHOLD, 64 << 20);   /* from the heap, next to each other */
@@ -405,14 +407,23 @@ static void test_neighbours(void **state)
     b = malloc(MIB);
     memset(a, 1, MIB);
     memset(b, 2, MIB);
+    /* glibc puts them next to each other; an allocator that does not (valgrind's) shares no page */
+    pa = (uintptr_t)a / 4096;
+    pb = (uintptr_t)b / 4096;
+    share = pa <= ((uintptr_t)b + MIB - 1) / 4096 && pb <= ((uintptr_t)a + MIB - 1) / 4096;
+
     register_on_second_sighting(a, MIB);
     register_on_second_sighting(b, MIB);
     assert_true(gp_reg_cache_has(a, MIB));
     assert_int_equal(atomic_load(&fake_overlap), 0);
     free(a);
-    assert_false(gp_reg_cache_has(b, MIB));
-    assert_false(fake_holds(b, MIB));
+    assert_false(fake_holds(a, MIB));
+    if (share) {
+        assert_false(gp_reg_cache_has(b, MIB));
+        assert_false(fake_holds(b, MIB));
+    }
     free(b);
+    assert_false(fake_holds(b, MIB));
     mallopt(M_MMAP_THRESHOLD, 128 << 10);
 }
 
