@@ -45,8 +45,9 @@ typedef struct gp_request {
     int devmem;
     int gpu;
     /* Set by the cuda executor's layout for each wave: `in` lies in a range the registration cache
-     * holds (batching/reg_cache.h), and the GPU reads it there by DMA, not from the pinned arena. */
-    int direct_in;
+     * holds (batching/reg_cache.h), and the GPU reads it there by DMA, not from the pinned arena;
+     * direct_out: `out` too, apart from `in`, and the GPU's DMA writes it there. */
+    int direct_in, direct_out;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 

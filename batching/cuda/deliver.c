@@ -147,9 +147,9 @@ int gp_cuda_wave_deliver(gp_wave *wv)
             continue;              /* delivered above */
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
-        if (staged_on_gpu(r) || devmem_data(r)) {
+        if (staged_on_gpu(r) || devmem_data(r) || r->direct_out) {
             /* already in the chunk's output half (r->out), for its job to copy out; or in the
-             * caller's device memory */
+             * caller's device memory, or its registered host memory (the copy out's DMA) */
         } else if (r->kind == GP_REQ_CRYPT) {
             if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
                                               spread_piece(r->len), 0))

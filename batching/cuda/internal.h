@@ -227,7 +227,7 @@ typedef struct gp_wave {
     struct {
         size_t req;              /* index in the wave */
         size_t off, len;         /* its input's place in the device arena */
-        gp_reg_use use;
+        gp_reg_use use, out_use; /* out_use: direct_out's */
     } direct[GP_DIRECT_MAX];
     size_t ndirect;
     struct piece_source *psrc;   /* the crew's runs taking output pieces to the callers (gp_cuda_pieces_start) */

@@ -29,8 +29,10 @@ void gp_cuda_runs_finish(gp_wave *wv)
  * them any more (after a failure, once the streams have drained). */
 void gp_cuda_direct_release(gp_wave *wv)
 {
-    for (size_t d = 0; d < wv->ndirect; d++)
+    for (size_t d = 0; d < wv->ndirect; d++) {
         gp_reg_cache_put(&wv->direct[d].use);
+        gp_reg_cache_put(&wv->direct[d].out_use);
+    }
     wv->ndirect = 0;
 }
 
@@ -104,7 +106,9 @@ cudaError_t gp_cuda_issue_after_callers(gp_wave *wv)
 /*
  * A DMA wave's results, [states_off, part_off) of the arena, back to the pinned arena: the states
  * and every output but those that come back in pieces (back_in_pieces, when the slot has an event
- * for each piece), in one call for each stretch between them. The `copied` event follows this.
+ * for each piece) and those that go straight to the caller's registered memory (direct_out), in
+ * one call for each stretch between them, and each direct_out output in one call. The `copied`
+ * event follows this.
  */
 cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
 {
@@ -116,14 +120,16 @@ cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
         if (back_in_pieces(&wv->reqs[wv->idx[i]], wv->m))
             npieces += out_pieces(&wv->reqs[wv->idx[i]]);
     wv->pieces_back = npieces > 0 && gp_cuda_piece_events(c, npieces);
-    for (size_t i = 0; i < wv->m && wv->pieces_back && err == cudaSuccess; i++) {
+    for (size_t i = 0; i < wv->m && err == cudaSuccess; i++) {
         const gp_request *r = &wv->reqs[wv->idx[i]];
         const size_t start = wv->work[i].out_off;
 
-        if (!back_in_pieces(r, wv->m))
+        if (!r->direct_out && !(wv->pieces_back && back_in_pieces(r, wv->m)))
             continue;
         if (start > pos)
             err = cudaMemcpyAsync(c->host + pos, c->dev + pos, start - pos, cudaMemcpyDeviceToHost, c->stream);
+        if (err == cudaSuccess && r->direct_out)
+            err = cudaMemcpyAsync(r->out, c->dev + start, r->len, cudaMemcpyDeviceToHost, c->stream);
         pos = start + r->len;
     }
     if (err == cudaSuccess && wv->part_off > pos)

@@ -104,8 +104,13 @@ void gp_cuda_wave_plan(gp_wave *wv)
  * registration cache holds it registered (batching/reg_cache.h): no copy of it into the pinned
  * arena, by the crew or anyone. Only requests of FOLD_MAX bytes and up, whose wave moves its data
  * by DMA whatever else it holds (a folded wave's copy kernel reads its inputs from the pinned
- * arena). Each keeps its registration until the wave's wipe (the DMA reads it until the wave's
- * end). A cache lookup may register the range (its second sighting), a CUDA call of device.c's.
+ * arena). Of those, an output apart from its input (no byte shared) that is registered too comes
+ * back by DMA into the caller's memory (direct_out): if the GPU fails on the way, the output is
+ * half written but the input is intact, and the CPU's re-run writes the output whole. An output in
+ * place comes back through the pinned arena, whole, once the wave has succeeded: until then the
+ * input must stay. Each keeps its registrations until the wave's wipe (the DMA reads and writes
+ * them until the wave's end). A cache lookup may register the range (its second sighting), a CUDA
+ * call of device.c's.
  */
 static void wave_direct(gp_wave *wv)
 {
@@ -113,10 +118,13 @@ static void wave_direct(gp_wave *wv)
     for (size_t i = 0; i < wv->m; i++) {
         gp_request *r = &wv->reqs[wv->idx[i]];
 
-        r->direct_in = 0;
+        r->direct_in = r->direct_out = 0;
         if (wv->ndirect < GP_DIRECT_MAX && spreads(r) && r->len >= FOLD_MAX
             && gp_reg_cache_get(r->in, r->len, &wv->direct[wv->ndirect].use)) {
             r->direct_in = 1;
+            wv->direct[wv->ndirect].out_use.entry = NULL;
+            r->direct_out = (r->out + r->len <= r->in || r->in + r->len <= r->out)
+                            && gp_reg_cache_get(r->out, r->len, &wv->direct[wv->ndirect].out_use);
             wv->direct[wv->ndirect++].req = i;
         }
     }

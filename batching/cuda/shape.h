@@ -150,7 +150,8 @@ static inline size_t spread_piece(size_t len)
  * (RESULTS, "A lone caller from pageable memory"), and such an output is copied once the whole
  * wave is back, as one that overlaps its input partly always is. Never a request whose input
  * crossed from the caller's registered memory (direct_in): in place, no copy of its input is left
- * to put back; out of place, its output is copied once the wave is back, as is one in place.
+ * to put back; out of place, its output crosses to the caller by DMA where that is registered too
+ * (direct_out), else is copied once the wave is back, as one in place.
  */
 static inline int back_in_pieces(const gp_request *r, size_t m)
 {

@@ -20,8 +20,8 @@
  * used at least twice, so it is registered and later calls read it directly. Then its memory
  * changes under the same address (free and malloc again, munmap and mmap again at that address,
  * madvise MADV_DONTNEED, realloc) and is filled with new bytes: a registration that survived the
- * change would have the GPU read the old pages, and the ciphertext would differ. In place and out
- * of place. Exits 77 without a GPU (the cuda executor did no op), 1 on any difference.
+ * change would have the GPU read the old pages (or, for an output, write them), and the output
+ * would differ. In place and out of place (input and output both registered: both cross by DMA). Exits 77 without a GPU (the cuda executor did no op), 1 on any difference.
  */
 #define LEN ((size_t)4 << 20)
 
@@ -114,6 +114,12 @@ int main(void)
         check("reused in place", a, NULL, 100 + (uint64_t)r);
         check("reused out of place", a, out, 200 + (uint64_t)r);
     }
+    /* The output buffer freed and made again: the GPU's DMA must write the new one's pages. */
+    free(out);
+    out = malloc(LEN);
+    check("new output buffer", a, out, 250);
+    check("new output buffer, again", a, out, 251);
+    check("new output buffer, third", a, out, 252);
     /* free, then malloc again (glibc maps a block this large of its own, and unmaps it at free:
      * the new block is most often at the same address). */
     was = (uintptr_t)a;
