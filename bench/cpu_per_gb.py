@@ -10,15 +10,21 @@ configuration once per round, --repeat rounds; medians):
   default          the default provider (OPENSSL_CONF=/dev/null)
   cuda-reg         gpuprov, backend=cuda (forced GPU), registration cache on (the default)
   cuda-noreg       the same with GPUPROV_REG_CACHE=0: the copy crew copies in and out (before)
+  cuda-reg-block   cuda-reg with GPUPROV_WAIT=block: the caller sleeps in the driver while the
+                   GPU works instead of polling (a lone caller's other CPU cost)
+  cuda-noreg-block cuda-noreg with GPUPROV_WAIT=block
   auto-reg         gpuprov's default configuration (backend=auto), cache on
   auto-noreg       the same, cache off
 
 CPU s/GB is user+sys of the whole process (its helper threads included) from
 getrusage(RUSAGE_CHILDREN) around it, over the bytes speed encrypted (bench/compare.py's
 run_speed). Every gpuprov run prints its stats; the reg_cache line (hits, registered) proves the
-cache served the run, and a cuda-reg run with no hit is reported as such. --wait block adds
-GPUPROV_WAIT=block to the gpuprov runs (the waiting thread sleeps in the driver instead of
-polling: the other CPU cost of a lone caller).
+cache served the run, and a cuda-reg run with no hit is reported as such (exit 1). --wait W sets
+GPUPROV_WAIT=W for the gpuprov configurations that do not set it themselves.
+
+A full run (3 ciphers x 2 sizes x 7 configurations x 3 rounds of 3 s, each process opening the
+GPU) takes about 10 minutes; --repeat 1 --configs default,cuda-noreg,cuda-reg,cuda-noreg-block,
+cuda-reg-block about 2.
 
 usage: bench/cpu_per_gb.py [--build DIR] [--seconds S] [--repeat R] [--sizes 1048576,16777216]
                            [--ciphers ...] [--configs ...] [--wait adaptive|spin|block] [--csv FILE]
@@ -39,6 +45,8 @@ CONFIGS = {
     "default": ("default", {}),
     "cuda-reg": ("gpuprov-cuda", {}),
     "cuda-noreg": ("gpuprov-cuda", {"GPUPROV_REG_CACHE": "0"}),
+    "cuda-reg-block": ("gpuprov-cuda", {"GPUPROV_WAIT": "block"}),
+    "cuda-noreg-block": ("gpuprov-cuda", {"GPUPROV_REG_CACHE": "0", "GPUPROV_WAIT": "block"}),
     "auto-reg": ("gpuprov", {}),
     "auto-noreg": ("gpuprov", {"GPUPROV_REG_CACHE": "0"}),
 }
@@ -50,9 +58,10 @@ def one(cipher, size, name, args):
     config, extra = CONFIGS[name]
     saved = {k: os.environ.get(k) for k in list(extra) + ["GPUPROV_WAIT", "GPUPROV_REG_CACHE"]}
     os.environ.pop("GPUPROV_REG_CACHE", None)
-    os.environ.update(extra)
+    os.environ.pop("GPUPROV_WAIT", None)
     if config != "default" and args.wait:
         os.environ["GPUPROV_WAIT"] = args.wait
+    os.environ.update(extra)
     try:
         res = run_speed(cipher, size, 0, 1, config, args.seconds, args.build, config != "default")
     finally:
@@ -121,7 +130,7 @@ def main():
                     continue
                 cells.append("%.3f (%.1f)" % (median([r["cpu_s_per_gb"] for r in mine]),
                                               median([r["gb_s"] for r in mine])))
-                if name == "cuda-reg" and sum(r["reg_hits"] for r in mine) == 0:
+                if name.startswith("cuda-reg") and sum(r["reg_hits"] for r in mine) == 0:
                     warn.append("%s %d cuda-reg: the registration cache never hit" % (cipher, size))
             print("| %s | %d | %s |" % (cipher, size, " | ".join(cells)))
     for w in warn:
