@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <unistd.h>
 
 #include "batching/reg_cache.h"
@@ -56,6 +57,10 @@ typedef struct real_fns {
     int (*madvise)(void *, size_t, int);
     void *(*sbrk)(intptr_t);
     int (*brk)(void *);
+    /* optional: absent from some C libraries (then no object can call them) */
+    void (*free_sized)(void *, size_t);
+    void (*free_aligned_sized)(void *, size_t, size_t);
+    void *(*shmat)(int, const void *, int);
 } real_fns;
 
 static struct {
@@ -313,6 +318,20 @@ static void hk_free(void *p)
     real.free(p);
 }
 
+static void hk_free_sized(void *p, size_t n)
+{
+    if (maybe_tracked(p))
+        untrack_block(p, CALLER);
+    real.free_sized(p, n);
+}
+
+static void hk_free_aligned_sized(void *p, size_t align, size_t n)
+{
+    if (maybe_tracked(p))
+        untrack_block(p, CALLER);
+    real.free_aligned_sized(p, align, n);
+}
+
 static void *hk_realloc(void *p, size_t n)
 {
     if (maybe_tracked(p))
@@ -421,6 +440,16 @@ static void *hk_sbrk(intptr_t incr)
     return real.sbrk(incr);
 }
 
+/* SHM_REMAP maps a segment over whatever was at addr, without an munmap. */
+static void *hk_shmat(int id, const void *addr, int flags)
+{
+    struct shmid_ds ds;
+
+    if ((flags & SHM_REMAP) && addr != NULL && shmctl(id, IPC_STAT, &ds) == 0)
+        about_to_change((uintptr_t)addr, page_up((uintptr_t)addr + ds.shm_segsz), 1, CALLER);
+    return real.shmat(id, addr, flags);
+}
+
 static int hk_brk(void *addr)
 {
     const uintptr_t end = (uintptr_t)real.sbrk(0);
@@ -436,23 +465,27 @@ typedef struct hook {
     const char *name;
     void *fn;                      /* the hook */
     void **real;                   /* where its real function is kept */
+    int optional;                  /* may be absent from the C library (then nothing calls it) */
 } hook;
 
 static const hook hooks[] = {
-    { "malloc", (void *)hk_malloc, (void **)&real.malloc },
-    { "calloc", (void *)hk_calloc, (void **)&real.calloc },
-    { "realloc", (void *)hk_realloc, (void **)&real.realloc },
-    { "reallocarray", (void *)hk_reallocarray, (void **)&real.reallocarray },
-    { "posix_memalign", (void *)hk_posix_memalign, (void **)&real.posix_memalign },
-    { "aligned_alloc", (void *)hk_aligned_alloc, (void **)&real.aligned_alloc },
-    { "free", (void *)hk_free, (void **)&real.free },
-    { "mmap", (void *)hk_mmap, (void **)&real.mmap },
-    { "mmap64", (void *)hk_mmap, (void **)&real.mmap },
-    { "munmap", (void *)hk_munmap, (void **)&real.munmap },
-    { "mremap", (void *)hk_mremap, (void **)&real.mremap },
-    { "madvise", (void *)hk_madvise, (void **)&real.madvise },
-    { "sbrk", (void *)hk_sbrk, (void **)&real.sbrk },
-    { "brk", (void *)hk_brk, (void **)&real.brk },
+    { "malloc", (void *)hk_malloc, (void **)&real.malloc, 0 },
+    { "calloc", (void *)hk_calloc, (void **)&real.calloc, 0 },
+    { "realloc", (void *)hk_realloc, (void **)&real.realloc, 0 },
+    { "reallocarray", (void *)hk_reallocarray, (void **)&real.reallocarray, 0 },
+    { "posix_memalign", (void *)hk_posix_memalign, (void **)&real.posix_memalign, 0 },
+    { "aligned_alloc", (void *)hk_aligned_alloc, (void **)&real.aligned_alloc, 0 },
+    { "free", (void *)hk_free, (void **)&real.free, 0 },
+    { "mmap", (void *)hk_mmap, (void **)&real.mmap, 0 },
+    { "mmap64", (void *)hk_mmap, (void **)&real.mmap, 0 },
+    { "munmap", (void *)hk_munmap, (void **)&real.munmap, 0 },
+    { "mremap", (void *)hk_mremap, (void **)&real.mremap, 0 },
+    { "madvise", (void *)hk_madvise, (void **)&real.madvise, 0 },
+    { "sbrk", (void *)hk_sbrk, (void **)&real.sbrk, 0 },
+    { "brk", (void *)hk_brk, (void **)&real.brk, 0 },
+    { "free_sized", (void *)hk_free_sized, (void **)&real.free_sized, 1 },
+    { "free_aligned_sized", (void *)hk_free_aligned_sized, (void **)&real.free_aligned_sized, 1 },
+    { "shmat", (void *)hk_shmat, (void **)&real.shmat, 1 },
 };
 #define NHOOKS (sizeof(hooks) / sizeof(hooks[0]))
 
@@ -548,6 +581,8 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg)
 
                 if (strcmp(name, hooks[h].name) != 0)
                     continue;
+                if (*hooks[h].real == NULL)   /* an optional one this C library lacks */
+                    break;
                 slot = (void **)(base + r->r_offset);
                 cur = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
                 if (cur == hooks[h].fn)
@@ -712,7 +747,7 @@ static int hooks_install(void)
         /* The hooks forward to every one of these; one missing: nothing is patched. */
         state = 1;
         for (size_t i = 0; i < NHOOKS; i++)
-            if (*hooks[i].real == NULL)
+            if (*hooks[i].real == NULL && !hooks[i].optional)
                 state = -1;
         /* The hooks stay in every object's tables for the life of the process: this module must
          * stay loaded too (a dlclose would leave them pointing at nothing). */

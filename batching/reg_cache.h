@@ -16,8 +16,9 @@
  *
  * The hooks (process-wide, installed once, by rewriting the relocations of every loaded object,
  * as UCX's ucm does) see, before the real call proceeds: munmap, mremap, madvise (every advice but
- * the few that never change a page's mapping), mmap with MAP_FIXED over a range, brk and sbrk
- * shrinking the heap, free, realloc and reallocarray. Objects loaded later are patched at the next
+ * the few that never change a page's mapping), mmap with MAP_FIXED over a range, shmat with
+ * SHM_REMAP, brk and sbrk shrinking the heap, free (and C23's free_sized, free_aligned_sized where
+ * the C library has them), realloc and reallocarray. Objects loaded later are patched at the next
  * lookup, which first drops every entry (their code may have freed registered memory meanwhile).
  * The hooks also keep the *tracked regions*:
  * what the hooked malloc family returned (blocks of GP_REG_TRACK_MIN bytes and up, until their

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -242,6 +243,29 @@ static void test_map_fixed(void **state)
     assert_false(fake_holds(p, len));
     assert_false(gp_reg_cache_has(p, len));
     munmap(q, len);
+}
+
+/* shmat with SHM_REMAP maps a segment over a registered range without an munmap. */
+static void test_shm_remap(void **state)
+{
+    const size_t len = 2 * MIB;
+    uint8_t *p = map_anon(NULL, len, 0);
+    int id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+    void *q;
+
+    (void)state;
+    if (id < 0) {   /* no System V shared memory here */
+        munmap(p, len);
+        skip();
+    }
+    register_on_second_sighting(p, len);
+    q = shmat(id, p, SHM_REMAP);
+    shmctl(id, IPC_RMID, NULL);
+    assert_ptr_equal(q, p);
+    assert_false(fake_holds(p, len));
+    assert_false(gp_reg_cache_has(p, len));
+    assert_false(gp_reg_cache_tracked(p, len));
+    shmdt(q);
 }
 
 static void test_mremap(void **state)
@@ -531,6 +555,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_munmap_remap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_fixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mremap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shm_remap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_madvise, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlopen_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_untracked, setup, teardown),
