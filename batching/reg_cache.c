@@ -244,7 +244,8 @@ static void about_to_change(uintptr_t s, uintptr_t e, int forget, const void *ca
 {
     size_t dropped;
 
-    if (e <= s)
+    /* Entries live only inside tracked regions: with none, nothing here can be registered. */
+    if (e <= s || atomic_load_explicit(&rc.ntrack_pub, memory_order_acquire) == 0)
         return;
     pthread_mutex_lock(&rc.lock);
     dropped = (forget ? track_drop(s, e) : 0) + entries_drop(page_down(s), page_up(e));
