@@ -151,8 +151,11 @@ int gp_cuda_wave_deliver(gp_wave *wv)
             /* already in the chunk's output half (r->out), for its job to copy out; or in the
              * caller's device memory, or its registered host memory (the copy out's DMA) */
         } else if (r->kind == GP_REQ_CRYPT) {
-            if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
-                                              spread_piece(r->len), 0))
+            /* A direct_in request's output (in place) is copied by this thread alone: its path is
+             * the one that spares the CPU, and the crew's helpers would spin after each run
+             * (copy_crew.h, GP_COPY_LINGER_NS) on cores a busy machine wants back. */
+            if (!spreads(r) || r->direct_in
+                || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len, spread_piece(r->len), 0))
                 memcpy(r->out, res, r->len);
             else
                 wv->nruns++;
