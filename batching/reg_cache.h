@@ -38,11 +38,14 @@
  * unseen and registered again; memory freed while an EVP call on it is still running (the
  * program's own bug). docs/limitations.md says so.
  *
- * An entry dropped by a hook is at once unreachable by lookups; its unregistration runs later,
- * outside the hook (the hook may run inside the driver, or in a thread that holds the allocator's
- * locks), and before any new registration, so the driver never holds two registrations of the
- * same address. fork: the parent drops every entry (an older kernel moves a pinned page to the
- * child at the parent's next write), the child forgets them (it never calls the driver).
+ * An entry dropped by a hook is at once unreachable by lookups, and unregistered before the
+ * hooked call proceeds (so that no registration of the old pages outlives the call: the program's
+ * own CUDA calls on new memory at that address would use it), except where the hook runs inside
+ * the driver (called from libcuda, or from this unit's own calls into it): those wait for the next
+ * lookup, which unregisters every dropped entry before it registers anything, so the driver never
+ * holds two registrations of one address. An entry a lookup holds is unregistered at its put.
+ * fork: the parent drops every entry (an older kernel moves a pinned page to the child at the
+ * parent's next write), the child forgets them (it never calls the driver).
  */
 
 /* The smallest malloc'd block the hooks track (smaller ones are never registered). */
