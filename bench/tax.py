@@ -623,8 +623,8 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
               "during the run." % (meta.get("nginx", "?"),
                                    " running with " + short_version(meta["nginx_openssl"])
                                    if meta.get("nginx_openssl") else "", meta["tls_conns"],
-                                             meta["tls_seconds"], meta["tls_layout"],
-                                             meta["tls_rounds"]), "",
+                                   meta["tls_seconds"], meta["tls_layout"], meta["tls_rounds"]),
+              "",
               tls_table(tls_res), ""]
     ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", meta["csv"]],
                              capture_output=True).returncode == 0
