@@ -157,6 +157,9 @@ int gp_queue_init(gp_queue *q, const gp_queue_owner *own)
     /* Test hook (unwatch_delay_us): the watcher pauses, lock held, between deciding to block and
      * ceasing to watch, so that jobs push into that window (dispatcher_wait). */
     q->test_unwatch_delay_us = (unsigned)k->test.unwatch_delay_us;
+    /* Test hook (gather_ops): the share rule waits for that many pending requests, so that a
+     * suite's concurrent callers combine into batches whatever the scheduler does (should_flush). */
+    q->test_gather_ops = (size_t)k->test.gather_ops;
 #else
     (void)k;
 #endif
@@ -216,6 +219,10 @@ static int should_flush(const gp_queue *q, uint64_t t)
         return FLUSH_NO;
     /* Everyone is in: this batch's share of the synchronous submitters, and of the jobs, that could
      * still submit (see the top of this file). */
+#if GP_TEST_HOOKS
+    if (q->test_gather_ops > 0 && q->npending < q->test_gather_ops)
+        return t >= flush_deadline(q) ? FLUSH_TIMER : FLUSH_NO;
+#endif
     {
         size_t free_slots = (size_t)(atomic_load_explicit(q->own.max_inflight, memory_order_relaxed) - q->inflight);
         size_t nsync = q->npending - q->npending_async;

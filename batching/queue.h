@@ -100,6 +100,7 @@ typedef struct gp_queue {
     _Atomic int async_threads;        /* 1: more than one so far, in this process */
     int stage_one_thread;
     unsigned test_unwatch_delay_us;   /* test hook: the watcher's pause before it stops (queue.c) */
+    size_t test_gather_ops;      /* test hook: the share rule waits for this many pending (queue.c) */
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */

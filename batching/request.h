@@ -44,6 +44,10 @@ typedef struct gp_request {
      * `gpu` (as the executor's mem_check found them), never read or written by host code. */
     int devmem;
     int gpu;
+    /* Stream-ordered device mode (gp_msg_set_stream): the caller's stream (a cudaStream_t's value),
+     * whose earlier work the request must follow; 0: none (synchronous device mode orders after the
+     * legacy default stream only). */
+    uint64_t stream;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 
@@ -61,7 +65,8 @@ typedef enum gp_mem_status {
     GP_MEM_GPU_NOT_OPEN,     /* on a GPU the cuda executor does not use (knob device) */
     GP_MEM_SPLIT,            /* in and out on different GPUs */
     GP_MEM_NO_EXECUTOR,      /* no executor here takes device memory (no usable GPU, backend=cpu) */
-    GP_MEM_FAILED            /* the GPU failed running it; device memory has no CPU fallback */
+    GP_MEM_FAILED,           /* the GPU failed running it; device memory has no CPU fallback */
+    GP_MEM_BAD_STREAM        /* stream-ordered mode: the stream is not one of the GPU holding the data */
 } gp_mem_status;
 
 /*
