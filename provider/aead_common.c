@@ -488,7 +488,7 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     }
     if (ctx->enc) {
         if (!gp_msg_tag(ctx->msg, ctx->tag_out)) {
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
             return 0;
         }
         ctx->tag_ready = gp_msg_tag_pending(ctx->msg) ? GP_TAG_QUEUED : GP_TAG_OWN;
@@ -500,8 +500,8 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     ctx->tag_expected = 0;
     ctx->iv_state = GP_IV_FINISHED;
     if (r != GP_REQ_OK) {
-        if (r != GP_REQ_BAD_TAG)
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);   /* a wrong tag is the verdict alone (lane_final) */
+        if (r != GP_REQ_BAD_TAG)   /* a wrong tag is the verdict alone (lane_final) */
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
         return 0;
     }
     return 1;

@@ -311,4 +311,7 @@ const gp_executor gp_exec_cuda = {
     .prepare = cuda_prepare,
     .key_forget = gp_cuda_key_forget,
     .mem_check = gp_cuda_mem_check,
+    /* Stream-ordered device mode: each request runs synchronously, its batch ordered after the
+     * caller's stream (move.c, gp_cuda_issue_after_callers); no ordered_run yet. */
+    .stream_check = gp_cuda_stream_check,
 };

@@ -25,7 +25,8 @@
  * reads it directly once the stream has run.
  *
  * With argument "threads" the binary runs the synchronous device-mode threads case alone (issue 51
- * item 3), under GPUPROV_TEST_GATHER_OPS: the queue combines the threads' calls into batches.
+ * item 3), under GPUPROV_TEST_GATHER_OPS: the queue combines the threads' calls into batches; with
+ * "failure", the failure of queued work alone (under GPUPROV_TEST_HOST_FAIL_AFTER).
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
@@ -551,6 +552,48 @@ static void test_mixed(void **state)
     free(ref);
 }
 
+/*
+ * A failure of queued work (GPUPROV_TEST_HOST_FAIL_AFTER=2: the third request the stand-in runs
+ * fails, as a kernel would on the GPU) shows at the message's next call, with the device-mode
+ * failure's reason; the work queued after it does not run, and device mode is then refused, as
+ * after a GPU failure.
+ */
+static void test_async_failure(void **state)
+{
+    const int idx = evp_cipher_index("AES-256-GCM");
+    unsigned char key[32] = { 1 }, iv[16] = { 2 }, tag[16], fin[16], *din = dm_alloc(4096), *dout = dm_alloc(4096);
+    void *s = stream_new();
+    EVP_CIPHER_CTX *ctx;
+    int outl;
+    (void)state;
+
+    assert_non_null(s);
+    memset(din, 1, 4096);
+    memset(dout, 0, 4096);
+    ctx = ordered_ctx(idx, 1, key, s);
+    assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
+    stream_hold(s, 1);   /* all four queued before any runs */
+    for (int i = 0; i < 4; i++)   /* the third fails when it runs, the fourth does not run */
+        assert_int_equal(EVP_EncryptUpdate(ctx, dout + 1024 * i, &outl, din + 1024 * i, 1024), 1);
+    stream_hold(s, 0);
+    stream_sync(s);
+    assert_memory_not_equal(dout + 1024, din, 16);   /* the second ran */
+    for (int i = 3 * 1024; i < 4096; i++)
+        assert_int_equal(dout[i], 0);                 /* the fourth did not */
+    expect_error(EVP_EncryptUpdate(ctx, dout, &outl, din, 16), "an update after a failure",
+                 "device memory has no CPU fallback");
+    expect_error(EVP_EncryptFinal_ex(ctx, fin, &outl), "a Final after a failure",
+                 "device memory has no CPU fallback");
+    (void)tag;
+    assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);   /* the message starts at its data */
+    expect_error(EVP_EncryptUpdate(ctx, dout, &outl, din, 16), "a new device-mode message after a failure",
+                 "device memory needs a usable GPU");
+    EVP_CIPHER_CTX_free(ctx);
+    stream_free(s);
+    dm_free_fn(din);
+    dm_free_fn(dout);
+}
+
 /* ---- synchronous device mode on many threads (GPUPROV_TEST_GATHER_OPS) ---- */
 
 #define NTHREADS 16
@@ -668,6 +711,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mixed),
     };
     const struct CMUnitTest thread_tests[] = { cmocka_unit_test(test_threads) };
+    const struct CMUnitTest failure_tests[] = { cmocka_unit_test(test_async_failure) };
 
     if (evp_under_default()) {
         fprintf(stderr, "stream: device mode is gpuprov's own; nothing to check on the default provider\n");
@@ -675,5 +719,7 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "threads") == 0)
         return cmocka_run_group_tests(thread_tests, group_setup, evp_group_teardown);
+    if (argc > 1 && strcmp(argv[1], "failure") == 0)
+        return cmocka_run_group_tests(failure_tests, group_setup, evp_group_teardown);
     return cmocka_run_group_tests(tests, group_setup, evp_group_teardown);
 }
