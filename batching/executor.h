@@ -56,8 +56,9 @@ typedef struct gp_executor {
      * queued request of the message failed). NULL: such requests run synchronously through the
      * queue, their batch ordered after the stream's earlier work (r->stream). ordered_wait: until
      * the message's queued requests have run (its own, not the stream's later work); the last
-     * queued tag to `tag` (may be NULL); enum gp_req_status. The executor's per-message state of
-     * the mode is released by msg_clear, deferred until the stream has run what it holds.
+     * queued tag to `tag` (may be NULL) and the message's state to m->st; enum gp_req_status. The
+     * executor's per-message state of the mode (m->ordered) is released by msg_clear, deferred
+     * until the stream has run what it holds.
      */
     int (*stream_check)(gp_engine *e, uint64_t stream, int gpu);
     int (*ordered_run)(gp_engine *e, gp_request *r, uint64_t stream);
