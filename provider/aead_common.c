@@ -852,6 +852,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+    const OSSL_PARAM *stream = NULL;
     int ok = 1, tags_only = 1;
 
     if (params == NULL)
@@ -876,10 +877,12 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
             ok = gp_gcm_set_iv_inv(ctx, p);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            stream = p;   /* after the loop: the memory mode first, wherever the caller put it */
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
     }
-    if (ok)   /* after the memory mode, wherever the caller put it */
-        ok = gp_cipher_set_stream(ctx, params);
+    if (ok && stream != NULL)
+        ok = gp_cipher_set_stream(ctx, stream);
     if (ok && ctx->lane.d != NULL && tls != all) {
         ok = gp_lane_set_params(ctx, params, tls);
         if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)

@@ -258,13 +258,10 @@ int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
  * it changes only between messages, and it needs device mode (taken first wherever the caller put
  * it in the same call).
  */
-int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM params[])
+int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
 {
-    const OSSL_PARAM *p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_CUDA_STREAM);
     uint64_t stream;
 
-    if (p == NULL)
-        return 1;
     if (p->data_type != OSSL_PARAM_UNSIGNED_INTEGER || !OSSL_PARAM_get_uint64(p, &stream)) {
         GP_RAISE(GP_R_INVALID_STREAM);
         return 0;

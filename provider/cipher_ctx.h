@@ -265,9 +265,9 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
-/* GP_CIPHER_PARAM_CUDA_STREAM in params (after GP_CIPHER_PARAM_MEMORY, wherever the caller put
- * it), set and got by every cipher (cipher_common.c); 0 with an error raised. */
-int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM params[]);
+/* GP_CIPHER_PARAM_CUDA_STREAM (set after GP_CIPHER_PARAM_MEMORY, wherever the caller put it), set
+ * and got by every cipher (cipher_common.c); 0 with an error raised. */
+int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_stream(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
 /* An encryption's tag queued on the stream (GP_TAG_QUEUED): waited for, into tag_out; 0 with an
  * error raised when the queued work failed. */

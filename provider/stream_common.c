@@ -352,7 +352,7 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_MEMORY)) != NULL && !gp_cipher_set_memory(ctx, p))
         return 0;
-    if (!gp_cipher_set_stream(ctx, params))
+    if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_CUDA_STREAM)) != NULL && !gp_cipher_set_stream(ctx, p))
         return 0;
     if (ctx->info->alg != GP_ALG_AES_CTR) {
         size_t ivlen;
