@@ -459,11 +459,14 @@ typedef struct host_ordered {
     _Atomic int failed;          /* a queued request failed: those after it do not run, waits say so */
     int released;                /* the engine let go: the last item frees the instance */
     uint8_t tag[16];             /* the last queued tag */
+    gp_msg_state shadow;         /* the state as the requests queued so far will leave it, made at
+                                  * queue time as the cuda executor would plan from (kstate.h) */
 } host_ordered;
 
 typedef struct host_ordered_item {
     host_ordered *o;
     gp_request r;
+    gp_msg_state expect;         /* the shadow when it was queued: the state it must find */
     size_t copied;               /* bytes of `bytes`: copies of r's host memory (AAD) */
     uint8_t bytes[];
 } host_ordered_item;
@@ -488,6 +491,10 @@ static void host_ordered_item_run(void *arg)
     if (!o->failed) {
         if (host_fails_now(o->e))
             it->r.status = GP_REQ_FAILED;
+        else if (!gp_kstate_shadow_matches(&o->msg->st, &it->expect))
+            /* A plan made at queue time would not be the plan of the state the request finds: the
+             * shadow (kstate.h) is wrong, and the suites fail on this request. */
+            it->r.status = GP_REQ_FAILED;
         else
             host_run_one(&it->r);
         if (it->r.status != GP_REQ_OK)
@@ -501,6 +508,19 @@ static void host_ordered_item_run(void *arg)
     pthread_mutex_unlock(&o->lock);
     if (last)
         host_ordered_free(o);
+}
+
+/* The kernels' op of request r (a tag request's, a verdict's too). */
+static uint32_t op_of_kind(const gp_request *r)
+{
+    switch (r->kind) {
+    case GP_REQ_AAD:
+        return GP_OP_AAD;
+    case GP_REQ_CRYPT:
+        return r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT;
+    default:
+        return GP_OP_TAG;
+    }
 }
 
 static int host_stream_check(gp_engine *e, uint64_t stream, int gpu)
@@ -527,6 +547,7 @@ static host_ordered *host_ordered_of(gp_engine *e, gp_msg *m)
         host_ordered_free(o);
         return NULL;
     }
+    o->shadow = m->st;
     m->ordered = o;
     return o;
 }
@@ -558,6 +579,9 @@ static int host_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
     }
     if (r->kind == GP_REQ_TAG)
         it->r.tag_out = o->tag;
+    it->expect = o->shadow;
+    gp_kstate_shadow_advance(&o->shadow, op_of_kind(r), r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0,
+                             (uint32_t)aad);
     pthread_mutex_lock(&o->lock);
     o->queued++;
     pthread_mutex_unlock(&o->lock);
