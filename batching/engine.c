@@ -692,6 +692,8 @@ static int submit_ordered(gp_msg *m, gp_request *r)
         q.tag_out = NULL;   /* the executor keeps it for ordered_wait */
     }
     st = x->ordered_run(e, &q, m->stream_now);
+    if (st == GP_REQ_SYNC)
+        return st;   /* the caller runs it synchronously, with the AAD still held */
     m->aad_hold_len = 0;
     if (st == GP_REQ_OK && q.kind == GP_REQ_TAG)
         m->ordered_tag = 1;
@@ -750,8 +752,8 @@ static int submit_one(gp_msg *m, gp_request *r)
     }
     if (hold_aad(m, r))
         return r->status;
-    if (m->stream_now != 0 && m->exec->ordered_run != NULL)
-        return submit_ordered(m, r);
+    if (m->stream_now != 0 && m->exec->ordered_run != NULL && (status = submit_ordered(m, r)) != GP_REQ_SYNC)
+        return status;
     if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
         return answer_from_spec_tag(m, r);
     if (m->aad_hold_len > 0) {

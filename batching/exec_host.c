@@ -552,6 +552,24 @@ static host_ordered *host_ordered_of(gp_engine *e, gp_msg *m)
     return o;
 }
 
+static int host_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
+static void host_msg_clear(gp_msg *m);
+
+/*
+ * The cuda executor's body units read and write device-mode data in place only where the body
+ * starts on a 16-byte boundary in both buffers (batching/cuda/shape.h, devmem_in_place); a
+ * stream-ordered request with body units whose buffers do not is run synchronously (GP_REQ_SYNC),
+ * as there (batching/cuda/ordered.c), so that the suites run that hand-over too: the message's
+ * queued work first, then its state back to the message.
+ */
+static int host_ordered_give_back(gp_engine *e, gp_msg *m)
+{
+    if (host_ordered_wait(e, m, NULL) != GP_REQ_OK)
+        return GP_REQ_FAILED;
+    host_msg_clear(m);
+    return GP_REQ_SYNC;
+}
+
 static int host_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
 {
     gp_fake_stream *s = gp_fake_stream_find(stream);
@@ -561,6 +579,14 @@ static int host_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
 
     if (o == NULL || o->failed)
         return GP_REQ_FAILED;
+    if (r->kind == GP_REQ_CRYPT && r->len > 0) {
+        gp_job j;
+
+        gp_job_plan(&j, &o->shadow, op_of_kind(r), r->len, (uint32_t)aad);
+        if (j.nunits > 0
+            && ((((uintptr_t)r->in + j.head_len) & 15) != 0 || (((uintptr_t)r->out + j.head_len) & 15) != 0))
+            return host_ordered_give_back(e, r->msg);
+    }
     if ((it = OPENSSL_malloc(sizeof(*it) + aad + in)) == NULL)
         return GP_REQ_FAILED;
     it->o = o;

@@ -53,7 +53,9 @@ typedef struct gp_executor {
      * executor takes no streams. ordered_run: queue r (data, AAD or tag; a tag's answer is kept for
      * ordered_wait) on the stream after its earlier work and return at once, having copied what of
      * r lives in host memory (AAD); enum gp_req_status (GP_REQ_FAILED: not queued, or an earlier
-     * queued request of the message failed). NULL: such requests run synchronously through the
+     * queued request of the message failed; GP_REQ_SYNC: the executor cannot queue this one (its
+     * buffers' alignment, no room), and has waited for the message's queued work and handed its
+     * state back to m->st: the engine runs it synchronously, and the next one is queued again). NULL: such requests run synchronously through the
      * queue, their batch ordered after the stream's earlier work (r->stream). ordered_wait: until
      * the message's queued requests have run (its own, not the stream's later work); the last
      * queued tag to `tag` (may be NULL) and the message's state to m->st; enum gp_req_status. The

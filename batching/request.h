@@ -54,7 +54,9 @@ typedef struct gp_request {
 enum gp_req_status {
     GP_REQ_BAD_TAG = -1,     /* GP_REQ_VERIFY: the tag does not match */
     GP_REQ_FAILED = 0,       /* the executor could not run it */
-    GP_REQ_OK = 1
+    GP_REQ_OK = 1,
+    GP_REQ_SYNC = 2          /* gp_executor.ordered_run: not queued; the message is back in the
+                              * engine's hands (its state in m->st): run it synchronously */
 };
 
 /* Device mode's answers (gp_msg_crypt_device, an executor's mem_check: batching/engine.h). */

@@ -717,6 +717,56 @@ static void test_lifetimes(void **state)
     free(ref2);
 }
 
+/*
+ * Buffers whose message position is not on a 16-byte boundary (an offset into an allocation that
+ * does not follow the message): gpuprov runs such an update synchronously, after the message's
+ * queued work (docs/config.md), and queues the next one again. Byte for byte the default provider's.
+ */
+static void test_unaligned(void **state)
+{
+    const size_t len = 9000;
+    void *s = stream_new();
+    (void)state;
+
+    assert_non_null(s);
+    for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
+        unsigned char key[32] = { 21 }, iv[16] = { 22 }, aad[7] = { 23 }, tag[16], rtag[16], fin[16];
+        unsigned char *plain = malloc(len), *ref = malloc(len + 16), *din = dm_alloc(len + 64), *dout = dm_alloc(len + 64);
+        const size_t cuts[] = { 5, 1000, 3, 4096, 1 };
+        EVP_CIPHER_CTX *ctx = ordered_ctx(idx, 1, key, s);
+        size_t off = 0;
+        int outl;
+
+        assert_true(plain != NULL && ref != NULL);
+        gptest_rand_bytes(plain, len);
+        dm_put(din + 3, plain, len);   /* 3 bytes in: every other update is off its boundary */
+        reference(idx, 1, key, iv, aad, is_aead(idx) ? sizeof(aad) : 0, plain, len, ref, rtag);
+        assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
+        if (is_aead(idx))
+            assert_int_equal(EVP_EncryptUpdate(ctx, NULL, &outl, aad, sizeof(aad)), 1);
+        for (int k = 0; off < len; k++) {
+            size_t n = cuts[k % 5] < len - off ? cuts[k % 5] : len - off;
+
+            /* out follows the message from its allocation's start; in is 3 bytes off it */
+            assert_int_equal(EVP_EncryptUpdate(ctx, dout + off, &outl, din + 3 + off, (int)n), 1);
+            off += n;
+        }
+        assert_int_equal(EVP_EncryptFinal_ex(ctx, fin, &outl), 1);
+        if (is_aead(idx)) {
+            assert_int_equal(evp_get_tag(ctx, tag, 16), 1);
+            assert_memory_equal(tag, rtag, 16);
+        }
+        stream_sync(s);
+        assert_dm_equal(dout, ref, len);
+        EVP_CIPHER_CTX_free(ctx);
+        free(plain);
+        free(ref);
+        dm_free_fn(din);
+        dm_free_fn(dout);
+    }
+    stream_free(s);
+}
+
 /* Synchronous and stream-ordered messages on one context, one after the other. */
 static void test_mixed(void **state)
 {
@@ -923,6 +973,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_final_waits),
         cmocka_unit_test(test_lifetimes),
         cmocka_unit_test(test_mixed),
+        cmocka_unit_test(test_unaligned),
     };
     const struct CMUnitTest thread_tests[] = { cmocka_unit_test(test_threads) };
     const struct CMUnitTest failure_tests[] = { cmocka_unit_test(test_async_failure) };
