@@ -501,6 +501,28 @@ void gp_msg_set_memory(gp_msg *m, int device)
     m->devmem = device != 0;
 }
 
+int gp_engine_streams(gp_engine *e)
+{
+    const gp_executor *x = devmem_executor(e);
+
+    return x != NULL && x->stream_check != NULL;
+}
+
+void gp_msg_set_stream(gp_msg *m, uint64_t stream)
+{
+    m->stream = stream;
+}
+
+/* The stream-ordered state of the message that ends (a new start): released by its executor once
+ * the stream has run what it queued (gp_executor.msg_clear); the engine forgets it now. */
+static void end_ordered(gp_msg *m)
+{
+    if (m->ordered != NULL && m->exec != NULL && m->exec->msg_clear != NULL)
+        m->exec->msg_clear(m);
+    m->ordered = NULL;
+    m->ordered_tag = 0;
+}
+
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
     /* Device mode: straight to the executor that reads device memory; no routing, no lane. */
@@ -508,6 +530,7 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 
     if (ivlen > sizeof(m->iv) || x == NULL)
         return 0;
+    end_ordered(m);
     gp_msg_fold_cpu_calls(m);
     m->key = k;
     m->enc = enc;
@@ -529,6 +552,7 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     }
     m->routed = 1;
     m->exec = x;
+    m->stream_now = m->devmem ? m->stream : 0;
     if (!x->msg_start(m->engine, m)) {
         count_error(m->engine);
         m->exec = NULL;
@@ -642,6 +666,73 @@ static int hold_aad(gp_msg *m, gp_request *r)
     return 1;
 }
 
+/*
+ * Stream-ordered device mode (gp_msg_set_stream), on an executor that queues on the caller's
+ * stream: AAD, data and tags are queued there with the AAD the message holds (the executor copies
+ * it) and the call returns; a verdict waits for the message's own queued work (its tag, computed in
+ * stream order) and compares here, in constant time (SP 800-38D §7.2 step 8).
+ */
+static int submit_ordered(gp_msg *m, gp_request *r)
+{
+    gp_engine *e = m->engine;
+    const gp_executor *x = m->exec;
+    const int verify = r->kind == GP_REQ_VERIFY;
+    gp_request q = *r;
+    uint8_t tag[16];
+    int st;
+
+    if (m->aad_hold_len > 0) {
+        q.aad = m->aad_hold;
+        q.aad_len = m->aad_hold_len;
+    }
+    q.msg = m;
+    q.stream = m->stream_now;
+    if (verify || q.kind == GP_REQ_TAG) {
+        q.kind = GP_REQ_TAG;
+        q.tag_out = NULL;   /* the executor keeps it for ordered_wait */
+    }
+    st = x->ordered_run(e, &q, m->stream_now);
+    if (st == GP_REQ_SYNC)
+        return st;   /* the caller runs it synchronously, with the AAD still held */
+    m->aad_hold_len = 0;
+    if (st == GP_REQ_OK && q.kind == GP_REQ_TAG)
+        m->ordered_tag = 1;
+    if (st == GP_REQ_OK && verify) {
+        st = x->ordered_wait(e, m, tag);
+        m->ordered_tag = 0;
+        if (st == GP_REQ_OK)
+            st = r->taglen >= 1 && r->taglen <= 16 && CRYPTO_memcmp(tag, r->tag_in, r->taglen) == 0
+                 ? GP_REQ_OK : GP_REQ_BAD_TAG;
+        OPENSSL_cleanse(tag, sizeof(tag));
+    }
+    if (st == GP_REQ_FAILED)
+        count_error(e);
+    else if (e->knobs.stats) {
+        gp_stat_add(e, GP_ST_OPS, 1);
+        gp_stat_add(e, GP_ST_BYTES, r->len);
+        gp_stat_add(e, GP_ST_EXEC_OPS + x->id, 1);
+    }
+    return r->status = st;
+}
+
+int gp_msg_tag_pending(const gp_msg *m)
+{
+    return m->ordered_tag;
+}
+
+int gp_msg_tag_wait(gp_msg *m, uint8_t tag[16])
+{
+    int st;
+
+    if (!m->ordered_tag || m->exec == NULL || m->exec->ordered_wait == NULL)
+        return GP_REQ_FAILED;
+    st = m->exec->ordered_wait(m->engine, m, tag);
+    m->ordered_tag = 0;
+    if (st != GP_REQ_OK)
+        count_error(m->engine);
+    return st;
+}
+
 static int submit_one(gp_msg *m, gp_request *r)
 {
     int status;
@@ -661,6 +752,8 @@ static int submit_one(gp_msg *m, gp_request *r)
     }
     if (hold_aad(m, r))
         return r->status;
+    if (m->stream_now != 0 && m->exec->ordered_run != NULL && (status = submit_ordered(m, r)) != GP_REQ_SYNC)
+        return status;
     if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
         return answer_from_spec_tag(m, r);
     if (m->aad_hold_len > 0) {
@@ -729,7 +822,13 @@ int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
         count_error(m->engine);
         return GP_MEM_SPLIT;
     }
-    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu_in };
+    if (m->stream_now != 0
+        && (x->stream_check == NULL || (st = x->stream_check(m->engine, m->stream_now, gpu_in)) != GP_MEM_OK)) {
+        count_error(m->engine);
+        return x->stream_check == NULL ? GP_MEM_NO_EXECUTOR : st;
+    }
+    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu_in,
+                      .stream = m->stream_now };
     return submit_one(m, &r) == GP_REQ_OK ? GP_MEM_OK : GP_MEM_FAILED;
 }
 

@@ -60,6 +60,23 @@ int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
  * is refused rather than read. */
 int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len);
 
+/*
+ * Stream-ordered device mode (docs/config.md, "gpuprov-cuda-stream"): a device-mode message's
+ * requests are ordered on the caller's stream (a cudaStream_t's value; 0: synchronous device mode).
+ * Set between messages; it holds from the next gp_msg_start of a device-mode message. Where the
+ * executor queues on streams (ordered_run, batching/executor.h), AAD, data and tags are queued and
+ * their calls return at once: gp_msg_crypt_device says GP_MEM_OK once queued, gp_msg_tag 1 once
+ * the tag is queued (gp_msg_tag_pending), and gp_msg_tag_wait waits for the message's own work and
+ * gives the tag; gp_msg_verify waits for the message's own work. A failure of queued work shows at
+ * the message's next call (GP_MEM_FAILED, 0, GP_REQ_FAILED). Elsewhere (the cuda executor today)
+ * each request runs synchronously, its batch ordered after the stream's earlier work.
+ * gp_engine_streams: does the executor that takes device memory here take streams?
+ */
+int gp_engine_streams(gp_engine *e);
+void gp_msg_set_stream(gp_msg *m, uint64_t stream);
+int gp_msg_tag_pending(const gp_msg *m);
+int gp_msg_tag_wait(gp_msg *m, uint8_t tag[16]);   /* enum gp_req_status */
+
 /* Run several requests as one batch (what the provider's single calls do with n = 1). Requests of
  * one message run in submission order. Returns 1 when every request succeeded; each request's
  * status says which did not. */

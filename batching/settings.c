@@ -164,6 +164,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_UNWATCH_DELAY_US", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.unwatch_delay_us), .dflt = 0, .min = 0, .max = 999999, .expected = "a number from 0 to 999999",
       .meaning = "the queue's watcher pauses this long in its window before it stops watching" },
+    { .env = "GPUPROV_TEST_GATHER_OPS", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.gather_ops), .dflt = 0, .min = 0, .max = 1 << 20, .expected = "a number from 0 up",
+      .meaning = "a pending batch flushes only by size or the flush_us timer until it holds N requests "
+                 "(the share rule waits: suites see concurrent callers combine; 0: off)" },
     { .env = "GPUPROV_TEST_HOST_INFLIGHT", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.host_inflight), .dflt = 0, .min = 0, .max = 1024, .expected = "a number from 0 up",
       .meaning = "host batches run at once (at most the dispatcher count; below 2: one)" },

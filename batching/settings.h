@@ -76,6 +76,7 @@ typedef struct gp_test_hooks {
     int stage_one_thread;     /* a single thread's async jobs stage their data too */
     int unwatch_delay_us;     /* the queue's watcher pauses between deciding to block and ceasing
                                * to watch */
+    int gather_ops;           /* the queue's share rule waits for N pending requests (0: off) */
     int host_inflight;        /* host batches the queue runs at once (below 2: one) */
     int host_stage;           /* the host executor gives async jobs a small staging pool */
     size_t slice_bytes;       /* the host and cuda executors run a data request in slices of this

@@ -110,6 +110,7 @@ const OSSL_PARAM *gp_chachapoly_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, NULL, 0),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 
@@ -127,6 +128,7 @@ const OSSL_PARAM *gp_chachapoly_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD, NULL, 0),
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 

@@ -488,10 +488,10 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     }
     if (ctx->enc) {
         if (!gp_msg_tag(ctx->msg, ctx->tag_out)) {
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
             return 0;
         }
-        ctx->tag_ready = GP_TAG_OWN;
+        ctx->tag_ready = gp_msg_tag_pending(ctx->msg) ? GP_TAG_QUEUED : GP_TAG_OWN;
         ctx->taglen_full = 1;
         ctx->iv_state = GP_IV_FINISHED;
         return 1;
@@ -500,8 +500,8 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     ctx->tag_expected = 0;
     ctx->iv_state = GP_IV_FINISHED;
     if (r != GP_REQ_OK) {
-        if (r != GP_REQ_BAD_TAG)
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);   /* a wrong tag is the verdict alone (lane_final) */
+        if (r != GP_REQ_BAD_TAG)   /* a wrong tag is the verdict alone (lane_final) */
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
         return 0;
     }
     return 1;
@@ -724,6 +724,8 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     }
     if (ctx->tag_ready == GP_TAG_LANE)
         return lane_get_one(ctx, p);
+    if (!gp_cipher_take_tag(ctx))
+        return 0;
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -753,7 +755,8 @@ static inline int gp_param_is_tls_aad_pad(const char *k)
 static int asks_memory(const OSSL_PARAM params[])
 {
     for (const OSSL_PARAM *p = params; p != NULL && p->key != NULL; p++)
-        if (p->key[0] == 'g' && strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0)
+        if (p->key[0] == 'g' && (strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0
+                                 || strcmp(p->key, GP_CIPHER_PARAM_CUDA_STREAM) == 0))
             return 1;
     return 0;
 }
@@ -828,6 +831,8 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
             ok = gp_param_set_size(p, ctx->tls_aad_pad);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_get_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            ok = gp_cipher_get_stream(ctx, p);
         else if (!is_gcm(ctx))
             continue;   /* ChaCha20-Poly1305 has no IV params (as the default provider) */
         else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0 || strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
@@ -847,6 +852,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+    const OSSL_PARAM *stream = NULL;
     int ok = 1, tags_only = 1;
 
     if (params == NULL)
@@ -871,8 +877,12 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
             ok = gp_gcm_set_iv_inv(ctx, p);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            stream = p;   /* after the loop: the memory mode first, wherever the caller put it */
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
     }
+    if (ok && stream != NULL)
+        ok = gp_cipher_set_stream(ctx, stream);
     if (ok && ctx->lane.d != NULL && tls != all) {
         ok = gp_lane_set_params(ctx, params, tls);
         if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)

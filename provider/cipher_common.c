@@ -50,9 +50,12 @@ void gp_cipher_freectx(void *vctx)
 /* A deep copy: key schedule, counters, MAC state, partial block, tag, TLS state (EVP_CIPHER_CTX_copy). */
 void *gp_cipher_dupctx(void *vctx)
 {
-    gp_cipher_ctx *src = vctx, *d = OPENSSL_malloc(sizeof(*d));
+    gp_cipher_ctx *src = vctx, *d;
 
-    if (d == NULL) {
+    /* A tag queued on the stream is taken first: the copy has the message's state, not its queue. */
+    if (!gp_cipher_take_tag(src))
+        return NULL;
+    if ((d = OPENSSL_malloc(sizeof(*d))) == NULL) {
         GP_RAISE(GP_R_OUT_OF_MEMORY);
         return NULL;
     }
@@ -230,6 +233,10 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     ctx->devmem = device;
     gp_msg_set_memory(ctx->msg, device);
+    if (!device && ctx->stream != 0) {   /* host memory has no stream (docs/config.md) */
+        ctx->stream = 0;
+        gp_msg_set_stream(ctx->msg, 0);
+    }
     /* A message begun but with nothing processed restarts from its IV where it now belongs. */
     if (ctx->iv_state == GP_IV_STARTED)
         ctx->iv_state = GP_IV_BUFFERED;
@@ -242,6 +249,63 @@ int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    return 1;
+}
+
+/*
+ * Stream-ordered device mode (docs/config.md, "gpuprov-cuda-stream"): the caller's stream, which
+ * the engine queues the context's device-mode work on from its next message. Like the memory mode
+ * it changes only between messages, and it needs device mode (taken first wherever the caller put
+ * it in the same call).
+ */
+int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    uint64_t stream;
+
+    if (p->data_type != OSSL_PARAM_UNSIGNED_INTEGER || !OSSL_PARAM_get_uint64(p, &stream)) {
+        GP_RAISE(GP_R_INVALID_STREAM);
+        return 0;
+    }
+    if (stream == ctx->stream)
+        return 1;
+    if (ctx->iv_state == GP_IV_STARTED && (ctx->aad_bytes != 0 || ctx->text_bytes != 0)) {
+        GP_RAISE(GP_R_STREAM_MID_MESSAGE);
+        return 0;
+    }
+    if (stream != 0 && !ctx->devmem) {
+        GP_RAISE(GP_R_STREAM_WITHOUT_DEVICE_MODE);
+        return 0;
+    }
+    if (stream != 0 && !gp_engine_streams(ctx->provctx->engine)) {
+        GP_RAISE(GP_R_NO_STREAM_EXECUTOR);
+        return 0;
+    }
+    ctx->stream = stream;
+    gp_msg_set_stream(ctx->msg, stream);
+    if (ctx->iv_state == GP_IV_STARTED)   /* restarts from its IV in the new mode */
+        ctx->iv_state = GP_IV_BUFFERED;
+    return 1;
+}
+
+int gp_cipher_get_stream(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    if (!OSSL_PARAM_set_uint64(p, ctx->stream)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_cipher_take_tag(gp_cipher_ctx *ctx)
+{
+    if (ctx->tag_ready != GP_TAG_QUEUED)
+        return 1;
+    ctx->tag_ready = GP_TAG_NONE;
+    if (gp_msg_tag_wait(ctx->msg, ctx->tag_out) != GP_REQ_OK) {
+        GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);
+        return 0;
+    }
+    ctx->tag_ready = GP_TAG_OWN;
     return 1;
 }
 
@@ -266,7 +330,10 @@ static int crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned ch
         GP_RAISE(GP_R_BUFFERS_ON_TWO_GPUS);
         break;
     case GP_MEM_NO_EXECUTOR:
-        GP_RAISE(GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+        GP_RAISE(ctx->stream != 0 ? GP_R_NO_STREAM_EXECUTOR : GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+        break;
+    case GP_MEM_BAD_STREAM:
+        GP_RAISE(GP_R_BAD_STREAM);
         break;
     default:
         GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);

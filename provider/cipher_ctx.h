@@ -78,9 +78,10 @@ typedef struct gp_cipher_info {
  */
 typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FINISHED, GP_IV_DROPPED } gp_iv_state;
 
-/* Where an encryption's tag is after its Final (tag_ready): none, the context's tag_out, or the
- * lane's context, which answers GET_TAG until the lane closes and hands it to tag_out. */
-enum gp_tag_place { GP_TAG_NONE, GP_TAG_OWN, GP_TAG_LANE };
+/* Where an encryption's tag is after its Final (tag_ready): none, the context's tag_out, the
+ * lane's context, which answers GET_TAG until the lane closes and hands it to tag_out, or queued on
+ * the caller's stream (stream-ordered device mode), which GET_TAG waits for (gp_cipher_take_tag). */
+enum gp_tag_place { GP_TAG_NONE, GP_TAG_OWN, GP_TAG_LANE, GP_TAG_QUEUED };
 
 typedef struct gp_cipher_ctx {
     gp_provctx *provctx;
@@ -129,6 +130,8 @@ typedef struct gp_cipher_ctx {
     uint64_t tls_enc_records;
     int devmem;                 /* GP_CIPHER_PARAM_MEMORY = "device": data updates' buffers are
                                  * CUDA memory; never on the lane (cpu_lane.c) */
+    uint64_t stream;            /* GP_CIPHER_PARAM_CUDA_STREAM: device mode ordered on this stream
+                                 * (0: synchronous); kept across inits */
 } gp_cipher_ctx;
 
 void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info);
@@ -262,6 +265,13 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
+/* GP_CIPHER_PARAM_CUDA_STREAM (set after GP_CIPHER_PARAM_MEMORY, wherever the caller put it), set
+ * and got by every cipher (cipher_common.c); 0 with an error raised. */
+int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
+int gp_cipher_get_stream(const gp_cipher_ctx *ctx, OSSL_PARAM *p);
+/* An encryption's tag queued on the stream (GP_TAG_QUEUED): waited for, into tag_out; 0 with an
+ * error raised when the queued work failed. */
+int gp_cipher_take_tag(gp_cipher_ctx *ctx);
 /* A data update on the engine's message, in host memory or (device mode) CUDA memory; 0 with an
  * error raised. */
 int gp_cipher_crypt(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl);

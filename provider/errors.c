@@ -104,6 +104,11 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_NEW_IV_NEEDED, "the key, iv length or direction changed in the middle of a message: set a new iv" },
     { GP_R_MESSAGE_IN_PROGRESS, "TLS1_IV_FIXED in the middle of a message: finish it or set a new iv first" },
     { GP_R_TLS_MAC_NOT_SUPPORTED, "tls mac-then-encrypt records (TLS_VERSION with TLS_MAC_SIZE) are not supported" },
+    { GP_R_INVALID_STREAM, "gpuprov-cuda-stream must be an unsigned integer of 8 bytes or less (a cudaStream_t's value; 0: synchronous)" },
+    { GP_R_STREAM_WITHOUT_DEVICE_MODE, "gpuprov-cuda-stream needs device mode: set gpuprov-memory = \"device\" first (or in the same call)" },
+    { GP_R_STREAM_MID_MESSAGE, "gpuprov-cuda-stream cannot change in the middle of a message: re-initialise first" },
+    { GP_R_NO_STREAM_EXECUTOR, "stream-ordered device mode needs the cuda executor (or the test build's host stand-in)" },
+    { GP_R_BAD_STREAM, "stream-ordered device mode: the stream is not a CUDA stream of the GPU that holds the buffers" },
     { 0, NULL }
 };
 

@@ -46,6 +46,11 @@ enum gp_reason {
     GP_R_NEW_IV_NEEDED,
     GP_R_MESSAGE_IN_PROGRESS,
     GP_R_TLS_MAC_NOT_SUPPORTED,
+    GP_R_INVALID_STREAM,
+    GP_R_STREAM_WITHOUT_DEVICE_MODE,
+    GP_R_STREAM_MID_MESSAGE,
+    GP_R_NO_STREAM_EXECUTOR,
+    GP_R_BAD_STREAM,
 };
 
 /* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */

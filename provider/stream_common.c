@@ -288,6 +288,8 @@ int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
             ok = OSSL_PARAM_set_size_t(p, ctx->info->keylen);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_get_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            ok = gp_cipher_get_stream(ctx, p);
         else if (!ctr)
             continue;   /* ChaCha20 reports only the lengths, as the default provider does */
         else if (strcmp(k, OSSL_CIPHER_PARAM_NUM) == 0)
@@ -350,6 +352,8 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_MEMORY)) != NULL && !gp_cipher_set_memory(ctx, p))
         return 0;
+    if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_CUDA_STREAM)) != NULL && !gp_cipher_set_stream(ctx, p))
+        return 0;
     if (ctx->info->alg != GP_ALG_AES_CTR) {
         size_t ivlen;
 
@@ -392,6 +396,7 @@ const OSSL_PARAM *gp_ctr_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
         OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_TLS_MAC, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 
@@ -409,6 +414,7 @@ const OSSL_PARAM *gp_ctr_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_uint(OSSL_CIPHER_PARAM_TLS_VERSION, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 
@@ -423,6 +429,7 @@ const OSSL_PARAM *gp_chacha20_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 

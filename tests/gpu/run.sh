@@ -55,7 +55,8 @@ step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-proces
 # (a subset of gpu-suite; each skips on a host with one GPU).
 step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
-step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
+step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault stream-cuda stream-cuda-all \
+  devmem-threads-cuda example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
 step trust meson test -C "$build" --suite trust --print-errorlogs --num-processes 1
 cat "$out/trust.log" 2>/dev/null | grep -E '^ *[0-9]+/[0-9]+ ' || true
@@ -63,13 +64,13 @@ step soak env SOAK_MINUTES="${SOAK_MINUTES:-2}" SOAK_RESULTS="${SOAK_RESULTS:-0}
 cat "$out/soak.log" 2>/dev/null | tail -30
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
-sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}
+sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda stream-cuda}
 step memcheck env GPTEST_DEVMEM_QUICK=1 meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The multi-GPU cases under memcheck (the wrapper script's processes followed): device mode quick,
 # the large messages through their in-place test (slices, pieces and chunks in one update each).
 step memcheck-multi env GPTEST_DEVMEM_QUICK=1 GPTEST_DIFF_ONLY=test_large_in_place meson test -C "$build" \
-  devmem-cuda-last-gpu devmem-cuda-all-gpus diff-cuda-large-last-gpu diff-cuda-large-all-gpus diff-cuda-chunks-last-gpu \
+  devmem-cuda-last-gpu devmem-cuda-all-gpus stream-cuda-last-gpu stream-cuda-all-gpus diff-cuda-large-last-gpu diff-cuda-large-all-gpus diff-cuda-chunks-last-gpu \
   diff-cuda-chunks-all-gpus --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}" --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory

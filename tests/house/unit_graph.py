@@ -32,7 +32,7 @@ import sys
 # batching/'s units: layer, and the units each one may use (all of a lower layer). Keep it and the
 # table of docs/architecture.md ("Inside batching/") the same. batch_kernel is the kernels' object
 # (kernels/, built by nvcc), which names nothing of batching/. A unit that a build lacks (cuda and
-# batch_kernel without nvcc, cuda_fault outside the test builds) is simply not seen.
+# batch_kernel without nvcc, cuda_fault and fake_stream outside the test builds) is simply not seen.
 Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
@@ -46,12 +46,13 @@ BATCHING = {
     'core': Rule(1, {'base'}),
     'exec_cpu': Rule(1, {'base'}),
     'cuda_fault': Rule(1, {'settings'}),
+    'fake_stream': Rule(0, set()),
     # The policy reaches the executors, keys, messages and the queue only through the
     # gp_policy_ops the engine gives it (batching/policy/policy.h).
     'policy': Rule(1, {'settings', 'base'}),
     'kstate': Rule(2, {'core'}),
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
-    'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
+    'exec_host': Rule(3, {'kstate', 'core', 'stage', 'fake_stream', 'base'}),
     # cuda/: the cuda executor, its files calling one way inside (batching/cuda/internal.h).
     'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
                      'cuda_fault', 'base', 'batch_kernel'}),
