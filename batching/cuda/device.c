@@ -111,18 +111,22 @@ static void *stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
 {
     gp_cuda *g = ctx;
     void *p = NULL, *d = NULL;
+    int saved, ok;
 
-    if (cudaSetDevice(g->stage_device) != cudaSuccess
-        || cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+    /* The caller's GPU stays current: a stream-ordered request grows the pool between choosing
+     * its GPU and making its objects there (ordered.c). */
+    ok = gp_cuda_device_enter(g->stage_device, &saved)
+         && cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess;
+    if (ok && (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p)) {
         /* Not the same address for every slot's device: do without staging. */
-        (void)cudaGetLastError();
         cudaFreeHost(p);
-        return NULL;
+        ok = 0;
     }
+    if (!ok)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    if (!ok)
+        return NULL;
     *dev = (uint64_t)(uintptr_t)d;
     return p;
 }
