@@ -2,6 +2,7 @@
 /* Errors raised through the core, with gpuprov's reason strings. */
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 
 #include <openssl/err.h>
@@ -68,6 +69,27 @@ void gp_raise(const char *file, int line, const char *func, int reason)
                     NULL, NULL);
 }
 
+/* A call of the core's vset_error with a format: its va_list needs a variadic frame. */
+static void vset_error_data(const OSSL_CORE_HANDLE *handle, uint32_t reason, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    core_vset_error(handle, reason, fmt, ap);
+    va_end(ap);
+}
+
+void gp_raise_pipe(const char *file, int line, const char *func, int reason, size_t pipe)
+{
+    const OSSL_CORE_HANDLE *handle = atomic_load_explicit(&raise_handle, memory_order_acquire);
+
+    if (core_new_error == NULL)
+        return;
+    core_new_error(handle);
+    core_set_error_debug(handle, file, line, func);
+    vset_error_data(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason), "pipe %zu", pipe);
+}
+
 static const OSSL_ITEM reason_strings[] = {
     { GP_R_INVALID_KEY_LENGTH, "invalid key length" },
     { GP_R_INVALID_IV_LENGTH, "invalid iv length" },
@@ -104,6 +126,14 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_NEW_IV_NEEDED, "the key, iv length or direction changed in the middle of a message: set a new iv" },
     { GP_R_MESSAGE_IN_PROGRESS, "TLS1_IV_FIXED in the middle of a message: finish it or set a new iv first" },
     { GP_R_TLS_MAC_NOT_SUPPORTED, "tls mac-then-encrypt records (TLS_VERSION with TLS_MAC_SIZE) are not supported" },
+    { GP_R_PIPE_COUNT, "pipeline: numpipes must be 1 to 32 (EVP_MAX_PIPES), and the same in every call as at init" },
+    { GP_R_PIPE_NOT_INITIALISED, "pipeline call on a context not initialised for one (EVP_CipherPipelineEncryptInit or EVP_CipherPipelineDecryptInit)" },
+    { GP_R_PIPE_CONTEXT, "context initialised for a pipeline: use the pipeline calls, or initialise it again" },
+    { GP_R_PIPE_NULL_ARRAY, "pipeline: an array argument is NULL" },
+    { GP_R_PIPE_NULL_BUFFER, "pipeline: a pipe's buffer is NULL" },
+    { GP_R_PIPE_MIXED_MEMORY, "pipeline: host and device buffers mixed in one call (device mode takes CUDA memory in every pipe)" },
+    { GP_R_PIPE_NO_AAD, "pipeline: an update with out == NULL passes AAD, which only AEAD ciphers take" },
+    { GP_R_PIPE_FAILED, "pipeline: the pipe failed earlier in this message: initialise the pipeline again" },
     { 0, NULL }
 };
 
