@@ -757,6 +757,13 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
         }
     }
     route_together(e, reqs, n);
+    for (size_t i = 0, total = 0; i < n; i++) {
+        /* A pipeline call's data is the process's demand for the GPU as one message's would be
+         * (gp_engine_note_large): backend auto opens and measures it for the calls that follow. */
+        total += reqs[i].kind == GP_REQ_CRYPT ? reqs[i].len : 0;
+        if (i == n - 1 && n > 1)
+            gp_engine_note_large(e, total);
+    }
     for (size_t i = 0; i < n; i++) {
         gp_msg *m = reqs[i].msg;
 

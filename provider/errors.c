@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include <openssl/err.h>
 
@@ -90,6 +91,22 @@ void gp_raise_pipe(const char *file, int line, const char *func, int reason, siz
     vset_error_data(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason), "pipe %zu", pipe);
 }
 
+void gp_raise_pipes(const char *file, int line, const char *func, int reason, const size_t *pipes, size_t n)
+{
+    const OSSL_CORE_HANDLE *handle = atomic_load_explicit(&raise_handle, memory_order_acquire);
+    char text[8 + 4 * 64];   /* "pipes " and up to EVP_MAX_PIPES numbers of at most two digits, ", " each */
+    size_t len;
+
+    if (core_new_error == NULL || n == 0)
+        return;
+    len = (size_t)snprintf(text, sizeof(text), n == 1 ? "pipe" : "pipes");
+    for (size_t i = 0; i < n && len < sizeof(text); i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%zu", i == 0 ? " " : ", ", pipes[i]);
+    core_new_error(handle);
+    core_set_error_debug(handle, file, line, func);
+    vset_error_data(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason), "%s", text);
+}
+
 static const OSSL_ITEM reason_strings[] = {
     { GP_R_INVALID_KEY_LENGTH, "invalid key length" },
     { GP_R_INVALID_IV_LENGTH, "invalid iv length" },
@@ -126,7 +143,8 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_NEW_IV_NEEDED, "the key, iv length or direction changed in the middle of a message: set a new iv" },
     { GP_R_MESSAGE_IN_PROGRESS, "TLS1_IV_FIXED in the middle of a message: finish it or set a new iv first" },
     { GP_R_TLS_MAC_NOT_SUPPORTED, "tls mac-then-encrypt records (TLS_VERSION with TLS_MAC_SIZE) are not supported" },
-    { GP_R_PIPE_COUNT, "pipeline: numpipes must be 1 to 32 (EVP_MAX_PIPES), and the same in every call as at init" },
+    { GP_R_PIPE_COUNT, "pipeline: numpipes must be 1 to 32 (EVP_MAX_PIPES)" },
+    { GP_R_PIPE_COUNT_CHANGED, "pipeline: numpipes differs from the init's (OpenSSL 3.5's EVP_CipherPipeline*Init with a cipher on a context already initialised resets it: pass cipher NULL to initialise again)" },
     { GP_R_PIPE_NOT_INITIALISED, "pipeline call on a context not initialised for one (EVP_CipherPipelineEncryptInit or EVP_CipherPipelineDecryptInit)" },
     { GP_R_PIPE_CONTEXT, "context initialised for a pipeline: use the pipeline calls, or initialise it again" },
     { GP_R_PIPE_NULL_ARRAY, "pipeline: an array argument is NULL" },

@@ -123,31 +123,48 @@ static void pz_differ(pz *z, const char *fmt, ...)
     abort();
 }
 
-/* The reason of gpuprov's last error (its own library), and which pipe its data names (-1: none). */
-static int last_reason(long *pipe)
+/* The pipes an error's data names ("pipe 3", "pipes 0, 5, 17"), marked in named[]. */
+static void pipes_named(const char *data, int named[PIPE_MAX])
+{
+    char *end;
+
+    if (strncmp(data, "pipes ", 6) == 0)
+        data += 6;
+    else if (strncmp(data, "pipe ", 5) == 0)
+        data += 5;
+    else
+        return;
+    for (;;) {
+        long k = strtol(data, &end, 10);
+
+        if (end == data)
+            return;
+        if (k >= 0 && k < PIPE_MAX)
+            named[k] = 1;
+        data = end;
+        while (*data == ',' || *data == ' ')
+            data++;
+    }
+}
+
+/* The reason of gpuprov's last error. */
+static int last_reason(void)
 {
     unsigned long e, last = 0;
-    const char *data;
-    int flags;
 
-    *pipe = -1;
-    while ((e = ERR_get_error_all(NULL, NULL, NULL, &data, &flags)) != 0) {
+    while ((e = ERR_get_error()) != 0)
         last = e;
-        if ((flags & ERR_TXT_STRING) && data != NULL && strncmp(data, "pipe ", 5) == 0)
-            *pipe = strtol(data + 5, NULL, 10);
-    }
     return ERR_GET_REASON(last);
 }
 
 /* A call gpuprov must refuse with `reason`; both sides then start over at the next init. */
 static void expect_refusal(pz *z, int rc, int reason, const char *what)
 {
-    long pipe;
     int got;
 
     if (rc > 0)
         pz_differ(z, "%s: accepted, gpuprov must refuse it", what);
-    got = last_reason(&pipe);
+    got = last_reason();
     if (got != reason)
         pz_differ(z, "%s: refused with reason %d, not %d", what, got, reason);
     z->inited = 0;
@@ -370,12 +387,8 @@ static void step_final(pz *z, prd *r)
         int flags, named[PIPE_MAX] = { 0 };
 
         while ((e = ERR_get_error_all(NULL, NULL, NULL, &data, &flags)) != 0)
-            if (ERR_GET_REASON(e) == GP_R_TAG_MISMATCH && data != NULL && strncmp(data, "pipe ", 5) == 0) {
-                long k = strtol(data + 5, NULL, 10);
-
-                if (k >= 0 && k < PIPE_MAX)
-                    named[k] = 1;
-            }
+            if (ERR_GET_REASON(e) == GP_R_TAG_MISMATCH && data != NULL)
+                pipes_named(data, named);
         for (size_t i = 0; i < z->n; i++)
             if (named[i] == want_ok[i])
                 pz_differ(z, "Final: pipe %zu %s named as failed", i, named[i] ? "wrongly" : "not");
