@@ -12,6 +12,10 @@
 #include <openssl/err.h>
 #include <openssl/params.h>
 
+#ifdef PIPE_TEST_CUDA
+# include <cuda_runtime_api.h>
+#endif
+
 #include "evp_common.h"
 #include "pipe_api.h"
 #include "wp_json.h"
@@ -26,7 +30,10 @@
  * ids, still loads and serves, and skips the rest.
  *
  * GPUPROV_TEST_HOST_DEVMEM set (test pipeline-devmem-host): the data buffers are the test
- * module's stand-in device allocations and the context's gpuprov-memory is "device".
+ * module's stand-in device allocations and the context's gpuprov-memory is "device". The CUDA
+ * build (PIPE_TEST_CUDA, test pipeline-devmem-cuda, suite gpu) with GPTEST_PIPE_DEVMEM=1 takes
+ * cudaMallocManaged memory instead: device memory to gpuprov, which the test reads and writes from
+ * the host after synchronizing.
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
@@ -63,18 +70,44 @@ static void standin_find(void)
 /* A data buffer of n bytes (at least 1): device memory in device mode, else host memory. */
 static unsigned char *buf_new(size_t n, int device)
 {
-    unsigned char *p = device ? standin_alloc(n + 1, 0) : malloc(n + 1);
+    unsigned char *p = NULL;
 
+#ifdef PIPE_TEST_CUDA
+    if (device && cudaMallocManaged((void **)&p, n + 1, cudaMemAttachGlobal) != cudaSuccess)
+        fail_msg("cudaMallocManaged failed");
+#else
+    if (device)
+        p = standin_alloc(n + 1, 0);
+#endif
+    if (!device)
+        p = malloc(n + 1);
     assert_non_null(p);
     return p;
 }
 
 static void buf_free(void *p, int device)
 {
-    if (device)
+#ifdef PIPE_TEST_CUDA
+    if (device) {
+        cudaFree(p);
+        return;
+    }
+#else
+    if (device) {
         standin_free(p);
-    else
-        free(p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+/* Before the host reads what the GPU wrote into managed memory. */
+static void gpu_sync(void)
+{
+#ifdef PIPE_TEST_CUDA
+    if (devmem && cudaDeviceSynchronize() != cudaSuccess)
+        fail_msg("cudaDeviceSynchronize failed");
+#endif
 }
 
 static int set_memory(EVP_CIPHER_CTX *ctx, const char *mode)
@@ -224,6 +257,7 @@ static int pipe_run(int idx, int enc, const unsigned char *key, size_t ivlen, ms
         prm[0] = pipe_tag_param(&tp, 16);
         assert_int_equal(EVP_CIPHER_CTX_get_params(c, prm), 1);
     }
+    gpu_sync();
     for (size_t i = 0; i < n; i++) {
         memcpy(out_host[i], outbuf[i], m[i].len);
         if (!o->in_place)
@@ -514,6 +548,7 @@ static void test_bad_input(void **state)
     expect_error(api.update(c, outp, outl, outsize, inp, inl), "outsize[1] short", "pipe 1", "output buffer too small");
     outsize[1] = 64;
     assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
+    gpu_sync();
     for (int i = 0; i < 4; i++) {
         unsigned char want[64], plain[64], tag[16];
         msg m = { .iv = ivs[i], .in = plain, .len = 64 };
@@ -769,8 +804,10 @@ static int group_setup(void **state)
     int rc = evp_group_setup(state);
 
     g_env = *state;
+#ifndef PIPE_TEST_CUDA
     if (rc == 0 && devmem)
         standin_find();
+#endif
     return rc;
 }
 
@@ -785,7 +822,11 @@ int main(void)
         cmocka_unit_test(test_wycheproof),
     };
     const struct CMUnitTest old_tests[] = { cmocka_unit_test(test_served_without_pipeline_api) };
+#ifdef PIPE_TEST_CUDA
+    const char *hd = getenv("GPTEST_PIPE_DEVMEM");
+#else
     const char *hd = getenv("GPUPROV_TEST_HOST_DEVMEM");
+#endif
 
     if (evp_under_default()) {
         fprintf(stderr, "pipeline: the default provider has no pipeline ciphers; nothing to check\n");
