@@ -40,9 +40,10 @@
 
 static gptest_env *g_env;
 static pipe_api api;
-static int devmem;   /* GPUPROV_TEST_HOST_DEVMEM: device mode through the host stand-in */
-static void *(*standin_alloc)(size_t size, int gpu);
-static void (*standin_free)(void *p);
+static int devmem;   /* device mode: through the host stand-in, or CUDA managed memory */
+#ifndef PIPE_TEST_CUDA
+static evp_standin standin;   /* the test module's allocator (evp_standin_find) */
+#endif
 
 static int is_aead(int idx)
 {
@@ -51,21 +52,6 @@ static int is_aead(int idx)
 
 /* ---- buffers: host memory, or the stand-in's device memory ---- */
 
-static void standin_find(void)
-{
-    const char *dir = getenv("GPTEST_MODULE_DIR");
-    char path[4096];
-    void *h;
-
-    snprintf(path, sizeof(path), "%s/gpuprov.so", dir != NULL ? dir : ".");
-    if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL)
-        fail_msg("the test module is not loaded from %s: %s", path, dlerror());
-    *(void **)&standin_alloc = dlsym(h, "gpuprov_test_devmem_alloc");
-    *(void **)&standin_free = dlsym(h, "gpuprov_test_devmem_free");
-    if (standin_alloc == NULL || standin_free == NULL)
-        fail_msg("%s exports no gpuprov_test_devmem_alloc: not the test module", path);
-    dlclose(h);
-}
 
 /* A data buffer of n bytes (at least 1): device memory in device mode, else host memory. */
 static unsigned char *buf_new(size_t n, int device)
@@ -77,7 +63,7 @@ static unsigned char *buf_new(size_t n, int device)
         fail_msg("cudaMallocManaged failed");
 #else
     if (device)
-        p = standin_alloc(n + 1, 0);
+        p = standin.alloc(n + 1, 0);
 #endif
     if (!device)
         p = malloc(n + 1);
@@ -94,7 +80,7 @@ static void buf_free(void *p, int device)
     }
 #else
     if (device) {
-        standin_free(p);
+        standin.free(p);
         return;
     }
 #endif
@@ -806,7 +792,7 @@ static int group_setup(void **state)
     g_env = *state;
 #ifndef PIPE_TEST_CUDA
     if (rc == 0 && devmem)
-        standin_find();
+        evp_standin_find(&standin);
 #endif
     return rc;
 }
