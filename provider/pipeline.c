@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* OpenSSL 3.5's cipher pipeline API: one key, up to 32 messages per call, each call one batch on the engine. */
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <openssl/core_names.h>
@@ -261,6 +262,48 @@ static int pipe_args_ok(const gp_cipher_ctx *ctx, const gp_pipe *p, size_t i, un
 }
 
 /*
+ * Device mode's buffer checks for a whole call at once, where they can be: when every pipe's input
+ * lies in one allocation and every output in one (a model's tensors in a caching allocator's
+ * segment, a benchmark's buffer), a check of each hull (the lowest pipe's start to the highest
+ * pipe's end) answers for every pipe, since each pipe's bytes lie inside a range of one allocation
+ * that is device memory on that GPU. A check costs a few driver calls (batching/cuda/devmem.c): two
+ * instead of one or two per pipe. Returns 1 with every data request's devmem and gpu set; 0 where
+ * a hull is not one allocation (or anything else): then each pipe is checked on its own.
+ */
+static int device_hulls_ok(gp_msg *m, gp_request *req, size_t n)
+{
+    uintptr_t in_lo = UINTPTR_MAX, in_hi = 0, out_lo = UINTPTR_MAX, out_hi = 0;
+    size_t ndata = 0;
+    int gpu_in = -1, gpu_out = -1;
+
+    for (size_t j = 0; j < n; j++) {
+        const uintptr_t in = (uintptr_t)req[j].in, out = (uintptr_t)req[j].out;
+
+        if (req[j].kind != GP_REQ_CRYPT)
+            continue;
+        if (in + req[j].len < in || out + req[j].len < out)
+            return 0;
+        ndata++;
+        in_lo = in < in_lo ? in : in_lo;
+        in_hi = in + req[j].len > in_hi ? in + req[j].len : in_hi;
+        out_lo = out < out_lo ? out : out_lo;
+        out_hi = out + req[j].len > out_hi ? out + req[j].len : out_hi;
+    }
+    if (ndata < 2
+        || gp_msg_check_device(m, (const uint8_t *)in_lo, (uint8_t *)in_lo, in_hi - in_lo, &gpu_in) != GP_MEM_OK
+        || gp_msg_check_device(m, (const uint8_t *)out_lo, (uint8_t *)out_lo, out_hi - out_lo, &gpu_out) != GP_MEM_OK
+        || gpu_in != gpu_out)
+        return 0;
+    for (size_t j = 0; j < n; j++) {
+        if (req[j].kind == GP_REQ_CRYPT) {
+            req[j].devmem = 1;
+            req[j].gpu = gpu_in;
+        }
+    }
+    return 1;
+}
+
+/*
  * Device mode: every pipe's data must be CUDA memory the executor takes (gp_msg_check_device), and
  * AAD host memory, as for a single message. A call whose pipes give host and device buffers side
  * by side is refused as mixed, naming the first pipe whose buffer is of the other kind. The GPU of
@@ -270,11 +313,14 @@ static int device_args_ok(gp_cipher_ctx *ctx, gp_request *req, const size_t *pip
 {
     gp_pipeline *pl = ctx->pipe;
     int st, host = 0, device = 0;
+    const int hulls = device_hulls_ok(pl->pipes[pipe_of[0]].msg, req, n);
 
     for (size_t j = 0; j < n; j++) {
         gp_pipe *p = &pl->pipes[pipe_of[j]];
         gp_request *r = &req[j];
 
+        if (r->kind == GP_REQ_CRYPT && hulls)
+            continue;
         if (r->kind == GP_REQ_AAD) {
             if (!gp_msg_is_host_memory(p->msg, r->in, r->len)) {
                 GP_RAISE_PIPE(GP_R_DEVICE_MEMORY_AAD, pipe_of[j]);

@@ -585,6 +585,60 @@ static void test_mixed_memory(void **state)
         buf_free(dev[i], 1);
 }
 
+/* Device mode with every pipe's buffers carved from one allocation each way, as a caching
+ * allocator lays tensors out (checked once for the call: provider/pipeline.c device_hulls_ok), then
+ * with one pipe's output in an allocation of its own (each pipe checked), byte for byte the
+ * default provider's. */
+static void test_device_shared_allocation(void **state)
+{
+    const int idx = 5;
+    const size_t n = 12, len = 3000, stride = 3072;
+    unsigned char key[32], ivs[12][12], tags[12][16], *tagp[12], **tp = tagp, *in_all, *out_all, *lone;
+    unsigned char *outp[12], want[3000], wtag[16];
+    const unsigned char *ivp[12], *inp[12];
+    size_t outl[12], outsize[12], inl[12];
+    OSSL_PARAM prm[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+    (void)state;
+    if (!devmem)
+        skip();
+    in_all = buf_new(n * stride, 1);
+    out_all = buf_new(n * stride, 1);
+    lone = buf_new(len, 1);
+    gptest_rand_bytes(key, sizeof(key));
+    for (int round = 0; round < 2; round++) {
+        EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+        for (size_t i = 0; i < n; i++) {
+            gptest_rand_bytes(ivs[i], 12);
+            ivp[i] = ivs[i];
+            gptest_rand_bytes(in_all + i * stride, len);
+            inp[i] = in_all + i * stride;
+            outp[i] = round == 1 && i == 7 ? lone : out_all + i * stride;
+            inl[i] = outsize[i] = len;
+            tagp[i] = tags[i];
+        }
+        assert_int_equal(api.encrypt_init(c, evp_cipher(g_env, idx, 1), key, 32, n, ivp, 12), 1);
+        assert_int_equal(set_memory(c, "device"), 1);
+        assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
+        assert_int_equal(api.final(c, outp, outl, outsize), 1);
+        prm[0] = pipe_tag_param(&tp, 16);
+        assert_int_equal(EVP_CIPHER_CTX_get_params(c, prm), 1);
+        gpu_sync();
+        for (size_t i = 0; i < n; i++) {
+            msg m = { .iv = ivs[i], .in = (unsigned char *)inp[i], .len = len };
+
+            reference(idx, 1, key, 12, &m, want, wtag);
+            assert_memory_equal(outp[i], want, len);
+            assert_memory_equal(tags[i], wtag, 16);
+        }
+        EVP_CIPHER_CTX_free(c);
+    }
+    buf_free(in_all, 1);
+    buf_free(out_all, 1);
+    buf_free(lone, 1);
+}
+
 /* Inside an ASYNC_JOB each request queues as a single call's does (batching/engine.h,
  * gp_msgs_submit) and the job pauses for it: the bytes are still every pipe's own. */
 typedef struct job_arg {
@@ -854,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_forged_tag),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mixed_memory),
+        cmocka_unit_test(test_device_shared_allocation),
         cmocka_unit_test(test_in_async_job),
         cmocka_unit_test(test_wycheproof),
     };
