@@ -102,7 +102,7 @@ with35() {   # with35 COMMAND...: run under the 3.5 libcrypto, or fail saying th
 }
 step pipeline with35 meson test -C "$build" pipeline-cuda pipeline-hybrid-cuda pipeline-devmem-cuda --print-errorlogs --num-processes 1
 grep -hE "skipped: needs|wycheproof through pipes" "$build/meson-logs/testlog.txt" 2>/dev/null | sort | uniq -c
-step memcheck-pipeline with35 env GPTEST_PIPE_ITERS=2 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda --print-errorlogs \
+step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda --print-errorlogs \
   --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 step pipeline-bench with35 env GPUPROV_STATS=1 "$build/bench/pipeline_bench" --module-dir "$build/provider"
