@@ -839,20 +839,14 @@ int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, 
     const gp_executor *x = m->exec;
     int gpu_in = -1, gpu_out = -1, st;
 
-    if (x == NULL || x->mem_check == NULL || !m->devmem) {
-        count_error(m->engine);
+    if (x == NULL || x->mem_check == NULL || !m->devmem)
         return GP_MEM_NO_EXECUTOR;
-    }
     /* In place: one check. */
     if ((st = x->mem_check(m->engine, in, len, &gpu_in)) != GP_MEM_OK
-        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK)) {
-        count_error(m->engine);
+        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK))
         return st;
-    }
-    if (out != in && gpu_in != gpu_out) {
-        count_error(m->engine);
+    if (out != in && gpu_in != gpu_out)
         return GP_MEM_SPLIT;
-    }
     *gpu = gpu_in;
     return GP_MEM_OK;
 }
@@ -862,8 +856,10 @@ int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     int gpu = -1, st = gp_msg_check_device(m, in, out, len, &gpu);
     gp_request r;
 
-    if (st != GP_MEM_OK)
+    if (st != GP_MEM_OK) {
+        count_error(m->engine);
         return st;
+    }
     r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu };
     return submit_one(m, &r) == GP_REQ_OK ? GP_MEM_OK : GP_MEM_FAILED;
 }

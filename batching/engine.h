@@ -57,7 +57,8 @@ void gp_msg_set_memory(gp_msg *m, int device);
 /* A data request on device memory: every check, then the run; enum gp_mem_status. */
 int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
 /* gp_msg_crypt_device's checks alone (m started): GP_MEM_OK and *gpu, the GPU that holds in and
- * out, where a request of m may take them as device memory (gp_request.devmem, .gpu). */
+ * out, where a request of m may take them as device memory (gp_request.devmem, .gpu). A question,
+ * not a failure: nothing is counted in the stats' errors. */
 int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, int *gpu);
 /* Device mode: is p host memory, as AAD must be (the host reads it)? A device pointer given as AAD
  * is refused rather than read. */
