@@ -28,12 +28,10 @@ static const gp_setting_word stats_words[] = {
 static const gp_setting_word device_words[] = { { "all", GP_DEVICE_ALL }, { NULL, 0 } };
 static const gp_setting_word hybrid_gpu_words[] = { { "cuda", 0 }, { "host", 1 }, { NULL, 0 } };
 static const gp_setting_word calib_cache_words[] = { { "off", 0 }, { NULL, 0 } };
-#if GP_EXPERIMENT_SWITCHES
 static const gp_setting_word bool_words[] = {
     { "0", 0 }, { "no", 0 }, { "false", 0 }, { "off", 0 },
     { "1", 1 }, { "yes", 1 }, { "true", 1 }, { "on", 1 }, { NULL, 0 }
 };
-#endif
 #if GP_TEST_HOOKS
 static const gp_setting_word cuda_call_words[] = {
     { "none", GP_CF_NONE }, { "any", GP_CF_ANY }, { "cudaGetDeviceCount", GP_CF_GET_DEVICE_COUNT },
@@ -121,6 +119,19 @@ static const gp_setting registry[] = {
       FIELD(calib_cache), .words = calib_cache_words, .expected = "an absolute directory, or off",
       .meaning = "hybrid: directory of the persisted measurements (default: $XDG_CACHE_HOME/gpuprov, "
                  "else ~/.cache/gpuprov); off: measure in every process" },
+    { .key = "calib_system", .env = "GPUPROV_CALIB_SYSTEM", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_DIR,
+      FIELD(calib_system), .words = calib_cache_words, .expected = "an absolute directory, or off",
+      .meaning = "hybrid: directory of the machine's measurements (gpuprov-calibrate --system), read where the "
+                 "user's own have none (default: " GPUPROV_SYSTEM_CALIB_DIR "); off: none" },
+    { .key = "priors", .env = "GPUPROV_PRIORS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
+      FIELD(priors), .dflt = 1, .words = bool_words, .expected = "0 or 1",
+      .meaning = "hybrid: on a host with no measurement yet, route by the numbers measured on hosts of its "
+                 "GPU model and core class (0: measure first; meanwhile large messages of a lone caller stay "
+                 "on the CPU)" },
+    { .key = "calib_refresh", .env = "GPUPROV_CALIB_REFRESH", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
+      FIELD(calib_refresh), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "hybrid: measure in this process whatever is persisted or known, and persist the result "
+                 "(what gpuprov-calibrate does)" },
 #if GP_EXPERIMENT_SWITCHES
     /* experiment: kept on (docs/config.md, "For tests and experiments") */
     { .env = "GPUPROV_LONE_LAUNCH", .cls = GP_SETTING_EXPERIMENT, .syntax = GP_SYNTAX_WORD,
@@ -170,6 +181,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_CPUS_FREE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.cpus_free), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the auto backend's warm-up finds a free CPU at every look (the machine's load does not decide)" },
+    { .env = "GPUPROV_TEST_GPU_MODEL", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_TEXT,
+      FIELD(test.gpu_model), .expected = "a GPU model as the driver names it, such as NVIDIA H200",
+      .meaning = "the priors see every GPU as this model, and the host executor standing in for the GPU "
+                 "(hybrid_gpu = host) takes that model's priors" },
     { .env = "GPUPROV_TEST_HOST_FAIL_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.host_fail_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
       .meaning = "after N good batches the host executor, standing in for the GPU, fails the next one as a "
@@ -219,8 +234,8 @@ static void store(gp_knobs *k, const gp_setting *s, long long v, double d)
 {
     void *field = (char *)k + s->offset;
 
-    if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
-        return;   /* text: parse_dir or parse_name stores it; the default is the zeroed (empty) field */
+    if (gp_setting_is_text(s))
+        return;   /* text: parse_dir, parse_name or parse_text stores it; the default is the zeroed (empty) field */
     if (s->syntax == GP_SYNTAX_FRACTION)
         *(double *)field = d;
     else if (s->size == sizeof(size_t) && s->size != sizeof(int))
@@ -303,6 +318,20 @@ static int parse_name(gp_knobs *k, const gp_setting *s, const char *v)
     return 1;
 }
 
+/* Printable ASCII, spaces too, fitting the field with its NUL. */
+static int parse_text(gp_knobs *k, const gp_setting *s, const char *v)
+{
+    const size_t n = strlen(v);
+
+    if (n == 0 || n >= s->size)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+            return 0;
+    memcpy((char *)k + s->offset, v, n + 1);
+    return 1;
+}
+
 int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
 {
     long long n = 0;
@@ -314,6 +343,8 @@ int gp_settings_parse(gp_knobs *k, const gp_setting *s, const char *v)
         return parse_dir(k, s, v);
     case GP_SYNTAX_NAME:
         return parse_name(k, s, v);
+    case GP_SYNTAX_TEXT:
+        return parse_text(k, s, v);
     case GP_SYNTAX_NUMBER:
         ok = parse_word(s, v, &n) || parse_number(s, v, &n);
         break;

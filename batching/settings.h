@@ -83,6 +83,7 @@ typedef struct gp_test_hooks {
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
+    char gpu_model[64];       /* the priors see every GPU as this model; "": the driver's */
     int host_fail_after;      /* after N good batches the host executor fails the next one as a
                                * whole, once, as a GPU fails (it stands in for one); -1: never */
     /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
@@ -140,6 +141,11 @@ typedef struct gp_knobs {
      * calib_cache.c): an absolute directory, "off", or "" for $XDG_CACHE_HOME/gpuprov (else
      * $HOME/.cache/gpuprov). */
     char calib_cache[256];
+    /* The machine's measurements (gpuprov-calibrate --system): an absolute directory, "off", or ""
+     * for GPUPROV_SYSTEM_CALIB_DIR. Read where the user's cache has none. */
+    char calib_system[256];
+    int priors;            /* route an unmeasured host by its class's numbers (policy/priors.c) */
+    int calib_refresh;     /* measure whatever is persisted or known, and persist the result */
     gp_test_hooks test;
     gp_experiments exp;
 } gp_knobs;
@@ -162,9 +168,14 @@ typedef enum gp_setting_syntax {
     GP_SYNTAX_WORD,        /* one of the words, case-insensitive */
     GP_SYNTAX_DIR,         /* an absolute directory path shorter than the field, or one of the words
                             * (stored as given) */
-    GP_SYNTAX_NAME         /* a file's name (letters, digits, '.', '_' and '-') shorter than the
+    GP_SYNTAX_NAME,        /* a file's name (letters, digits, '.', '_' and '-') shorter than the
                             * field (stored as given) */
+    GP_SYNTAX_TEXT         /* printable ASCII text, spaces too, shorter than the field (stored as given) */
 } gp_setting_syntax;
+
+/* Is the knob's field text (a char array, its default the empty string)? */
+#define gp_setting_is_text(s) \
+    ((s)->syntax == GP_SYNTAX_DIR || (s)->syntax == GP_SYNTAX_NAME || (s)->syntax == GP_SYNTAX_TEXT)
 
 typedef struct gp_setting_word {
     const char *word;

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The hybrid policy's measurements persisted between processes, keyed by GPU, CPU, build and OpenSSL. */
-#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -106,92 +105,25 @@ static void printable(char *s)
             *s = '_';
 }
 
-/* The CPU: /proc/cpuinfo's first "model name" and the CPUs online. */
-static void cpu_identity(char *out, size_t n)
-{
-    char line[512], model[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        char *colon = strchr(line, ':');
-
-        if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
-            snprintf(model, sizeof(model), "%s", colon + 1 + (colon[1] == ' '));
-            model[strcspn(model, "\n")] = '\0';
-            break;
-        }
-    }
-    if (f != NULL)
-        fclose(f);
-    snprintf(out, n, "%s x%ld", model, gp_online_cpus());
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*
- * The GPUs the driver reports (/proc/driver/nvidia/gpus/<bus>/information: model, UUID, bus), in
- * bus order, and CUDA_VISIBLE_DEVICES, which picks among them: known before the GPU is opened,
- * which the decision to wait for it needs. 0 when the driver shows none (no cache then).
- */
-static int gpu_identity(char *out, size_t n)
-{
-    static const char dir[] = "/proc/driver/nvidia/gpus";
-    char *names[64];
-    size_t nn = 0, used = 0;
-    struct dirent *d;
-    DIR *dp = opendir(dir);
-    const char *vis = gp_settings_cuda_visible();
-
-    if (dp == NULL)
-        return 0;
-    while ((d = readdir(dp)) != NULL && nn < 64)
-        if (d->d_name[0] != '.' && (names[nn] = strdup(d->d_name)) != NULL)
-            nn++;
-    closedir(dp);
-    qsort(names, nn, sizeof(names[0]), cmp_names);
-    out[0] = '\0';
-    for (size_t i = 0; i < nn; i++) {
-        char path[512], line[256];
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/%s/information", dir, names[i]);
-        if ((f = fopen(path, "r")) != NULL) {
-            while (fgets(line, sizeof(line), f) != NULL)
-                if (strncmp(line, "Model:", 6) == 0 || strncmp(line, "GPU UUID:", 9) == 0
-                    || strncmp(line, "Bus Location:", 13) == 0) {
-                    line[strcspn(line, "\n")] = '\0';
-                    if (used < n)
-                        used += (size_t)snprintf(out + used, n - used, "%s%s", used ? "; " : "", line);
-                }
-            fclose(f);
-        }
-        free(names[i]);
-    }
-    if (used == 0 || used >= n)
-        return 0;
-    snprintf(out + used, n - used, "; visible %s", vis != NULL ? vis : "all");
-    return 1;
-}
-
-/* The key of the numbers this process would measure with `gpu`; 0 when it cannot be known. */
+/* The key of the numbers this process would measure with `gpu`; 0 when it cannot be known. The
+ * driver's version and the cores' code class (which OPENSSL_ia32cap may narrow) are in it: either
+ * changes what a measurement finds. */
 static int cache_key(gp_policy *p, const gp_executor *gpu, char *out, size_t n)
 {
     build_id_find b = { .addr = (const void *)cache_key, .hex = "none" };
-    char cpu[320], g[1024];
+    char cpu[320], g[1024], driver[64];
     int len;
 
     if (gpu == p->ops->host)
         snprintf(g, sizeof(g), "the host executor (threads %d)", p->knobs->host_threads);
-    else if (!gpu_identity(g, sizeof(g)))
+    else if (!gp_machine_gpus(g, sizeof(g)))
         return 0;
     (void)dl_iterate_phdr(build_id_cb, &b);
-    cpu_identity(cpu, sizeof(cpu));
-    len = snprintf(out, n, "gpuprov %s build %s; %s; cpu %s; gpu %s; device %d streams %d",
-                   GPUPROV_VERSION, b.hex, OpenSSL_version(OPENSSL_VERSION), cpu, g, p->knobs->device,
-                   p->knobs->streams);
+    gp_machine_cpu(cpu, sizeof(cpu));
+    gp_machine_driver(driver, sizeof(driver));
+    len = snprintf(out, n, "gpuprov %s build %s; %s; cpu %s, code %s; gpu %s; driver %s; device %d streams %d",
+                   GPUPROV_VERSION, b.hex, OpenSSL_version(OPENSSL_VERSION), cpu, gp_machine_cpu_class(), g,
+                   driver, p->knobs->device, p->knobs->streams);
     if (len < 0 || (size_t)len >= n)
         return 0;
     printable(out);
@@ -208,29 +140,48 @@ static uint64_t key_hash(const char *s)
     return h;
 }
 
-/* The cache directory per the knob calib_cache; 0 when it is off or unknown. */
-static int cache_dir(gp_policy *p, char *out, size_t n)
+/* The directory of the user's cache (knob calib_cache) or the machine's (knob calib_system); 0
+ * when it is off or unknown. */
+static int cache_dir(gp_policy *p, gp_calib_where where, char *out, size_t n)
 {
-    const char *knob = p->knobs->calib_cache;
+    const char *knob = where == GP_CALIB_SYSTEM ? p->knobs->calib_system : p->knobs->calib_cache;
     int len;
 
     if (strcmp(knob, "off") == 0)
         return 0;
-    if (knob[0] != '/')
-        return gp_settings_user_cache_dir(out, n);
+    if (knob[0] != '/') {
+        if (where == GP_CALIB_USER)
+            return gp_settings_user_cache_dir(out, n);
+        knob = GPUPROV_SYSTEM_CALIB_DIR;
+    }
     len = snprintf(out, n, "%s", knob);
+    return len > 0 && (size_t)len < n;
+}
+
+/* The machine's directory is the one being written (gpuprov-calibrate --system points the user's
+ * cache at it): its files must be readable by every user. */
+static int is_system_dir(gp_policy *p, const char *dir)
+{
+    char sys[512];
+
+    return cache_dir(p, GP_CALIB_SYSTEM, sys, sizeof(sys)) && strcmp(sys, dir) == 0;
+}
+
+static int cache_file_in(gp_policy *p, const gp_executor *gpu, gp_calib_where where, char *path, size_t n,
+                         char *key, size_t keyn)
+{
+    char dir[512];
+    int len;
+
+    if (!cache_dir(p, where, dir, sizeof(dir)) || !cache_key(p, gpu, key, keyn))
+        return 0;
+    len = snprintf(path, n, "%s/calib-%016llx.txt", dir, (unsigned long long)key_hash(key));
     return len > 0 && (size_t)len < n;
 }
 
 int gp_calib_cache_file(gp_policy *p, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn)
 {
-    char dir[512];
-    int len;
-
-    if (!cache_dir(p, dir, sizeof(dir)) || !cache_key(p, gpu, key, keyn))
-        return 0;
-    len = snprintf(path, n, "%s/calib-%016llx.txt", dir, (unsigned long long)key_hash(key));
-    return len > 0 && (size_t)len < n;
+    return cache_file_in(p, gpu, GP_CALIB_USER, path, n, key, keyn);
 }
 
 /* Is v a finite number in (lo, hi]? */
@@ -259,8 +210,9 @@ static int parse_size(const char *s, size_t *out)
     return 1;
 }
 
-/* One "alg" line into out[alg]; 0 when anything in it is out of range, or the alg repeats. */
-static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now)
+/* One "alg" line into out[alg]; 0 when anything in it is out of range, older than max_age
+ * seconds, or the alg repeats. */
+static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now, long long max_age)
 {
     unsigned alg, keylen;
     long long at;
@@ -282,7 +234,7 @@ static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now)
     if (!parse_size(mn, &c.min_gpu_bytes) || !parse_size(lone, &c.lone_gpu_bytes))
         return 0;
     /* Measured within the age limit, and not in the future (a clock set back: measure again). */
-    if (at <= 0 || (long long)now < at || (long long)now - at > GP_CALIB_MAX_AGE_S)
+    if (at <= 0 || (long long)now < at || (long long)now - at > max_age)
         return 0;
     c.have = 1;
     c.keylen = keylen;
@@ -295,22 +247,47 @@ static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now)
     return 1;
 }
 
-int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5])
+/*
+ * Who may have written a cache file the policy trusts: the user's own is this user's; the
+ * machine's is root's or this user's, and neither it nor its directory may be writable by group
+ * or others (anyone who could replace it could steer where this user's messages run).
+ */
+static int trusted(const struct stat *st, gp_calib_where where)
+{
+    if (where == GP_CALIB_USER)
+        return st->st_uid == geteuid();
+    return (st->st_uid == 0 || st->st_uid == geteuid()) && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+int gp_calib_cache_read_from(gp_policy *p, const gp_executor *gpu, gp_calib_where where, gp_calib_numbers out[5])
 {
     char path[1024], key[2048], buf[GP_CALIB_MAX_FILE + 1], *line, *next;
     gp_calib_numbers got[5] = { 0 };
     struct stat st;
     ssize_t len;
-    int fd, n = 0, ended = 0;
+    int fd, n = 0, ended = 0, ok_dir;
     time_t now = time(NULL);
+    /* The user's cache is the policy's own measurement, redone after a while (driver or firmware
+     * updates the key does not see); the machine's is an administrator's, kept until replaced. */
+    const long long max_age = where == GP_CALIB_USER ? GP_CALIB_MAX_AGE_S : (long long)1 << 40;
 
     memset(out, 0, 5 * sizeof(out[0]));
-    if (!gp_calib_cache_file(p, gpu, path, sizeof(path), key, sizeof(key)))
+    if (!cache_file_in(p, gpu, where, path, sizeof(path), key, sizeof(key)))
         return 0;
+    if (where == GP_CALIB_SYSTEM) {
+        char *slash = strrchr(path, '/');
+
+        *slash = '\0';
+        ok_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode) && trusted(&st, where);
+        *slash = '/';
+        if (!ok_dir)
+            return 0;
+    }
     if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return 0;
-    /* Only a regular file this user owns (a directory others may write must not steer routing). */
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size > GP_CALIB_MAX_FILE) {
+    /* Only a regular file whose writer is trusted (a directory others may write must not steer
+     * routing). */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !trusted(&st, where) || st.st_size > GP_CALIB_MAX_FILE) {
         close(fd);
         return 0;
     }
@@ -333,7 +310,7 @@ int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers o
                 return 0;
         } else if (strcmp(line, "end") == 0) {
             ended = 1;
-        } else if (!parse_alg_line(line, got, now)) {
+        } else if (!parse_alg_line(line, got, now, max_age)) {
             return 0;
         }
     }
@@ -346,6 +323,11 @@ int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers o
     return n;
 }
 
+int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5])
+{
+    return gp_calib_cache_read_from(p, gpu, GP_CALIB_USER, out);
+}
+
 static void put_size(char *buf, size_t n, size_t v)
 {
     if (v == GP_KNOB_CALIBRATE)
@@ -354,8 +336,9 @@ static void put_size(char *buf, size_t n, size_t v)
         snprintf(buf, n, "%zu", v);
 }
 
-/* mkdir -p for the cache directory (mode 0700: measurements are nobody else's business). */
-static int make_dirs(const char *dir)
+/* mkdir -p for the cache directory: mode 0700 for a user's (measurements are nobody else's
+ * business), 0755 for the machine's (every user reads it). */
+static int make_dirs(const char *dir, mode_t mode)
 {
     char p[512];
     size_t len = strlen(dir);
@@ -367,7 +350,7 @@ static int make_dirs(const char *dir)
         if (p[i] != '/' && p[i] != '\0')
             continue;
         p[i] = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        if (mkdir(p, mode) != 0 && errno != EEXIST)
             return 0;
         p[i] = dir[i];
     }
@@ -378,20 +361,23 @@ int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_nu
 {
     char path[1024], key[2048], tmp[1100], *slash;
     FILE *f;
-    int fd, ok;
+    int fd, ok, shared;
 
     if (!gp_calib_cache_file(p, gpu, path, sizeof(path), key, sizeof(key)))
         return 0;
     slash = strrchr(path, '/');
     *slash = '\0';
-    ok = make_dirs(path);
+    shared = is_system_dir(p, path);
+    ok = make_dirs(path, shared ? 0755 : 0700);
     *slash = '/';
     if (!ok)
         return 0;
     snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
     (void)unlink(tmp);   /* left by an earlier process with this pid that died writing */
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, shared ? 0644 : 0600)) < 0)
         return 0;
+    if (shared)
+        (void)fchmod(fd, 0644);   /* whatever the umask took */
     if ((f = fdopen(fd, "w")) == NULL) {
         close(fd);
         unlink(tmp);

@@ -35,9 +35,11 @@
  * on the cpu lane (CTR, ChaCha20: no MAC state) may leave it for the engine at an update boundary
  * (provider/stream_common.c), starting a new message at its counter.
  *
- * The thresholds come from a self-measurement the first time an algorithm is routed in a process
- * (a few milliseconds on a GPU host), or from an earlier process's measurement on the same machine
- * (calib_cache.c), unless the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
+ * The thresholds come from what is known before measuring: an earlier process's measurement on
+ * the same machine (calib_cache.c), else the machine's (gpuprov-calibrate --system), else the
+ * numbers measured on hosts of this one's class (priors.c); else from a self-measurement the
+ * first time an algorithm is routed in a process (a few hundred milliseconds on a GPU host); unless
+ * the knobs min_gpu_bytes, lone_gpu_bytes and gpu_share set them.
  * Per-message GPU cost is modelled as a + b*len with 64 messages in flight (two batch sizes
  * measured), the CPU's as len / cpu_rate; a lone caller's message costs what one message alone
  * measured at a few lengths costs on each side (the round trip, then 1, 4 and 8 MiB on a GPU;
@@ -326,18 +328,26 @@ static int calibrate_main(void *v)
     return calibrate(c->p, c->gpu, c->alg, c->keylen, c->h);
 }
 
-/* The cache file's read and write keep paths, the key and the file's text on the stack (~16 KiB
+/* The cache files' reads and write keep paths, the key and the file's text on the stack (~16 KiB
  * with stdio's): inside an async job they run on a thread of their own (gp_call_off_job_stack). */
 typedef struct cache_call {
     gp_policy *p;
     const gp_executor *gpu;
+    gp_calib_numbers *numbers;
 } cache_call;
 
 static int cache_read_main(void *v)
 {
     cache_call *c = v;
 
-    return gp_calib_cache_read(c->p, c->gpu, c->p->hy.cache);
+    return gp_calib_cache_read(c->p, c->gpu, c->numbers);
+}
+
+static int system_read_main(void *v)
+{
+    cache_call *c = v;
+
+    return gp_calib_cache_read_from(c->p, c->gpu, GP_CALIB_SYSTEM, c->numbers);
 }
 
 static int cache_write_main(void *v)
@@ -347,35 +357,48 @@ static int cache_write_main(void *v)
     return gp_calib_cache_write(c->p, c->gpu, c->p->hy.cache);
 }
 
-/* Read the cache for `gpu` once (under hy->lock). */
+/* Read what is known before measuring for `gpu`, once (under hy->lock): per algorithm the
+ * user's cache, else the machine's, else this host's class's priors. */
 static void cache_load(gp_policy *p, const gp_executor *gpu)
 {
     gp_hybrid *hy = &p->hy;
-    cache_call c = { p, gpu };
+    gp_calib_numbers sys[5], prior[5];
+    cache_call c = { p, gpu, hy->cache }, cs = { p, gpu, sys };
 
     if (hy->cache_gpu == gpu)
         return;
     hy->cache_gpu = gpu;
     if (!gp_call_off_job_stack(cache_read_main, &c))
         memset(hy->cache, 0, sizeof(hy->cache));
+    if (!gp_call_off_job_stack(system_read_main, &cs))
+        memset(sys, 0, sizeof(sys));
+    if (!gp_prior_numbers(p, gpu, prior, &hy->prior_name))
+        memset(prior, 0, sizeof(prior));
+    for (int a = 0; a < 5; a++) {
+        hy->known_source[a] = hy->cache[a].have ? GP_SRC_USER_CACHE
+                              : sys[a].have     ? GP_SRC_SYSTEM_CACHE
+                              : prior[a].have   ? GP_SRC_PRIOR : GP_SRC_NONE;
+        hy->known[a] = hy->cache[a].have ? hy->cache[a] : sys[a].have ? sys[a] : prior[a];
+    }
 }
 
-/* alg's numbers from the cache into h, where it has them; 1 if so (under hy->lock). */
-static int from_cache(gp_policy *p, const gp_executor *gpu, uint32_t alg, gp_hybrid_alg *h)
+/* alg's numbers known before measuring into h, where there are some; their source, else
+ * GP_SRC_NONE (under hy->lock). */
+static int from_known(gp_policy *p, const gp_executor *gpu, uint32_t alg, gp_hybrid_alg *h)
 {
     const gp_calib_numbers *c;
 
     cache_load(p, gpu);
-    c = &p->hy.cache[alg];
+    c = &p->hy.known[alg];
     if (!c->have)
-        return 0;
+        return GP_SRC_NONE;
     h->cpu_gbps = c->cpu_gbps;
     h->gpu_gbps = c->gpu_gbps;
     h->gpu_rt_us = c->gpu_rt_us;
     h->min_gpu_bytes = c->min_gpu_bytes;
     h->lone_gpu_bytes = c->lone_gpu_bytes;
     h->gpu_share = c->gpu_share;
-    return 1;
+    return p->hy.known_source[alg];
 }
 
 /* Keep h's fresh measurement for the next process (under hy->lock; never fatal). */
@@ -390,7 +413,7 @@ static void to_cache(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t 
         .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share,
     };
     {
-        cache_call cc = { p, gpu };
+        cache_call cc = { p, gpu, NULL };
 
         (void)gp_call_off_job_stack(cache_write_main, &cc);
     }
@@ -422,12 +445,13 @@ static gp_hybrid_alg *numbers(gp_policy *p, const gp_executor *gpu, uint32_t key
         calib_call cc = { p, gpu, key_alg, keylen, h };
 
         h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
-        hy->from_cache[alg] = 0;
+        hy->source[alg] = GP_SRC_NONE;
         if (all_set) {
             /* the knobs below decide */
-        } else if (from_cache(p, gpu, alg, h)) {
-            hy->from_cache[alg] = 1;
+        } else if (!k->calib_refresh && (hy->source[alg] = from_known(p, gpu, alg, h)) != GP_SRC_NONE) {
+            /* known before measuring: the user's cache, the machine's, or the priors */
         } else if (gp_call_off_job_stack(calibrate_main, &cc)) {
+            hy->source[alg] = GP_SRC_MEASURED;
             to_cache(p, gpu, alg, keylen, h);
         } else {
             /* Could not measure: keep everything on the CPU unless the knobs say otherwise. */
@@ -479,7 +503,7 @@ int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t l
     if (gpu == NULL || alg >= 5)
         return 0;
     pthread_mutex_lock(&hy->lock);
-    have = from_cache(p, gpu, alg, &cached);
+    have = !k->calib_refresh && from_known(p, gpu, alg, &cached) != GP_SRC_NONE;
     pthread_mutex_unlock(&hy->lock);
     if (k->min_gpu_bytes != GP_KNOB_CALIBRATE)
         cached.min_gpu_bytes = k->min_gpu_bytes;
@@ -490,10 +514,10 @@ int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t l
     if (have || knobs_set)
         return rules_send_to_gpu(&cached, len, lone);
     /*
-     * No numbers for this machine yet. Large messages from callers with work in flight beside them
-     * (async jobs, other threads) are where the GPU wins for every algorithm (bench/RESULTS.md,
-     * "Large messages through openssl speed"); a lone synchronous caller waits for the whole round
-     * trip, which the measurement must show to be worth it before it is paid.
+     * No numbers for this machine yet, nor for its class. Large messages from callers with work in
+     * flight beside them (async jobs, other threads) are where the GPU wins for every algorithm
+     * (bench/RESULTS.md, "Large messages through openssl speed"); a lone synchronous caller waits
+     * for the whole round trip, which the measurement must show to be worth it before it is paid.
      */
     return !lone && len >= GP_DEMAND_BYTES;
 }
@@ -583,13 +607,21 @@ void gp_hybrid_print(gp_policy *p)
             continue;
         print_size(mn, sizeof(mn), h->min_gpu_bytes);
         print_size(lone, sizeof(lone), h->lone_gpu_bytes);
-        if (h->cpu_gbps > 0)
+        if (h->cpu_gbps > 0) {
+            char from[160];
+
+            switch (p->hy.source[i]) {
+            case GP_SRC_USER_CACHE: snprintf(from, sizeof(from), "from the cache:"); break;
+            case GP_SRC_SYSTEM_CACHE: snprintf(from, sizeof(from), "from the machine's calibration:"); break;
+            case GP_SRC_PRIOR: snprintf(from, sizeof(from), "from the priors of %s:", p->hy.prior_name); break;
+            default: snprintf(from, sizeof(from), "measured"); break;
+            }
             gp_log_line("gpuprov hybrid: %s %s cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
                         " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f\n", alg_names[i],
-                        p->hy.from_cache[i] ? "from the cache:" : "measured", h->cpu_gbps, h->gpu_gbps,
-                        h->gpu_rt_us, mn, lone, h->gpu_share);
-        else
+                        from, h->cpu_gbps, h->gpu_gbps, h->gpu_rt_us, mn, lone, h->gpu_share);
+        } else {
             gp_log_line("gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
                         " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);
+        }
     }
 }

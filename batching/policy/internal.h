@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to batching/policy/: what its files call of one another, one way (warm.c -> hybrid.c -> calib_cache.c). */
+/* Private to batching/policy/: what its files call of one another, one way (warm.c -> hybrid.c -> calib_cache.c, priors.c -> machine.c). */
 #ifndef GP_POLICY_INTERNAL_H
 #define GP_POLICY_INTERNAL_H
 
@@ -9,14 +9,36 @@
 /* Measure every algorithm now (the warm-up thread); `gpu` is the GPU-side executor. */
 void gp_hybrid_warm(gp_policy *p, const gp_executor *gpu);
 
-/* The persisted numbers (calib_cache.c). The file for the numbers `gpu` would measure here, and
- * its key; 0 when the cache is off or the key cannot be known (no GPU reported by the driver). */
+/* The persisted numbers (calib_cache.c): the user's own (knob calib_cache: what this user's
+ * processes measured) and the machine's (knob calib_system: what gpuprov-calibrate --system
+ * measured). The user's file for the numbers `gpu` would measure here, and its key; 0 when the
+ * cache is off or the key cannot be known (no GPU reported by the driver). */
+typedef enum gp_calib_where { GP_CALIB_USER, GP_CALIB_SYSTEM } gp_calib_where;
 int gp_calib_cache_file(gp_policy *p, const gp_executor *gpu, char *path, size_t n, char *key, size_t keyn);
 /* Read the valid entries into out[alg] (the rest zeroed); the number read, 0 when the file is
- * absent, unreadable, not this machine's, corrupt or stale as a whole. */
+ * absent, unreadable, not this machine's, corrupt or stale as a whole, or (the machine's) writable
+ * by anyone but root and this user. gp_calib_cache_read: the user's. */
+int gp_calib_cache_read_from(gp_policy *p, const gp_executor *gpu, gp_calib_where where, gp_calib_numbers out[5]);
 int gp_calib_cache_read(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5]);
 /* Replace the file with in[] (entries with `have`); 0 when it could not (never fatal). */
 int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_numbers in[5]);
+
+/* The numbers measured on hosts of this one's class (priors.c): GPU model and cores' code class,
+ * for `gpu` (the cuda executor; in test builds the host executor standing in for a GPU model a
+ * test hook names). 4 with every algorithm's numbers in out[] and the class's name, else 0 (no
+ * class covers this host, or knob priors is off). */
+int gp_prior_numbers(gp_policy *p, const gp_executor *gpu, gp_calib_numbers out[5], const char **name);
+
+/* The machine (machine.c), read without opening CUDA. The CPU's model and count; the code class
+ * of its cores as the default provider uses them ("vaes-avx512", "avx2", "other"; OPENSSL_ia32cap
+ * applied); each GPU the driver reports (model, UUID, bus) and CUDA_VISIBLE_DEVICES (0 if none);
+ * the one model of them all (0 if none, or they differ; in test builds a hook may name it); the
+ * driver's version ("unknown" if none). */
+void gp_machine_cpu(char *out, size_t n);
+const char *gp_machine_cpu_class(void);
+int gp_machine_gpus(char *out, size_t n);
+int gp_machine_gpu_model(gp_policy *p, char *out, size_t n);
+void gp_machine_driver(char *out, size_t n);
 
 /* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t_gpu[i] and
  * t_cpu[i] ns for one message of len[i] bytes alone on each side (n >= 2 points, len increasing),

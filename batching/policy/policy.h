@@ -76,12 +76,26 @@ typedef struct gp_hybrid {
     pthread_mutex_t lock;        /* one calibration at a time; routing reads without it */
     _Atomic unsigned fork_gen;   /* the process the numbers were measured in */
     gp_hybrid_alg alg[5];        /* by enum gp_alg */
-    /* The persisted numbers (calib_cache.c), under `lock`: read once per engine and GPU-side
-     * executor, and what the next write keeps. */
-    const gp_executor *cache_gpu;   /* the executor `cache` was read for (NULL: not read yet) */
+    /* The numbers known before measuring, under `lock`: read once per engine and GPU-side
+     * executor. `cache`: the user's persisted numbers (calib_cache.c), what the next write keeps;
+     * `known`: per algorithm the user's, else the machine's (gpuprov-calibrate --system), else
+     * the prior of this host's class (priors.c), with where each came from. */
+    const gp_executor *cache_gpu;   /* the executor they were read for (NULL: not read yet) */
     gp_calib_numbers cache[5];
-    int from_cache[5];           /* alg's numbers in this process came from the cache */
+    gp_calib_numbers known[5];
+    int known_source[5];         /* enum gp_numbers_source */
+    const char *prior_name;      /* the class whose priors `known` holds, if any */
+    int source[5];               /* where alg's numbers in this process came from */
 } gp_hybrid;
+
+/* Where an algorithm's numbers came from (the `gpuprov hybrid:` stats line says). */
+enum gp_numbers_source {
+    GP_SRC_MEASURED = 0,         /* this process measured them */
+    GP_SRC_USER_CACHE,           /* an earlier process of this user on this machine */
+    GP_SRC_SYSTEM_CACHE,         /* gpuprov-calibrate --system on this machine */
+    GP_SRC_PRIOR,                /* hosts of this one's class (GPU model, cores' code class) */
+    GP_SRC_NONE                  /* none: the knobs alone, or nothing could be measured */
+};
 
 /* The warm-up (warm.c): its thread, the callers it has seen, and its knob-stats times. */
 typedef struct gp_warm {

@@ -679,8 +679,10 @@ static void cache_rmdir(const char *dir)
     assert_int_equal(system(cmd), 0);
 }
 
-/* An engine as setup() makes it (hybrid, host as the GPU, measured), its cache in `dir`. */
-static void setup_cached(fixture *f, const char *dir)
+/* An engine as setup() makes it (hybrid, host as the GPU, measured), the user's cache in `dir`,
+ * the machine's in `system_dir` ("off": none), the GPU's model for the priors `gpu_model` ("": none,
+ * so no priors), and knob calib_refresh. */
+static void setup_known(fixture *f, const char *dir, const char *system_dir, const char *gpu_model, int refresh)
 {
     gp_knobs k;
 
@@ -688,7 +690,10 @@ static void setup_cached(fixture *f, const char *dir)
     k.backend = GP_BACKEND_HYBRID;
     k.hybrid_gpu_host = 1;
     k.stats = 1;
+    k.calib_refresh = refresh;
     snprintf(k.calib_cache, sizeof(k.calib_cache), "%s", dir);
+    snprintf(k.calib_system, sizeof(k.calib_system), "%s", system_dir);
+    snprintf(k.test.gpu_model, sizeof(k.test.gpu_model), "%s", gpu_model);
     f->lib = OSSL_LIB_CTX_new();
     f->dflt = OSSL_PROVIDER_load(f->lib, "default");
     f->e = gp_engine_new(&k, f->lib);
@@ -696,6 +701,11 @@ static void setup_cached(fixture *f, const char *dir)
     assert_string_equal(gp_engine_backend_name(f->e), "hybrid");
     gptest_rand_bytes(f->raw, sizeof(f->raw));
     f->key = gp_key_new(f->e, GP_ALG_AES_GCM, f->raw, 32);
+}
+
+static void setup_cached(fixture *f, const char *dir)
+{
+    setup_known(f, dir, "off", "", 0);
 }
 
 static void write_text(const char *path, const char *text)
@@ -734,7 +744,7 @@ static void test_cache_written_and_read(void **state)
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);   /* measures: the host never wins */
     first = f.e->policy.hy.alg[GP_ALG_AES_GCM];
-    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_MEASURED);
     assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
     assert_true(strncmp(path, dir, strlen(dir)) == 0);
     /* the key names this build (its ELF build id) and the executor standing in for the GPU */
@@ -754,7 +764,7 @@ static void test_cache_written_and_read(void **state)
 
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
-    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 1);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_USER_CACHE);
     assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps);
     assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes);
     gp_hybrid_print(&f.e->policy);
@@ -772,7 +782,7 @@ static void test_cache_written_and_read(void **state)
     setup_cached(&f, dir);
     assert_ptr_equal(one(&f, 13, 70000), &gp_exec_host);
     assert_ptr_equal(one(&f, 13, 1000), &gp_exec_cpu);
-    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 1);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_USER_CACHE);
     teardown(&f);
     cache_rmdir(dir);
 }
@@ -925,7 +935,7 @@ static void test_cache_rejects(void **state)
     /* A refused file: the engine measures, routes, and replaces it with a good one. */
     write_cache(&f, path, key, "garbage", NULL);
     assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
-    assert_int_equal(f.e->policy.hy.from_cache[GP_ALG_AES_GCM], 0);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_MEASURED);
     assert_true(f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps > 0);
     assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
     teardown(&f);
@@ -1042,6 +1052,158 @@ static void test_prior(void **state)
     cache_rmdir(dir);
 }
 
+
+/* ---- what is known before measuring: the priors (policy/priors.c), the machine's calibration ---- */
+
+/* A host of a class the priors cover (a test hook names the GPU's model; the host executor stands
+ * in for it): its first large message goes where the class's numbers send it, before any
+ * measurement, and a process routes by them without measuring. */
+static void test_priors(void **state)
+{
+    fixture f;
+    char dir[64];
+    const char *saved = getenv("OPENSSL_ia32cap");
+    char *saved_cap = saved != NULL ? strdup(saved) : NULL;
+
+    (void)state;
+    unsetenv("OPENSSL_ia32cap");
+    cache_tmpdir(dir, sizeof(dir));
+    /* no class (no model): a lone caller's large message waits for a measurement on the CPU */
+    setup_known(&f, dir, "off", "", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16u << 20, 1), 0);
+    teardown(&f);
+    /* a model no class covers: the same */
+    setup_known(&f, dir, "off", "NVIDIA A100-SXM4-80GB", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16u << 20, 1), 0);
+    teardown(&f);
+    if (strcmp(gp_machine_cpu_class(), "other") == 0) {
+        cache_rmdir(dir);
+        free(saved_cap);
+        skip();   /* cores without AVX2: no class covers them */
+    }
+    /* H200 (and the H100 it stands for): a lone caller's 16 MiB message goes to the GPU at once,
+     * for each algorithm; a 4 KiB one stays on the CPU */
+    for (int m = 0; m < 2; m++) {
+        setup_known(&f, dir, "off", m == 0 ? "NVIDIA H200" : "NVIDIA H100 80GB HBM3", 0);
+        for (uint32_t alg = GP_ALG_AES_CTR; alg <= GP_ALG_CHACHA20_POLY1305; alg++) {
+            assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, alg, 16u << 20, 1), 1);
+            assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, alg, 4096, 1), 0);
+        }
+        assert_non_null(f.e->policy.hy.prior_name);
+        teardown(&f);
+    }
+    /* A process routes by them without measuring (the host executor never wins a measurement),
+     * and says where they came from; nothing is written to the user's cache. */
+    setup_known(&f, dir, "off", "NVIDIA H200", 0);
+    assert_ptr_equal(one(&f, 13, 16u << 20), &gp_exec_host);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_PRIOR);
+    gp_hybrid_print(&f.e->policy);
+    {
+        gp_calib_numbers got[5];
+
+        assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 0);
+    }
+    teardown(&f);
+    /* The cores' class follows OPENSSL_ia32cap, as the default provider's code does: without
+     * AVX-512, VAES and VPCLMULQDQ, AES-GCM's CPU side is slower and the GPU takes smaller messages. */
+    setup_known(&f, dir, "off", "NVIDIA H200", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 1u << 20, 1), 0);
+    teardown(&f);
+    setenv("OPENSSL_ia32cap", ":~0x600DC230000", 1);
+    assert_string_equal(gp_machine_cpu_class(), "avx2");
+    setup_known(&f, dir, "off", "NVIDIA H200", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 1u << 20, 1), 1);
+    teardown(&f);
+    setenv("OPENSSL_ia32cap", ":~0x600DC230020", 1);   /* no AVX2 either */
+    assert_string_equal(gp_machine_cpu_class(), "other");
+    setup_known(&f, dir, "off", "NVIDIA H200", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16u << 20, 1), 0);
+    teardown(&f);
+    unsetenv("OPENSSL_ia32cap");
+    /* knob priors = 0: none */
+    {
+        gp_knobs k;
+
+        setup_known(&f, dir, "off", "NVIDIA H200", 0);
+        k = *f.e->policy.knobs;
+        k.priors = 0;
+        f.e->policy.knobs = &k;
+        assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_CHACHA20_POLY1305, 16u << 20, 1), 0);
+        f.e->policy.knobs = &f.e->knobs;
+        teardown(&f);
+    }
+    if (saved_cap != NULL)
+        setenv("OPENSSL_ia32cap", saved_cap, 1);
+    free(saved_cap);
+    cache_rmdir(dir);
+}
+
+/* The machine's calibration (gpuprov-calibrate --system): written readable by all, read where the
+ * user's cache has nothing, refused when others could have written it; the user's own wins; and
+ * knob calib_refresh measures whatever is known and rewrites it. */
+static void test_system_calibration(void **state)
+{
+    fixture f;
+    char user[64], sys[64], path[1024], key[2048];
+    gp_calib_numbers c[5] = { 0 }, got[5];
+    struct stat st;
+
+    (void)state;
+    cache_tmpdir(user, sizeof(user));
+    cache_tmpdir(sys, sizeof(sys));
+    assert_int_equal(chmod(sys, 0755), 0);
+    /* gpuprov-calibrate --system points the user's cache at the machine's directory */
+    setup_known(&f, sys, sys, "", 0);
+    c[GP_ALG_AES_GCM] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL) - 30 * 24 * 3600,
+                                            .cpu_gbps = 4, .gpu_gbps = 20, .gpu_rt_us = 30,
+                                            .min_gpu_bytes = 4096, .lone_gpu_bytes = 65536, .gpu_share = 1 };
+    assert_true(gp_calib_cache_write(&f.e->policy, &gp_exec_host, c));
+    assert_true(gp_calib_cache_file(&f.e->policy, &gp_exec_host, path, sizeof(path), key, sizeof(key)));
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    teardown(&f);
+    /* read as the machine's (older than the user cache's age limit: an administrator's is kept) */
+    setup_known(&f, user, sys, "", 0);
+    assert_int_equal(gp_calib_cache_read_from(&f.e->policy, &gp_exec_host, GP_CALIB_SYSTEM, got), 1);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 70000, 1), 1);
+    assert_ptr_equal(one(&f, 13, 70000), &gp_exec_host);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_SYSTEM_CACHE);
+    gp_hybrid_print(&f.e->policy);
+    teardown(&f);
+    /* writable by its group: refused (the same for its directory) */
+    assert_int_equal(chmod(path, 0664), 0);
+    setup_known(&f, user, sys, "", 0);
+    assert_int_equal(gp_calib_cache_read_from(&f.e->policy, &gp_exec_host, GP_CALIB_SYSTEM, got), 0);
+    teardown(&f);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chmod(sys, 0777), 0);
+    setup_known(&f, user, sys, "", 0);
+    assert_int_equal(gp_calib_cache_read_from(&f.e->policy, &gp_exec_host, GP_CALIB_SYSTEM, got), 0);
+    teardown(&f);
+    assert_int_equal(chmod(sys, 0755), 0);
+    /* the user's own numbers win over the machine's */
+    setup_known(&f, user, sys, "", 0);
+    c[GP_ALG_AES_GCM].at = (long long)time(NULL);
+    c[GP_ALG_AES_GCM].min_gpu_bytes = c[GP_ALG_AES_GCM].lone_gpu_bytes = GP_KNOB_CALIBRATE;
+    c[GP_ALG_AES_GCM].gpu_share = 0;
+    assert_true(gp_calib_cache_write(&f.e->policy, &gp_exec_host, c));
+    teardown(&f);
+    setup_known(&f, user, sys, "", 0);
+    assert_int_equal(gp_hybrid_prior(&f.e->policy, &gp_exec_host, GP_ALG_AES_GCM, 70000, 1), 0);
+    assert_ptr_equal(one(&f, 13, 70000), &gp_exec_cpu);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_USER_CACHE);
+    teardown(&f);
+    /* calib_refresh: measured anew (the host executor never wins), and the user's file rewritten */
+    setup_known(&f, user, sys, "NVIDIA H200", 1);
+    assert_ptr_equal(one(&f, 13, 1 << 16), &gp_exec_cpu);
+    assert_int_equal(f.e->policy.hy.source[GP_ALG_AES_GCM], GP_SRC_MEASURED);
+    assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
+    assert_true(got[GP_ALG_AES_GCM].cpu_gbps == f.e->policy.hy.alg[GP_ALG_AES_GCM].cpu_gbps);
+    teardown(&f);
+    cache_rmdir(user);
+    cache_rmdir(sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1059,6 +1221,8 @@ int main(void)
         cmocka_unit_test(test_cache_rejects),
         cmocka_unit_test(test_cache_unwritable),
         cmocka_unit_test(test_prior),
+        cmocka_unit_test(test_priors),
+        cmocka_unit_test(test_system_calibration),
     };
 
     gptest_rand_seed();

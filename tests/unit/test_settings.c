@@ -80,6 +80,11 @@ static const knob_case cases[] = {
     { "GPUPROV_CALIB_CACHE", "/tmp/gpuprov-cache", 0, 0 }, { "GPUPROV_CALIB_CACHE", "off", 0, 0 },
     { "GPUPROV_CALIB_CACHE", "relative/dir", BAD, 0 }, { "GPUPROV_CALIB_CACHE", "~/cache", BAD, 0 },
     { "GPUPROV_CALIB_CACHE", "/" DIR_TOO_LONG, BAD, 0 },
+    { "GPUPROV_CALIB_SYSTEM", "/var/cache/gpuprov", 0, 0 }, { "GPUPROV_CALIB_SYSTEM", "off", 0, 0 },
+    { "GPUPROV_CALIB_SYSTEM", "var/cache", BAD, 0 },
+    { "GPUPROV_PRIORS", "0", 0, 0 }, { "GPUPROV_PRIORS", "on", 1, 0 }, { "GPUPROV_PRIORS", "h200", BAD, 0 },
+    { "GPUPROV_CALIB_REFRESH", "1", 1, 0 }, { "GPUPROV_CALIB_REFRESH", "no", 0, 0 },
+    { "GPUPROV_CALIB_REFRESH", "now", BAD, 0 },
 #if GP_EXPERIMENT_SWITCHES
     { "GPUPROV_LONE_LAUNCH", "0", 0, 0 }, { "GPUPROV_LONE_LAUNCH", "1", 1, 0 },
     { "GPUPROV_LONE_LAUNCH", "2", BAD, 0 },
@@ -112,7 +117,9 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudahostalloc", GP_CF_HOST_ALLOC, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_CALL", "cudaFree", BAD, 0 }, { "GPUPROV_TEST_CUDA_FAULT_CALL", "3", BAD, 0 },
-    /* name knobs: an accepted value is stored as written (want 0) */
+    /* text and name knobs: an accepted value is stored as written (want 0) */
+    { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H200", 0, 0 }, { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H100 80GB HBM3", 0, 0 },
+    { "GPUPROV_TEST_GPU_MODEL", "tab\there", BAD, 0 }, { "GPUPROV_TEST_GPU_MODEL", DIR_TOO_LONG, BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "plan.c", 0, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "cuda/device.c", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c:517", BAD, 0 },
@@ -147,7 +154,7 @@ static double field_fraction(const gp_knobs *k, const gp_setting *s)
 /* Is k's field for s its default? */
 static int at_default(const gp_knobs *k, const gp_setting *s)
 {
-    if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
+    if (gp_setting_is_text(s))
         return *((const char *)k + s->offset) == '\0';
     if (s->syntax == GP_SYNTAX_FRACTION)
         return field_fraction(k, s) == s->dflt_fraction;
@@ -228,7 +235,7 @@ static void test_table(void **state)
         assert_true(at_default(&k, s));
         if (s->syntax == GP_SYNTAX_WORD)
             assert_non_null(s->words);
-        if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
+        if (gp_setting_is_text(s))
             assert_true(s->size > 1);
         /* every knob has cases: its syntaxes accepted, and one bad value at least */
         {
@@ -310,7 +317,7 @@ static void test_each_knob_syntax(void **state)
                 fail_msg("%s=%s: rejected (%s)", kc->name, kc->text, err);
             if (s->syntax == GP_SYNTAX_FRACTION)
                 assert_true(field_fraction(&k, s) == kc->want_fraction);
-            else if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
+            else if (gp_setting_is_text(s))
                 assert_string_equal((const char *)&k + s->offset, kc->text);
             else if (field_int(&k, s) != kc->want)
                 fail_msg("%s=%s: got %lld, want %lld", kc->name, kc->text, field_int(&k, s), kc->want);
@@ -402,7 +409,7 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
-        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER",
+        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER", "GPUPROV_TEST_GPU_MODEL",
         "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
         "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
@@ -454,7 +461,7 @@ static void print_table(void)
 
         if (s->syntax == GP_SYNTAX_FRACTION)
             snprintf(dflt, sizeof(dflt), s->dflt_fraction < 0 ? "measured" : "%g", s->dflt_fraction);
-        else if (s->syntax == GP_SYNTAX_DIR || s->syntax == GP_SYNTAX_NAME)
+        else if (gp_setting_is_text(s))
             snprintf(dflt, sizeof(dflt), "unset");
         else if (s->syntax == GP_SYNTAX_BYTES && s->dflt == -1)
             snprintf(dflt, sizeof(dflt), "measured");
