@@ -543,15 +543,23 @@ size_t gp_hybrid_cpu_below(gp_policy *p, uint32_t alg)
 
 const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len)
 {
+    return gp_hybrid_route_batch(p, gpu, alg, keylen, len, len);
+}
+
+/* Rule 1 weighs each message (`each`: what the batched measurement models per message), rule 2
+ * the batch as a whole (`total`): a lone caller waits one round trip for all of it. */
+const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen,
+                                         size_t each, size_t total)
+{
     gp_hybrid_alg *h = numbers(p, gpu, alg, keylen);
     const gp_executor *cpu = p->ops->cpu;
     int in_job, lone;
 
-    if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
+    if (h == NULL || each < h->min_gpu_bytes)                                    /* rule 1 */
         return cpu;
     in_job = ASYNC_get_current_job() != NULL;
     lone = !in_job && p->ops->queue_idle(p->e);
-    if (lone && len < h->lone_gpu_bytes)                                          /* rule 2 */
+    if (lone && total < h->lone_gpu_bytes)                                        /* rule 2 */
         return cpu;
     if (in_job || (lone && p->knobs->gpu_share < 0))                              /* rules 3, 4: not in a job, */
         return gpu;                                                               /* nor for a lone caller */

@@ -138,6 +138,11 @@ void gp_policy_cleanup(gp_policy *p);
 /* The executor for a message of alg with a key of keylen bytes whose first data request is `len`
  * bytes; `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
 const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len);
+/* The executor for messages of alg that start together and run as one batch (a pipeline call):
+ * `each` bytes each on average in their first data requests, `total` in all. One answer for all of
+ * them; gp_hybrid_route is this with each = total = len. */
+const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen,
+                                         size_t each, size_t total);
 /* Would the policy's numbers for alg (known in this process; none are measured here) send a
  * message whose first data request is `len` bytes to the GPU side (rules 1 and 2)? */
 int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len);
