@@ -204,3 +204,26 @@ void gp_machine_driver(char *out, size_t n)
     if (f != NULL)
         fclose(f);
 }
+
+int gp_machine_gpu_key(gp_policy *p, char *out, size_t n)
+{
+    char *names[64], uuid[200];
+    size_t nn = gpu_dirs(names, 64), used = 0;
+    const char *vis = gp_settings_cuda_visible();
+    int any = 0;
+
+    out[0] = '\0';
+    /* Every GPU the driver reports, in bus order, then which of them CUDA may see and which the
+     * executor takes: processes configured alike on a host count on the same GPUs. */
+    for (size_t i = 0; i < nn; i++) {
+        if (gpu_field(names[i], "GPU UUID", uuid, sizeof(uuid)) && used < n) {
+            used += (size_t)snprintf(out + used, n - used, "%s,", uuid);
+            any = 1;
+        }
+        free(names[i]);
+    }
+    if (!any || used >= n)
+        return 0;
+    snprintf(out + used, n - used, "visible %s; device %d", vis != NULL ? vis : "all", p->knobs->device);
+    return 1;
+}
