@@ -52,6 +52,12 @@ int gp_machine_gpu_key(gp_policy *p, char *out, size_t n);
  * process as holding it open (till gp_share_release). Both answer "no" / "yes" (not full, may
  * open) where the counts are off. gp_share_release: this process's slot, given back.
  */
+typedef struct gp_share_counts {
+    long long procs, open, batches, bytes;   /* the other processes', summed */
+} gp_share_counts;
+/* The other processes' counts now (slots of processes that are gone taken back first); 0 where
+ * the counts are off. */
+int gp_share_others_now(gp_policy *p, gp_share_counts *out);
 int gp_share_full(gp_policy *p);
 int gp_share_may_open(gp_policy *p);
 void gp_share_release(gp_policy *p);

@@ -306,6 +306,19 @@ int gp_share_full(gp_policy *p)
     return 1;
 }
 
+int gp_share_others_now(gp_policy *p, gp_share_counts *out)
+{
+    share_sum sum;
+
+    memset(out, 0, sizeof(*out));
+    if (p->knobs->machine_share == 0 || share_ready(p) == NULL)
+        return 0;
+    share_sweep(&p->share, 1);
+    sum = share_others(&p->share);
+    *out = (gp_share_counts){ sum.procs, sum.open, sum.batches, sum.bytes };
+    return 1;
+}
+
 int gp_share_may_open(gp_policy *p)
 {
     gp_share *s = &p->share;
