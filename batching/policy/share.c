@@ -31,6 +31,9 @@
 #include "batching/policy/internal.h"
 
 #define SHARE_VERSION 1u
+/* A slot's `open`. */
+#define SHARE_CLAIMS 1
+#define SHARE_HOLDS 2
 /* How often a process looks for slots of dead processes, at most (it reads the slots more often). */
 #define SHARE_SWEEP_NS 50000000ull
 
@@ -39,7 +42,7 @@
  * it back (or taking back a dead one's) clears start first. */
 typedef struct share_slot {
     _Atomic int32_t pid;          /* 0: free */
-    _Atomic int32_t open;         /* holds the GPU open */
+    _Atomic int32_t open;         /* SHARE_HOLDS: holds the GPU open; SHARE_CLAIMS: about to */
     _Atomic uint64_t start;       /* its start time + 1 (/proc/PID/stat, field 22); 0: not counting */
     _Atomic int64_t batches;      /* batches in flight on the GPU */
     _Atomic int64_t bytes;        /* their bytes */
@@ -271,7 +274,7 @@ static share_sum share_others(const gp_share *s)
             || atomic_load_explicit(&sl->start, memory_order_acquire) == 0)
             continue;
         sum.procs++;
-        sum.open += atomic_load_explicit(&sl->open, memory_order_relaxed) != 0;
+        sum.open += atomic_load_explicit(&sl->open, memory_order_relaxed) == SHARE_HOLDS;
         /* Read apart from their updates: never below zero. */
         b = atomic_load_explicit(&sl->batches, memory_order_relaxed);
         n = atomic_load_explicit(&sl->bytes, memory_order_relaxed);
@@ -319,6 +322,32 @@ int gp_share_others_now(gp_policy *p, gp_share_counts *out)
     return 1;
 }
 
+/*
+ * The openers ahead of slot `me`: the slots that hold the GPU open, and those that claim it with a
+ * lower index. Processes claiming at the same instant thus settle by index: the lowest always
+ * finds room if there is any (no round where all of them back off), and since each one stores its
+ * claim before it counts (sequentially consistent), of two racers at least one sees the other.
+ * One that counted before a racer of a lower index stored its claim may hold beside it: processes
+ * starting together may exceed knob machine_share by a few, never wait on each other.
+ */
+static int64_t share_openers_ahead(const gp_share *s, int me)
+{
+    const struct gp_share_seg *seg = s->seg;
+    const int high = atomic_load(&seg->high);
+    int64_t n = 0;
+
+    for (int i = 0; i < high && i < GP_SHARE_SLOTS; i++) {
+        const share_slot *sl = &seg->slot[i];
+        int32_t open;
+
+        if (i == me || atomic_load(&sl->pid) == 0 || atomic_load(&sl->start) == 0)
+            continue;
+        open = atomic_load(&sl->open);
+        n += open == SHARE_HOLDS || (open == SHARE_CLAIMS && i < me);
+    }
+    return n;
+}
+
 int gp_share_may_open(gp_policy *p)
 {
     gp_share *s = &p->share;
@@ -333,17 +362,16 @@ int gp_share_may_open(gp_policy *p)
     if (s->slot < 0)
         return 0;   /* every slot taken by live processes: the GPU has sharers enough */
     mine = &seg->slot[s->slot];
-    if (atomic_load(&mine->open))
+    if (atomic_load(&mine->open) == SHARE_HOLDS)
         return 1;
     share_sweep(s, 1);
     sum = share_others(s);
     if (sum.open < p->knobs->machine_share && !share_sum_full(p, &sum)) {
-        /* Say so, then look again: of processes that raced here, those that see too many back
-         * off (all of them, at worst; each warm-up looks again later). */
-        atomic_store(&mine->open, 1);
-        sum = share_others(s);
-        if (sum.open < p->knobs->machine_share)
+        atomic_store(&mine->open, SHARE_CLAIMS);
+        if (share_openers_ahead(s, s->slot) < p->knobs->machine_share) {
+            atomic_store(&mine->open, SHARE_HOLDS);
             return 1;
+        }
         atomic_store(&mine->open, 0);
     }
     atomic_fetch_add_explicit(&s->open_refused, 1, memory_order_relaxed);
@@ -416,7 +444,7 @@ void gp_share_print(gp_policy *p)
                 " this process %s, %llu batches (%.1f MB) on the GPU; the GPU full %llu times (messages"
                 " to the cpu), opening refused %llu times\n",
                 s->name, (long long)sum.procs, (long long)sum.open, (long long)sum.batches,
-                atomic_load(&mine->open) ? "holds it open" : "does not hold it open",
+                atomic_load(&mine->open) == SHARE_HOLDS ? "holds it open" : "does not hold it open",
                 (unsigned long long)atomic_load(&mine->done), atomic_load(&mine->delivered) / 1e6,
                 (unsigned long long)atomic_load(&s->full_to_cpu),
                 (unsigned long long)atomic_load(&s->open_refused));

@@ -180,13 +180,18 @@ static void kids_start(fixture *f, kids *k, size_t len)
     close(k->hold[1]);
 }
 
-/* Wait for child i; its exit status (128 + signal if killed). */
-static int kid_wait(kids *k, int i)
+/* Wait for a child; its exit status (128 + signal if killed). */
+static int kid_wait_pid(pid_t pid)
 {
     int st = 0;
 
-    assert_int_equal(waitpid(k->pid[i], &st, 0), k->pid[i]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int kid_wait(kids *k, int i)
+{
+    return kid_wait_pid(k->pid[i]);
 }
 
 /* The sum over processes, a killed child's slot taken back, and the routing flip while siblings
@@ -324,6 +329,69 @@ static void test_isolation(void **state)
     teardown(&f);
 }
 
+/* Processes claiming the GPU at the same instant settle without a round in which all of them back
+ * off: at least one holds it, and a latecomer finds room exactly when fewer than machine_share do. */
+static void test_open_race(void **state)
+{
+    enum { RACERS = 8, LIMIT = 2 };
+    fixture f;
+    gp_knobs k;
+    char key[64], c = 0;
+    int ready[2], go[2], holders = 0;
+    pid_t pid[RACERS];
+
+    (void)state;
+    share_key(key, sizeof(key), "race");
+    knobs(&k, key, LIMIT, 4);
+    setup_with(&f, &k);
+    assert_int_equal(others(&f).procs, 0);   /* the parent's slot, taken before the fork */
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    for (int i = 0; i < RACERS; i++) {
+        pid[i] = fork();
+        assert_true(pid[i] >= 0);
+        if (pid[i] == 0) {
+            gp_share_counts cc;
+
+            close(ready[0]);
+            close(go[1]);
+            /* Take the slot first, so that only the claims race. */
+            if (!gp_share_others_now(&f.e->policy, &cc) || write(ready[1], &c, 1) != 1)
+                _exit(3);
+            while (read(go[0], &c, 1) > 0)
+                ;
+            c = (char)gp_share_may_open(&f.e->policy);
+            /* Hold the slot (and the GPU, if it got it) until the parent has counted. */
+            if (write(ready[1], &c, 1) != 1)
+                _exit(3);
+            pause();
+            _exit(0);
+        }
+    }
+    close(ready[1]);
+    close(go[0]);
+    for (int i = 0; i < RACERS; i++)
+        assert_true(read_byte(ready[0]));
+    close(go[1]);   /* all claim now */
+    for (int i = 0; i < RACERS; i++) {
+        struct pollfd pfd = { .fd = ready[0], .events = POLLIN };
+
+        assert_int_equal(poll(&pfd, 1, 10000), 1);
+        assert_int_equal(read(ready[0], &c, 1), 1);
+        holders += c;
+    }
+    print_message("%d of %d racers hold the GPU open (machine_share %d)\n", holders, RACERS, LIMIT);
+    assert_true(holders >= 1);
+    assert_int_equal(others(&f).open, holders);
+    assert_int_equal(gp_share_may_open(&f.e->policy), holders < LIMIT);
+    for (int i = 0; i < RACERS; i++) {
+        kill(pid[i], SIGKILL);
+        (void)kid_wait_pid(pid[i]);
+    }
+    close(ready[0]);
+    teardown_last(&f);
+}
+
 /* The warm-up of a process whose siblings already hold the GPU open (knob machine_share of them)
  * opens nothing and keeps its work on the cpu; once a sibling is gone (killed: its slot is taken
  * back) it opens. */
@@ -388,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_sum_reclaim_route),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_isolation),
+        cmocka_unit_test(test_open_race),
         cmocka_unit_test(test_warm_refused),
     };
 
