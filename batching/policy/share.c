@@ -35,7 +35,7 @@
 #define SHARE_CLAIMS 1
 #define SHARE_HOLDS 2
 /* How often a process looks for slots of dead processes, at most (it reads the slots more often). */
-#define SHARE_SWEEP_NS 50000000ull
+#define SHARE_SWEEP_NS 100000000ull
 
 /* One process's slot: a cache line of its own, written by its owner at each batch. A slot counts
  * while pid and start are both set: a process taking it sets pid first and start last, one giving
@@ -123,18 +123,24 @@ static uint64_t proc_start(pid_t pid)
 }
 
 /* Is the process of a slot (pid, start) still there? A pid that names a process started at
- * another time is a new process reusing it. What cannot be read counts as there. */
-static int slot_alive(pid_t pid, uint64_t start)
+ * another time is a new process reusing it (`full`: look at the start time too, which costs a read
+ * of /proc). What cannot be read counts as there. */
+static int slot_alive(pid_t pid, uint64_t start, int full)
 {
     uint64_t now;
 
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return 0;
-    now = start > 1 ? proc_start(pid) : 0;   /* 1: its owner could not read its own */
+    now = full && start > 1 ? proc_start(pid) : 0;   /* 1: its owner could not read its own */
     return now == 0 || now == start;
 }
 
-/* Take back the slots of processes that are gone. `force`: now, else at most every SHARE_SWEEP_NS. */
+/*
+ * Take back the slots of processes that are gone. `force`: every slot, now, pid reuse included
+ * (opening, taking a slot, a full look); else at most every SHARE_SWEEP_NS, and only the slots
+ * that count (batches in flight, the GPU held open) by kill() alone: a pid reused since is caught
+ * at the next forced sweep.
+ */
 static void share_sweep(gp_share *s, int force)
 {
     struct gp_share_seg *seg = s->seg;
@@ -144,13 +150,13 @@ static void share_sweep(gp_share *s, int force)
     if (!force && (now - last < SHARE_SWEEP_NS
                    || !atomic_compare_exchange_strong(&s->swept_ns, &last, now)))
         return;
-    atomic_store_explicit(&s->swept_ns, now, memory_order_relaxed);
     for (int i = 0; i < high && i < GP_SHARE_SLOTS; i++) {
         share_slot *sl = &seg->slot[i];
         int32_t pid = atomic_load_explicit(&sl->pid, memory_order_acquire);
         uint64_t start = atomic_load_explicit(&sl->start, memory_order_acquire);
 
-        if (pid == 0 || slot_alive(pid, start))
+        if (pid == 0 || (!force && atomic_load(&sl->batches) <= 0 && atomic_load(&sl->open) == 0)
+            || slot_alive(pid, start, force))
             continue;
         /* Stop counting first (start), then free it (pid); whoever wins each step does it. A
          * process that died between taking a slot and setting its start leaves start 0: freed
