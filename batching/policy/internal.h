@@ -61,6 +61,8 @@ int gp_share_others_now(gp_policy *p, gp_share_counts *out);
 int gp_share_full(gp_policy *p);
 int gp_share_may_open(gp_policy *p);
 void gp_share_release(gp_policy *p);
+/* The opening that gp_share_may_open let this process try failed: its place is free again. */
+void gp_share_not_open(gp_policy *p);
 void gp_share_print(gp_policy *p);
 
 /* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t_gpu[i] and

@@ -384,6 +384,14 @@ int gp_share_may_open(gp_policy *p)
     return 0;
 }
 
+void gp_share_not_open(gp_policy *p)
+{
+    gp_share *s = &p->share;
+
+    if (s->seg != NULL && s->slot >= 0 && atomic_load(&s->gen) == gp_fork_generation() + 1)
+        atomic_store(&s->seg->slot[s->slot].open, 0);
+}
+
 size_t gp_share_begin(gp_policy *p, const gp_executor *x, const gp_request *reqs, size_t n)
 {
     struct gp_share_seg *seg;

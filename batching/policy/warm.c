@@ -137,6 +137,8 @@ static void *warmup_main(void *v)
             gp_hybrid_warm(p, gpu);
         w->calib_ns = gp_now_ns() - t1;
         w->calib_cpu_ns = thread_cpu_ns() - c1;
+    } else {
+        gp_share_not_open(p);   /* another process may open in its place */
     }
     atomic_store_explicit(&w->done, 1, memory_order_release);
     p->ops->route_changed(p->e);
