@@ -188,7 +188,8 @@ static int share_map(gp_policy *p, gp_share *s)
      * them) is refused, and so is one this user opened up to others. */
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0
         || (st.st_size != 0 && st.st_size != (off_t)sizeof(struct gp_share_seg))
-        || (st.st_size == 0 && ftruncate(fd, sizeof(struct gp_share_seg)) != 0)) {
+        || (st.st_size == 0 && (fchmod(fd, 0600) != 0   /* whatever the umask took away */
+                                || ftruncate(fd, sizeof(struct gp_share_seg)) != 0))) {
         close(fd);
         return 0;
     }
