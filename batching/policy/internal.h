@@ -54,6 +54,7 @@ int gp_machine_gpu_key(gp_policy *p, char *out, size_t n);
  */
 typedef struct gp_share_counts {
     long long procs, open, batches, bytes;   /* the other processes', summed */
+    long long done;                          /* ... and the batches they have run there, in all */
 } gp_share_counts;
 /* The other processes' counts now (slots of processes that are gone taken back first); 0 where
  * the counts are off. */

@@ -264,7 +264,7 @@ static struct gp_share_seg *share_ready(gp_policy *p)
 
 /* The other processes' counts (slots of this process's other engines included). */
 typedef struct share_sum {
-    int64_t procs, open, batches, bytes;
+    int64_t procs, open, batches, bytes, done;
 } share_sum;
 
 static share_sum share_others(const gp_share *s)
@@ -287,6 +287,7 @@ static share_sum share_others(const gp_share *s)
         n = atomic_load_explicit(&sl->bytes, memory_order_relaxed);
         sum.batches += b > 0 ? b : 0;
         sum.bytes += n > 0 ? n : 0;
+        sum.done += (int64_t)atomic_load_explicit(&sl->done, memory_order_relaxed);
     }
     return sum;
 }
@@ -325,7 +326,7 @@ int gp_share_others_now(gp_policy *p, gp_share_counts *out)
         return 0;
     share_sweep(&p->share, 1);
     sum = share_others(&p->share);
-    *out = (gp_share_counts){ sum.procs, sum.open, sum.batches, sum.bytes };
+    *out = (gp_share_counts){ sum.procs, sum.open, sum.batches, sum.bytes, sum.done };
     return 1;
 }
 
