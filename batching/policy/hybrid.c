@@ -496,7 +496,8 @@ int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len)
     if (!atomic_load_explicit(&h->ready, memory_order_acquire)
         || atomic_load_explicit(&p->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
         return 0;
-    return rules_send_to_gpu(h, len, lone_now(p));
+    /* Rule 3m too: a message the machine's full GPU would route to the cpu stays where it runs. */
+    return rules_send_to_gpu(h, len, lone_now(p)) && !gp_share_full(p);
 }
 
 int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t len, int lone)

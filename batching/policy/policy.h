@@ -156,7 +156,7 @@ void gp_policy_cleanup(gp_policy *p);
  * bytes; `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
 const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len);
 /* Would the policy's numbers for alg (known in this process; none are measured here) send a
- * message whose first data request is `len` bytes to the GPU side (rules 1 and 2)? */
+ * message whose first data request is `len` bytes to the GPU side (rules 1, 2 and 3m)? */
 int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len);
 /* Before the GPU is open: should a message of alg whose first data request is `len` bytes wait
  * for it? By the persisted numbers where there are some (rules 1 and 2, `lone`: the caller would

@@ -220,8 +220,10 @@ static void test_sum_reclaim_route(void **state)
     assert_int_equal(c.bytes, CHILDREN * MIB);
     /* Each child's message ran as batches on the GPU side, which the engine counted (run_on). */
     assert_true(c.done >= CHILDREN);
-    /* Three batches in flight elsewhere, the GPU runs two: this process's messages go to the cpu. */
+    /* Three batches in flight elsewhere, the GPU runs two: this process's messages go to the cpu,
+     * and a stream on the cpu lane would not leave it. */
     assert_ptr_equal(one(&f, 65536), &gp_exec_cpu);
+    assert_int_equal(gp_hybrid_gpu_eligible(&f.e->policy, GP_ALG_AES_GCM, MIB), 0);
 
     /* A child killed with a batch in flight: its slot stops counting at the next look. */
     assert_int_equal(kill(kd.pid[0], SIGKILL), 0);
@@ -241,6 +243,7 @@ static void test_sum_reclaim_route(void **state)
     assert_int_equal(c.procs, 0);
     assert_int_equal(c.batches, 0);
     assert_ptr_equal(one(&f, 65536), &gp_exec_host);
+    assert_int_equal(gp_hybrid_gpu_eligible(&f.e->policy, GP_ALG_AES_GCM, MIB), 1);
     assert_true(atomic_load(&f.e->policy.share.full_to_cpu) >= 2);
     teardown_last(&f);
 }
