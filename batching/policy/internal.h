@@ -41,7 +41,8 @@ int gp_machine_gpu_model(gp_policy *p, char *out, size_t n);
 void gp_machine_driver(char *out, size_t n);
 
 /* A key naming the GPUs the cuda executor uses here, read without opening CUDA: the driver's GPU
- * UUIDs, CUDA_VISIBLE_DEVICES and knob device; 0 if the driver reports no GPU. */
+ * UUIDs, CUDA_VISIBLE_DEVICES and knob device. How many GPUs the executor uses (1, or with device
+ * = all those visible); 0 if the driver reports none. */
 int gp_machine_gpu_key(gp_policy *p, char *out, size_t n);
 
 /*

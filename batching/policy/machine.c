@@ -225,5 +225,17 @@ int gp_machine_gpu_key(gp_policy *p, char *out, size_t n)
     if (!any || used >= n)
         return 0;
     snprintf(out + used, n - used, "visible %s; device %d", vis != NULL ? vis : "all", p->knobs->device);
-    return 1;
+    if (p->knobs->device != GP_DEVICE_ALL)
+        return 1;
+    /* device = all: the GPUs CUDA may see (a CUDA_VISIBLE_DEVICES list stops at its first entry
+     * that names no GPU, as CUDA reads it; counted here by its entries, at most the driver's). */
+    if (vis == NULL)
+        return (int)nn;
+    {
+        size_t listed = vis[0] != '\0';
+
+        for (const char *c = vis; *c != '\0'; c++)
+            listed += *c == ',';
+        return (int)(listed == 0 ? 0 : listed < nn ? listed : nn);
+    }
 }

@@ -132,6 +132,7 @@ typedef struct gp_share {
     _Atomic int state;           /* 0: not looked at yet; 1: mapped; -1: off (knob, no key, refused) */
     struct gp_share_seg *seg;    /* the mapping (NULL: none) */
     int slot;                    /* this process's slot in seg; -1: every slot was taken */
+    int gpus;                    /* the GPUs the segment counts for (device = all: several) */
     _Atomic uint64_t swept_ns;   /* when this process last looked for slots of dead processes */
     _Atomic uint64_t full_to_cpu;   /* messages the others' full GPU sent to the cpu (stats) */
     _Atomic uint64_t open_refused;  /* the warm-up's looks that found no room to open the GPU */

@@ -69,7 +69,8 @@ static const gp_executor *share_gpu(gp_policy *p)
 }
 
 /* The key of the GPUs counted here: the cuda executor's (gp_machine_gpu_key); the host executor
- * standing in for a GPU shares only under the fake UUID a test names. */
+ * standing in for a GPU shares only under the fake UUID a test names. How many GPUs it names, 0 if
+ * none. */
 static int share_key(gp_policy *p, char *key, size_t n)
 {
     if (p->knobs->hybrid_gpu_host) {
@@ -81,7 +82,7 @@ static int share_key(gp_policy *p, char *key, size_t n)
 #endif
         return 0;
     }
-    return p->ops->cuda != NULL && gp_machine_gpu_key(p, key, n);
+    return p->ops->cuda != NULL ? gp_machine_gpu_key(p, key, n) : 0;
 }
 
 /* FNV-1a, 64 bits: the segment's name from the key (names are short; the key is not secret). */
@@ -177,7 +178,7 @@ static int share_map(gp_policy *p, gp_share *s)
     int fd;
     uint32_t v = 0;
 
-    if (!share_key(p, key, sizeof(key)))
+    if ((s->gpus = share_key(p, key, sizeof(key))) <= 0)
         return 0;
     snprintf(s->name, sizeof(s->name), "/gpuprov-%u-%016llx", (unsigned)geteuid(),
              (unsigned long long)fnv1a(key));
@@ -293,10 +294,12 @@ static share_sum share_others(const gp_share *s)
 }
 
 /* The others hold the GPU full: as many batches in flight as it runs at once (knob streams, the
- * slots a process keeps in flight per GPU), or that many batches' worth of bytes. */
+ * slots a process keeps in flight per GPU, times the GPUs counted), or that many batches' worth of
+ * bytes. */
 static int share_sum_full(gp_policy *p, const share_sum *sum)
 {
-    const int64_t batches = p->knobs->streams > 0 ? p->knobs->streams : 1;
+    const int64_t batches = (p->knobs->streams > 0 ? p->knobs->streams : 1)
+                            * (p->share.gpus > 0 ? p->share.gpus : 1);
     const int64_t batch_bytes = p->knobs->max_batch_bytes > 0 ? (int64_t)p->knobs->max_batch_bytes : 1 << 20;
 
     return sum->batches >= batches || sum->bytes >= batches * batch_bytes;
