@@ -1141,8 +1141,12 @@ static size_t rerun_unfinished(gp_engine *e, gp_request *reqs, size_t n)
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
 {
     fault_tally t = { 0 };
+    /* In flight on the GPU for every process of this user (policy/share.c), till it returns. */
+    const size_t shared = gp_share_begin(&e->policy, x, reqs, n);
+    const int ok = x->run(e, reqs, n);
 
-    if (x->run(e, reqs, n)) {
+    gp_share_end(&e->policy, shared);
+    if (ok) {
         account(e, x, reqs, n);
         return;
     }
