@@ -8,6 +8,9 @@
 
 #include "batching/core/core.h"
 #include "batching/exec_host.h"
+#if GP_TEST_HOOKS
+# include "batching/fake_stream.h"
+#endif
 #include "batching/kstate.h"
 #include "kernels/units.h"
 
@@ -436,6 +439,226 @@ static int host_run(gp_engine *e, gp_request *reqs, size_t n)
     return 1;
 }
 
+#if GP_TEST_HOOKS
+/*
+ * Test hook (host_devmem): stream-ordered device mode (batching/executor.h, ordered_run), with the
+ * test module's fake streams (batching/fake_stream.h) for CUDA streams, so that CI runs the mode's
+ * contract without a GPU: a request is queued on the stream and the call returns; the stream's
+ * thread runs it after the caller's earlier items there. A message's queued requests run on an
+ * instance of their own (host_ordered): copies of the message as it started and of its key, so
+ * that the provider may re-key, restart or free its context while they wait; the last of them to
+ * run frees it once the engine has let go (msg_clear).
+ */
+typedef struct host_ordered {
+    gp_key *key;
+    gp_msg *msg;
+    gp_engine *e;
+    pthread_mutex_t lock;
+    pthread_cond_t ran;          /* an item of this instance ran */
+    uint64_t queued, done;       /* items queued, items run */
+    _Atomic int failed;          /* a queued request failed: those after it do not run, waits say so */
+    int released;                /* the engine let go: the last item frees the instance */
+    uint8_t tag[16];             /* the last queued tag */
+    gp_msg_state shadow;         /* the state as the requests queued so far will leave it, made at
+                                  * queue time as the cuda executor would plan from (kstate.h) */
+} host_ordered;
+
+typedef struct host_ordered_item {
+    host_ordered *o;
+    gp_request r;
+    gp_msg_state expect;         /* the shadow when it was queued: the state it must find */
+    size_t copied;               /* bytes of `bytes`: copies of r's host memory (AAD) */
+    uint8_t bytes[];
+} host_ordered_item;
+
+static void host_ordered_free(host_ordered *o)
+{
+    gp_msg_free(o->msg);
+    gp_key_free(o->key);
+    pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->ran);
+    OPENSSL_clear_free(o, sizeof(*o));
+}
+
+/* One queued request, on the stream's thread. The test hook host_fail_after fails it as the GPU
+ * would fail a kernel: the request and those after it of the message do not run. */
+static void host_ordered_item_run(void *arg)
+{
+    host_ordered_item *it = arg;
+    host_ordered *o = it->o;
+    int last;
+
+    if (!o->failed) {
+        if (host_fails_now(o->e))
+            it->r.status = GP_REQ_FAILED;
+        else if (!gp_kstate_shadow_matches(&o->msg->st, &it->expect))
+            /* A plan made at queue time would not be the plan of the state the request finds: the
+             * shadow (kstate.h) is wrong, and the suites fail on this request. */
+            it->r.status = GP_REQ_FAILED;
+        else
+            host_run_one(&it->r);
+        if (it->r.status != GP_REQ_OK)
+            o->failed = 1;
+    }
+    OPENSSL_clear_free(it, sizeof(*it) + it->copied);
+    pthread_mutex_lock(&o->lock);
+    o->done++;
+    last = o->released && o->done == o->queued;
+    pthread_cond_broadcast(&o->ran);
+    pthread_mutex_unlock(&o->lock);
+    if (last)
+        host_ordered_free(o);
+}
+
+/* The kernels' op of request r (a tag request's, a verdict's too). */
+static uint32_t op_of_kind(const gp_request *r)
+{
+    switch (r->kind) {
+    case GP_REQ_AAD:
+        return GP_OP_AAD;
+    case GP_REQ_CRYPT:
+        return r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT;
+    default:
+        return GP_OP_TAG;
+    }
+}
+
+static int host_stream_check(gp_engine *e, uint64_t stream, int gpu)
+{
+    (void)gpu;
+    if (!e->knobs.test.host_devmem)
+        return GP_MEM_NO_EXECUTOR;
+    return gp_fake_stream_find(stream) != NULL ? GP_MEM_OK : GP_MEM_BAD_STREAM;
+}
+
+/* The message's instance, made at its first queued request from the state it started with. */
+static host_ordered *host_ordered_of(gp_engine *e, gp_msg *m)
+{
+    host_ordered *o = m->ordered;
+
+    if (o != NULL)
+        return o;
+    if ((o = OPENSSL_zalloc(sizeof(*o))) == NULL)
+        return NULL;
+    o->e = e;
+    pthread_mutex_init(&o->lock, NULL);
+    pthread_cond_init(&o->ran, NULL);
+    if ((o->key = gp_key_dup(m->key)) == NULL || (o->msg = gp_msg_dup(m, o->key)) == NULL) {
+        host_ordered_free(o);
+        return NULL;
+    }
+    o->shadow = m->st;
+    m->ordered = o;
+    return o;
+}
+
+static int host_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
+static void host_msg_clear(gp_msg *m);
+
+/*
+ * The cuda executor's body units read and write device-mode data in place only where the body
+ * starts on a 16-byte boundary in both buffers (batching/cuda/shape.h, devmem_in_place); a
+ * stream-ordered request with body units whose buffers do not is run synchronously (GP_REQ_SYNC),
+ * as there (batching/cuda/ordered.c), so that the suites run that hand-over too: the message's
+ * queued work first, then its state back to the message.
+ */
+static int host_ordered_give_back(gp_engine *e, gp_msg *m)
+{
+    if (host_ordered_wait(e, m, NULL) != GP_REQ_OK)
+        return GP_REQ_FAILED;
+    host_msg_clear(m);
+    return GP_REQ_SYNC;
+}
+
+static int host_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
+{
+    gp_fake_stream *s = gp_fake_stream_find(stream);
+    host_ordered *o = s != NULL ? host_ordered_of(e, r->msg) : NULL;
+    const size_t aad = r->aad_len, in = r->kind == GP_REQ_AAD ? r->len : 0;
+    host_ordered_item *it;
+
+    if (o == NULL || o->failed)
+        return GP_REQ_FAILED;
+    if (r->kind == GP_REQ_CRYPT && r->len > 0) {
+        gp_job j;
+
+        gp_job_plan(&j, &o->shadow, op_of_kind(r), r->len, (uint32_t)aad);
+        if (j.nunits > 0
+            && ((((uintptr_t)r->in + j.head_len) & 15) != 0 || (((uintptr_t)r->out + j.head_len) & 15) != 0))
+            return host_ordered_give_back(e, r->msg);
+    }
+    if ((it = OPENSSL_malloc(sizeof(*it) + aad + in)) == NULL)
+        return GP_REQ_FAILED;
+    it->o = o;
+    it->r = *r;
+    it->r.msg = o->msg;
+    it->r.status = GP_REQ_FAILED;
+    it->copied = aad + in;
+    /* Host memory the caller may reuse once the call returns: copied now. */
+    if (aad > 0) {
+        memcpy(it->bytes, r->aad, aad);
+        it->r.aad = it->bytes;
+    }
+    if (in > 0) {
+        memcpy(it->bytes + aad, r->in, in);
+        it->r.in = it->bytes + aad;
+    }
+    if (r->kind == GP_REQ_TAG)
+        it->r.tag_out = o->tag;
+    it->expect = o->shadow;
+    gp_kstate_shadow_advance(&o->shadow, op_of_kind(r), r->kind == GP_REQ_AAD || r->kind == GP_REQ_CRYPT ? r->len : 0,
+                             (uint32_t)aad);
+    pthread_mutex_lock(&o->lock);
+    o->queued++;
+    pthread_mutex_unlock(&o->lock);
+    if (!gp_fake_stream_enqueue(s, host_ordered_item_run, it)) {
+        pthread_mutex_lock(&o->lock);
+        o->queued--;
+        pthread_mutex_unlock(&o->lock);
+        OPENSSL_clear_free(it, sizeof(*it) + it->copied);
+        return GP_REQ_FAILED;
+    }
+    return GP_REQ_OK;
+}
+
+static int host_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16])
+{
+    host_ordered *o = m->ordered;
+    int st;
+
+    (void)e;
+    if (o == NULL)
+        return GP_REQ_OK;   /* nothing queued: the state is the message's own */
+    pthread_mutex_lock(&o->lock);
+    while (o->done < o->queued)
+        pthread_cond_wait(&o->ran, &o->lock);
+    st = o->failed ? GP_REQ_FAILED : GP_REQ_OK;
+    memcpy(&m->st, &o->msg->st, sizeof(m->st));
+    if (tag != NULL)
+        memcpy(tag, o->tag, 16);
+    pthread_mutex_unlock(&o->lock);
+    return st;
+}
+
+/* gp_executor.msg_clear: the engine lets go of the message's instance; freed now, or by the last
+ * of its items to run. */
+static void host_msg_clear(gp_msg *m)
+{
+    host_ordered *o = m->ordered;
+    int now;
+
+    if (o == NULL || m->exec != &gp_exec_host)
+        return;
+    m->ordered = NULL;
+    pthread_mutex_lock(&o->lock);
+    o->released = 1;
+    now = o->done == o->queued;
+    pthread_mutex_unlock(&o->lock);
+    if (now)
+        host_ordered_free(o);
+}
+#endif
+
 const gp_executor gp_exec_host = {
     .name = "host",
     .id = GP_EXEC_HOST,
@@ -446,8 +669,13 @@ const gp_executor gp_exec_host = {
     .stage_pool = host_stage_pool,
     .prepare = gp_kstate_prepare,
     .msg_copy = NULL,
-    .msg_clear = NULL,
 #if GP_TEST_HOOKS
+    .msg_clear = host_msg_clear,
     .mem_check = host_mem_check,
+    .stream_check = host_stream_check,
+    .ordered_run = host_ordered_run,
+    .ordered_wait = host_ordered_wait,
+#else
+    .msg_clear = NULL,
 #endif
 };

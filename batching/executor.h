@@ -47,6 +47,24 @@ typedef struct gp_executor {
      * gp_mem_status; *gpu: the GPU that holds it. GP_MEM_NO_EXECUTOR (p NULL included): it takes
      * none in this engine now; NULL: it never takes any. */
     int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu);
+    /*
+     * Stream-ordered device mode (engine.h, gp_msg_set_stream). stream_check: may requests on data
+     * of GPU `gpu` be ordered on `stream` (a cudaStream_t's value)? enum gp_mem_status; NULL: the
+     * executor takes no streams. ordered_run: queue r (data, AAD or tag; a tag's answer is kept for
+     * ordered_wait) on the stream after its earlier work and return at once, having copied what of
+     * r lives in host memory (AAD); enum gp_req_status (GP_REQ_FAILED: not queued, or an earlier
+     * queued request of the message failed; GP_REQ_SYNC: the executor cannot queue this one (its
+     * buffers' alignment, no room), and has waited for the message's queued work and handed its
+     * state back to m->st: the engine runs it synchronously, and the next one is queued again). NULL: such requests run synchronously through the
+     * queue, their batch ordered after the stream's earlier work (r->stream). ordered_wait: until
+     * the message's queued requests have run (its own, not the stream's later work); the last
+     * queued tag to `tag` (may be NULL) and the message's state to m->st; enum gp_req_status. The
+     * executor's per-message state of the mode (m->ordered) is released by msg_clear, deferred
+     * until the stream has run what it holds.
+     */
+    int (*stream_check)(gp_engine *e, uint64_t stream, int gpu);
+    int (*ordered_run)(gp_engine *e, gp_request *r, uint64_t stream);
+    int (*ordered_wait)(gp_engine *e, gp_msg *m, uint8_t tag[16]);
 } gp_executor;
 
 extern const gp_executor gp_exec_host;

@@ -117,3 +117,41 @@ size_t gp_kstate_slice_bytes(const gp_engine *e)
 #endif
     return GP_SLICE_BYTES;
 }
+
+/*
+ * The kernels: AAD goes into the MAC a block at a time, a partial block waiting (kernels/msg_unit.h
+ * gp_mac_absorb); the first data request pads the AAD (gp_mac_pad) and marks the text begun, even
+ * with no byte; text goes into the MAC the same way (AEAD only) and moves the counter to the block
+ * after the last one begun (kernels/units.h gp_job_plan: st->ctr is the counter of block
+ * ceil(text_len / bs)); a tag pads what is pending and ends the message.
+ */
+void gp_kstate_shadow_advance(gp_msg_state *sh, uint32_t op, uint64_t len, uint32_t aad_len)
+{
+    const int aead = gp_alg_is_aead(sh->alg);
+    const uint64_t bs = gp_alg_is_aes(sh->alg) ? 16 : 64, p = sh->text_len;
+    const uint64_t aad = aad_len + (op == GP_OP_AAD ? len : 0);
+
+    sh->aad_len += aad;
+    sh->mac_pend_len = (uint32_t)((sh->mac_pend_len + aad) % 16);
+    if (op == GP_OP_TAG) {
+        sh->mac_pend_len = 0;
+        return;
+    }
+    if (op != GP_OP_ENCRYPT && op != GP_OP_DECRYPT)
+        return;
+    if (aead && !sh->in_text)
+        sh->mac_pend_len = 0;
+    sh->in_text = 1;
+    if (aead)
+        sh->mac_pend_len = (uint32_t)((sh->mac_pend_len + len) % 16);
+    gp_ctr_add(sh->alg, sh->ctr, (p + len + bs - 1) / bs - (p + bs - 1) / bs);
+    sh->text_len = p + len;
+    sh->ks_used = (uint32_t)(sh->text_len % bs);
+}
+
+int gp_kstate_shadow_matches(const gp_msg_state *st, const gp_msg_state *sh)
+{
+    return st->alg == sh->alg && st->text_len == sh->text_len && st->aad_len == sh->aad_len
+           && st->mac_pend_len == sh->mac_pend_len && st->in_text == sh->in_text
+           && memcmp(st->ctr, sh->ctr, 16) == 0 && st->ks_used == sh->ks_used;
+}

@@ -37,6 +37,17 @@ int gp_kstate_begun(const gp_msg_state *st);
 void gp_kstate_stream_point(const gp_msg_state *st, uint8_t block[16], size_t *used);
 
 /*
+ * Stream-ordered device mode (engine.h, gp_msg_set_stream) plans a queued request before the ones
+ * queued before it have run, from a shadow of the message's state: what running `op` on `len`
+ * bytes, with `aad_len` bytes of carried AAD first, does to the fields a plan reads (gp_job_plan:
+ * text_len, ctr; gp_lead_idle: mac_pend_len; and aad_len, in_text), as the kernels change them,
+ * without running it (no key, no data: the shadow holds no MAC or keystream).
+ * gp_kstate_shadow_matches: do a state and a shadow agree on those fields?
+ */
+void gp_kstate_shadow_advance(gp_msg_state *sh, uint32_t op, uint64_t len, uint32_t aad_len);
+int gp_kstate_shadow_matches(const gp_msg_state *st, const gp_msg_state *sh);
+
+/*
  * A data request longer than a slice runs as consecutive requests of a slice each, every one from
  * the state the one before left (counters and GHASH or Poly1305 state carry from slice to slice as
  * they do from update to update): what one pass takes (the cuda executor's arenas, the host

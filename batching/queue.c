@@ -47,6 +47,16 @@
  * Synchronous callers in a batch with async entries may lead it too (mixed batches are plain
  * batches); their waits use the same deadline.
  *
+ * Device mode (requests on data already on the GPU, from synchronous callers): each call is one
+ * round trip whose cost barely grows with the batch (the kernel's latency on a small message and
+ * the issue dominate; bench/RESULTS.md, "What bounds the device-mode targets"), and its callers come
+ * straight back with their next message. The rule above flushes whatever is pending as soon as a
+ * slot is free, so the first caller back from a batch would run alone and the batches stay a few
+ * messages each. So a batch of synchronous device-mode requests also waits for the callers of the
+ * last such batches that are not back yet (sync_returning), no longer than flush_us: sixteen
+ * threads of 16 KiB messages then settle into batches of sixteen. A lone caller is its own
+ * returning caller and never waits.
+ *
  * A job queues without the queue's lock: it pushes its entry onto the inbox, a lock-free stack, and
  * whoever next holds the lock (a dispatcher, or a synchronous submitter) moves the inbox into the
  * pending batch: with many threads of jobs, taking the lock per request cost the application's
@@ -127,6 +137,8 @@ static void fork_child(void)
          */
         q->npending = 0;
         q->npending_async = 0;
+        q->npending_devmem = 0;
+        q->sync_returning = 0;
         q->pending_bytes = 0;
         q->generation++;
         atomic_store_explicit(&q->async_waiting, 0, memory_order_relaxed);
@@ -157,6 +169,9 @@ int gp_queue_init(gp_queue *q, const gp_queue_owner *own)
     /* Test hook (unwatch_delay_us): the watcher pauses, lock held, between deciding to block and
      * ceasing to watch, so that jobs push into that window (dispatcher_wait). */
     q->test_unwatch_delay_us = (unsigned)k->test.unwatch_delay_us;
+    /* Test hook (gather_ops): the share rule waits for that many pending requests, so that a
+     * suite's concurrent callers combine into batches whatever the scheduler does (should_flush). */
+    q->test_gather_ops = (size_t)k->test.gather_ops;
 #else
     (void)k;
 #endif
@@ -214,8 +229,17 @@ static int should_flush(const gp_queue *q, uint64_t t)
      * until one completes (its leader then wakes everyone to re-check). */
     if (q->inflight >= atomic_load_explicit(q->own.max_inflight, memory_order_relaxed))
         return FLUSH_NO;
+    /* Synchronous device-mode callers of the last such batches still coming back (see the top of
+     * this file). */
+    if (q->npending_devmem > 0 && q->npending_devmem == q->npending && q->sync_returning > 0
+        && t < q->returning_until)
+        return t >= flush_deadline(q) ? FLUSH_TIMER : FLUSH_NO;
     /* Everyone is in: this batch's share of the synchronous submitters, and of the jobs, that could
      * still submit (see the top of this file). */
+#if GP_TEST_HOOKS
+    if (q->test_gather_ops > 0 && q->npending < q->test_gather_ops)
+        return t >= flush_deadline(q) ? FLUSH_TIMER : FLUSH_NO;
+#endif
     {
         size_t free_slots = (size_t)(atomic_load_explicit(q->own.max_inflight, memory_order_relaxed) - q->inflight);
         size_t nsync = q->npending - q->npending_async;
@@ -250,13 +274,14 @@ static void lead(gp_queue *q)
 {
     gp_queue_entry **mine = q->pending;
     gp_request stack[64], *batch = stack;
-    size_t n = q->npending, nasync = q->npending_async;
+    size_t n = q->npending, nasync = q->npending_async, ndevmem = q->npending_devmem;
 
     /* The next batch starts empty in a fresh array; this one belongs to the leader now. */
     q->pending = NULL;
     q->npending = q->cap = 0;
     q->pending_bytes = 0;
     q->npending_async = 0;
+    q->npending_devmem = 0;
     q->generation++;
     q->inflight++;
     q->async_inflight += nasync;
@@ -292,6 +317,12 @@ static void lead(gp_queue *q)
     q->async_inflight -= nasync;
     q->sync_inflight -= n - nasync;
     q->last_done_ns = gp_now_ns();
+    if (ndevmem > 0) {   /* its device-mode callers come back with their next messages */
+        if (q->last_done_ns >= q->returning_until)
+            q->sync_returning = 0;
+        q->sync_returning += ndevmem;
+        q->returning_until = q->last_done_ns + (uint64_t)q->own.knobs->flush_us * 1000u;
+    }
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     for (size_t i = nasync; i < n; i++)
         atomic_store_explicit(&mine[i]->done, 1, memory_order_release);
@@ -370,8 +401,17 @@ static int add_pending(gp_queue *q, gp_queue_entry *me, uint64_t now)
 /* Append a synchronous caller's entry to the pending batch (lock held); 0 if the array cannot grow. */
 static int append(gp_queue *q, gp_queue_entry *me)
 {
-    if (!add_pending(q, me, gp_now_ns()))
+    const uint64_t now = gp_now_ns();
+
+    if (!add_pending(q, me, now))
         return 0;
+    if (me->req->devmem && me->req->kind == GP_REQ_CRYPT) {
+        q->npending_devmem++;
+        if (now >= q->returning_until)
+            q->sync_returning = 0;
+        else if (q->sync_returning > 0)
+            q->sync_returning--;   /* one of them is back */
+    }
     atomic_fetch_add_explicit(&q->events, 1, memory_order_relaxed);
     return 1;
 }

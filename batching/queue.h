@@ -63,6 +63,11 @@ typedef struct gp_queue {
     _Atomic int inflight;        /* batches being run by their leaders */
     /* Async jobs (their entries flush through the dispatcher threads; a job never leads). */
     size_t npending_async;       /* async entries in the pending batch */
+    /* Synchronous device-mode callers (queue.c, "Device mode"): their entries in the pending batch,
+     * and how many of those in the last such batches are still to come back, until when. */
+    size_t npending_devmem;
+    size_t sync_returning;
+    uint64_t returning_until;
     size_t async_inflight;       /* async entries in batches being run */
     size_t sync_inflight;        /* synchronous entries in batches being run */
     uint64_t last_add_ns;        /* when a request last joined the pending batch */
@@ -100,6 +105,7 @@ typedef struct gp_queue {
     _Atomic int async_threads;        /* 1: more than one so far, in this process */
     int stage_one_thread;
     unsigned test_unwatch_delay_us;   /* test hook: the watcher's pause before it stops (queue.c) */
+    size_t test_gather_ops;      /* test hook: the share rule waits for this many pending (queue.c) */
     int dispatcher_state;        /* 0 not started, 1 running, -1 could not start (this process) */
     int dispatcher_stop;
     unsigned dispatcher_fork_gen;   /* gp_fork_generation() of the process that started it */

@@ -44,6 +44,10 @@ typedef struct gp_request {
      * `gpu` (as the executor's mem_check found them), never read or written by host code. */
     int devmem;
     int gpu;
+    /* Stream-ordered device mode (gp_msg_set_stream): the caller's stream (a cudaStream_t's value),
+     * whose earlier work the request must follow; 0: none (synchronous device mode orders after the
+     * legacy default stream only). */
+    uint64_t stream;
     /* Set by the cuda executor's layout for each wave: `in` lies in a range the registration cache
      * holds (batching/reg_cache.h), and the GPU reads it there by DMA, not from the pinned arena;
      * direct_out: `out` too, apart from `in`, and the GPU's DMA writes it there. */
@@ -54,7 +58,9 @@ typedef struct gp_request {
 enum gp_req_status {
     GP_REQ_BAD_TAG = -1,     /* GP_REQ_VERIFY: the tag does not match */
     GP_REQ_FAILED = 0,       /* the executor could not run it */
-    GP_REQ_OK = 1
+    GP_REQ_OK = 1,
+    GP_REQ_SYNC = 2          /* gp_executor.ordered_run: not queued; the message is back in the
+                              * engine's hands (its state in m->st): run it synchronously */
 };
 
 /* Device mode's answers (gp_msg_crypt_device, an executor's mem_check: batching/engine.h). */
@@ -65,7 +71,8 @@ typedef enum gp_mem_status {
     GP_MEM_GPU_NOT_OPEN,     /* on a GPU the cuda executor does not use (knob device) */
     GP_MEM_SPLIT,            /* in and out on different GPUs */
     GP_MEM_NO_EXECUTOR,      /* no executor here takes device memory (no usable GPU, backend=cpu) */
-    GP_MEM_FAILED            /* the GPU failed running it; device memory has no CPU fallback */
+    GP_MEM_FAILED,           /* the GPU failed running it; device memory has no CPU fallback */
+    GP_MEM_BAD_STREAM        /* stream-ordered mode: the stream is not one of the GPU holding the data */
 } gp_mem_status;
 
 /*

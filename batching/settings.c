@@ -134,6 +134,12 @@ static const gp_setting registry[] = {
       .meaning = "hybrid: on a host with no measurement yet, route by the numbers measured on hosts of its "
                  "GPU model and core class (0: measure first; meanwhile large messages of a lone caller stay "
                  "on the CPU)" },
+    { .key = "machine_share", .env = "GPUPROV_MACHINE_SHARE", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(machine_share), .dflt = 4, .min = 0, .max = GP_SHARE_SLOTS,
+      .expected = "a number from 0 to 256",
+      .meaning = "hybrid: this user's processes on one machine share what each GPU has in flight; at most N "
+                 "of them open one GPU, and a message goes to a GPU only while its other processes hold fewer "
+                 "batches in flight there than `streams` (0: each process decides alone)" },
     { .key = "calib_refresh", .env = "GPUPROV_CALIB_REFRESH", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
       FIELD(calib_refresh), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "hybrid: measure in this process whatever is persisted or known, and persist the result "
@@ -170,6 +176,10 @@ static const gp_setting registry[] = {
     { .env = "GPUPROV_TEST_UNWATCH_DELAY_US", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.unwatch_delay_us), .dflt = 0, .min = 0, .max = 999999, .expected = "a number from 0 to 999999",
       .meaning = "the queue's watcher pauses this long in its window before it stops watching" },
+    { .env = "GPUPROV_TEST_GATHER_OPS", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
+      FIELD(test.gather_ops), .dflt = 0, .min = 0, .max = 1 << 20, .expected = "a number from 0 up",
+      .meaning = "a pending batch flushes only by size or the flush_us timer until it holds N requests "
+                 "(the share rule waits: suites see concurrent callers combine; 0: off)" },
     { .env = "GPUPROV_TEST_HOST_INFLIGHT", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.host_inflight), .dflt = 0, .min = 0, .max = 1024, .expected = "a number from 0 up",
       .meaning = "host batches run at once (at most the dispatcher count; below 2: one)" },
@@ -191,6 +201,10 @@ static const gp_setting registry[] = {
       FIELD(test.gpu_model), .expected = "a GPU model as the driver names it, such as NVIDIA H200",
       .meaning = "the priors see every GPU as this model, and the host executor standing in for the GPU "
                  "(hybrid_gpu = host) takes that model's priors" },
+    { .env = "GPUPROV_TEST_SHARE_KEY", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_TEXT,
+      FIELD(test.share_key), .expected = "a name such as test-1234",
+      .meaning = "the host executor standing in for the GPU (hybrid_gpu = host) shares its machine-wide "
+                 "counts (knob machine_share) under this fake GPU UUID; unset: it shares none" },
     { .env = "GPUPROV_TEST_HOST_FAIL_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.host_fail_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
       .meaning = "after N good batches the host executor, standing in for the GPU, fails the next one as a "

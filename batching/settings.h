@@ -34,6 +34,7 @@ typedef enum gp_backend {
 #define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
 
 #define GP_STATS_STEPS 2            /* knob stats=steps */
+#define GP_SHARE_SLOTS 256          /* processes of a user a GPU's shared counts hold (knob machine_share) */
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
@@ -76,6 +77,7 @@ typedef struct gp_test_hooks {
     int stage_one_thread;     /* a single thread's async jobs stage their data too */
     int unwatch_delay_us;     /* the queue's watcher pauses between deciding to block and ceasing
                                * to watch */
+    int gather_ops;           /* the queue's share rule waits for N pending requests (0: off) */
     int host_inflight;        /* host batches the queue runs at once (below 2: one) */
     int host_stage;           /* the host executor gives async jobs a small staging pool */
     size_t slice_bytes;       /* the host and cuda executors run a data request in slices of this
@@ -84,6 +86,8 @@ typedef struct gp_test_hooks {
                                * registry of fake allocations (batching/exec_host.c) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
     char gpu_model[64];       /* the priors see every GPU as this model; "": the driver's */
+    char share_key[64];       /* the host executor standing in for the GPU shares its counts
+                               * under this fake GPU UUID (policy/share.c); "": none */
     int host_fail_after;      /* after N good batches the host executor fails the next one as a
                                * whole, once, as a GPU fails (it stands in for one); -1: never */
     /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
@@ -147,6 +151,8 @@ typedef struct gp_knobs {
     char calib_system[256];
     int priors;            /* route an unmeasured host by its class's numbers (policy/priors.c) */
     int calib_refresh;     /* measure whatever is persisted or known, and persist the result */
+    int machine_share;     /* processes of this user that may open one GPU at once, sharing what is
+                            * in flight there (policy/share.c); 0: each process decides alone */
     gp_test_hooks test;
     gp_experiments exp;
 } gp_knobs;

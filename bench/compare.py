@@ -23,7 +23,8 @@ Configurations:
   gpuprov-cuda  the same with GPUPROV_BACKEND=cuda (forced); only on a host with an NVIDIA GPU
   gpuprov-host, gpuprov-cpu   forced executors, on request (--configs)
 Forced configurations run only at the largest -async_jobs and -multi 1 (the summary's cell) unless
---forced-everywhere.
+--forced-everywhere. Every configuration runs under the system's `openssl`, or under another
+OpenSSL installation with --openssl PREFIX (see --help).
 
 Every gpuprov run has GPUPROV_STATS=1 (unless --no-stats): the stats line(s) it prints at unload
 are parsed into the CSV (ops, batches, mean batch, executor split) and prove that gpuprov did the
@@ -51,8 +52,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import (ROOT, csv_list, fmt_dur, host_info, median, parse_stats, say,
-                      short_version, wrap_prose, write_section)
+from benchlib import (OPENSSL_HELP, ROOT, OpenSSL, csv_list, fmt_dur, host_info, median,
+                      parse_stats, say, short_version, wrap_prose, write_section)
 
 CIPHERS = ["aes-256-gcm", "aes-128-ctr", "chacha20-poly1305"]
 SIZES = [16, 256, 1024, 16384, 262144, 1048576, 16777216]
@@ -100,8 +101,8 @@ def reap_orphans():
 # ---------------------------------------------------------------------------------------------
 # One openssl speed run
 
-def speed_env(config, build, stats, cache_dir=None):
-    env = dict(os.environ)
+def speed_env(config, build, stats, openssl, cache_dir=None):
+    env = openssl.env(os.environ)
     env.pop("GPUPROV_BACKEND", None)
     env.pop("GPUPROV_STATS", None)
     if cache_dir is not None:
@@ -122,10 +123,10 @@ def speed_env(config, build, stats, cache_dir=None):
     return env
 
 
-def speed_cmd(cipher, size, async_jobs, multi, seconds):
+def speed_cmd(cipher, size, async_jobs, multi, seconds, openssl):
     # -elapsed: divide by wall time. Without it speed divides by the process's user CPU time,
     # which flatters a caller that sleeps while the GPU works and penalises helper threads.
-    cmd = ["openssl", "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
+    cmd = [openssl.bin, "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
     if async_jobs > 0:
         cmd += ["-async_jobs", str(async_jobs)]
     if multi > 1:
@@ -133,10 +134,12 @@ def speed_cmd(cipher, size, async_jobs, multi, seconds):
     return cmd + ["-evp", cipher]
 
 
-def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats, cache_dir=None):
-    """Run one cell; returns a dict of measured fields (status 'ok' or what went wrong)."""
-    cmd = speed_cmd(cipher, size, async_jobs, multi, seconds)
-    env = speed_env(config, build, stats, cache_dir)
+def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats, openssl,
+              cache_dir=None):
+    """Run one cell under `openssl` (benchlib.OpenSSL); returns a dict of measured fields
+    (status 'ok' or what went wrong)."""
+    cmd = speed_cmd(cipher, size, async_jobs, multi, seconds, openssl)
+    env = speed_env(config, build, stats, openssl, cache_dir)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -253,7 +256,8 @@ def prepare_cache(args, configs, outdir):
     if args.calib_cache == "fresh":
         return cache_dir, ("calibration cache fresh: emptied before every gpuprov run (each run "
                            "is a first process on this host)")
-    res = run_speed(args.ciphers[0], 1048576, 32, 1, "gpuprov", 2, args.build, True, cache_dir)
+    res = run_speed(args.ciphers[0], 1048576, 32, 1, "gpuprov", 2, args.build, True,
+                    args.openssl, cache_dir)
     files = cache_files(cache_dir)
     say("compare: priming the calibration cache (%s 1 MiB async 32, 2 s): %s" % (
         args.ciphers[0], ", ".join(f.name for f in files) if files else "nothing written"))
@@ -287,7 +291,7 @@ def measure(args, host, configs, csv_path):
                 for f in cache_files(cache_dir):
                     f.unlink()
             res = run_speed(cipher, size, async_jobs, multi, config, args.seconds, args.build,
-                            args.stats, cache_dir)
+                            args.stats, args.openssl, cache_dir)
             problem = check_gpuprov(config, res, args.stats)
             if res["status"] != "ok" or problem:
                 failures += 1
@@ -297,8 +301,10 @@ def measure(args, host, configs, csv_path):
                        " ".join(res["cmd"]), tail))
                 if problem and problem.startswith("no gpuprov stats line"):
                     say("compare: stopping: gpuprov did not load with OPENSSL_CONF=%s "
-                        "OPENSSL_MODULES=%s; nothing it measures would be gpuprov"
-                        % (ROOT / "config/gpuprov.cnf", args.build / "provider"))
+                        "OPENSSL_MODULES=%s%s; nothing it measures would be gpuprov"
+                        % (ROOT / "config/gpuprov.cnf", args.build / "provider",
+                           " LD_LIBRARY_PATH=%s" % args.openssl.libdir
+                           if args.openssl.libdir else ""))
                     sys.exit(2)
             key = (cipher, size, async_jobs, multi, rep)
             if config == "default":
@@ -346,7 +352,7 @@ def verify_loading(args, configs):
         if config == "default":
             continue
         for cipher in args.ciphers:
-            res = run_speed(cipher, 1024, 0, 1, config, 1, args.build, True)
+            res = run_speed(cipher, 1024, 0, 1, config, 1, args.build, True, args.openssl)
             problem = check_gpuprov(config, res, True)
             if problem or res["status"] != "ok":
                 say("compare: ERROR verifying %s on %s: %s\n%s" % (
@@ -774,6 +780,7 @@ def main():
                     "instructions per request); gpuprov's use is then checked once per cipher")
     ap.add_argument("--quick", action="store_true",
                     help="sizes 16,16384,1048576, async 0,32, multi 1, one repeat (~2 minutes on a GPU host)")
+    ap.add_argument("--openssl", type=Path, metavar="PREFIX", help=OPENSSL_HELP)
     ap.add_argument("--calib-cache", choices=["warm", "fresh", "user"], default="warm",
                     help="gpuprov's persisted measurements: warm (default): a directory of the "
                     "comparison's own, primed by one unrecorded run, so runs route as a second "
@@ -825,9 +832,14 @@ def main():
     if not args.no_results and (args.results or not args.quick):
         results = (args.results or ROOT / "bench" / "RESULTS.md").resolve()
 
-    host = host_info()
+    args.openssl = OpenSSL(args.openssl)
+    host = host_info(args.openssl)
     configs = list(dict.fromkeys(args.configs))
-    notes = []
+    warnings = args.openssl.warnings(args.build)
+    notes = list(warnings)
+    if args.openssl.prefix:
+        notes.append("OpenSSL from %s (%s with LD_LIBRARY_PATH=%s)" % (
+            args.openssl.prefix, args.openssl.bin, args.openssl.libdir))
     if host["gpu"] == "none" and "gpuprov-cuda" in configs:
         configs.remove("gpuprov-cuda")
         notes.append("no GPU on this host (nvidia-smi finds none): gpuprov-cuda dropped; "
@@ -847,7 +859,7 @@ def main():
     say("compare: %s | CPU: %s (%d cores) | GPU: %s | gpuprov %s" % (
         host["openssl"], host["host_cpu"], host["cores"], host["gpu"], host["gpuprov_commit"]))
     for n in notes:
-        say("compare: note: " + n)
+        say("compare: %s: %s" % ("WARNING" if n in warnings else "note", n))
 
     args.notes = notes
     csv_path = outdir / "compare.csv"

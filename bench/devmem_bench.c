@@ -17,7 +17,7 @@
 #include "cuda_check.h"
 
 /*
- * Two measurements, each checked first against the default provider on host copies of the same
+ * Three measurements, each checked first against the default provider on host copies of the same
  * bytes (a benchmark of wrong answers is worthless):
  *   1. large: one context encrypts a --buffer-mib device buffer as one message, in updates of each
  *      --updates size (MiB), IV-only re-init per message, Final and GET_TAG (AEAD); GB/s of data
@@ -26,7 +26,14 @@
  *   2. threads: --threads threads, each with its own context and device region, encrypt
  *      --msg-kib messages synchronously as a TLS record would be (IV re-init, 13 bytes of host AAD,
  *      one device-memory update, Final, GET_TAG); GB/s in total.
- * Output: a table, and CSV lines (DEVMEM_LARGE, DEVMEM_THREADS) that bench/devmem.sh reads.
+ *   3. stream (--stream U, MiB; 0: off): stream-ordered device mode (gpuprov-cuda-stream,
+ *      docs/config.md): one context encrypts the --buffer-mib buffer as one message in updates of U
+ *      MiB queued on one non-blocking CUDA stream, Final, then GET_TAG (AEAD; it waits for the
+ *      message) or a cudaStreamSynchronize (CTR); GB/s over --seconds, printed beside the same cell
+ *      run synchronously (issue 51's targets: AES-256-GCM >= 150, AES-128-CTR and
+ *      ChaCha20-Poly1305 >= 250 GB/s at 256 MiB in 1 MiB updates on an H200).
+ * Output: a table, and CSV lines (DEVMEM_LARGE, DEVMEM_THREADS, DEVMEM_STREAM) that
+ * bench/devmem.sh reads.
  */
 
 #ifndef GP_BUILD_MODULE_DIR
@@ -58,18 +65,26 @@ static int is_aead(const char *cipher)
     return strstr(cipher, "GCM") != NULL || strstr(cipher, "Poly1305") != NULL;
 }
 
-/* A gpuprov context of `cipher` in device mode, key set (IV per message). */
-static EVP_CIPHER_CTX *device_ctx(const char *cipher, const unsigned char *key)
+/* A gpuprov context of `cipher` in device mode, key set (IV per message); ordered on `stream`
+ * unless it is NULL (synchronous). */
+static EVP_CIPHER_CTX *device_ctx_on(const char *cipher, const unsigned char *key, cudaStream_t stream)
 {
     EVP_CIPHER *c = EVP_CIPHER_fetch(libctx, cipher, "provider=gpuprov");
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    OSSL_PARAM dev[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    uint64_t sv = (uint64_t)(uintptr_t)stream;
+    OSSL_PARAM dev[3] = { OSSL_PARAM_END, OSSL_PARAM_END, OSSL_PARAM_END };
 
     dev[0] = OSSL_PARAM_construct_utf8_string("gpuprov-memory", "device", 0);
+    dev[1] = OSSL_PARAM_construct_uint64("gpuprov-cuda-stream", &sv);
     if (c == NULL || ctx == NULL || EVP_EncryptInit_ex2(ctx, c, key, NULL, dev) != 1)
         die("cannot make a device-mode context");
     EVP_CIPHER_free(c);
     return ctx;
+}
+
+static EVP_CIPHER_CTX *device_ctx(const char *cipher, const unsigned char *key)
+{
+    return device_ctx_on(cipher, key, NULL);
 }
 
 /* One message: IV re-init, AAD (host, may be NULL), `len` bytes of device memory in updates of
@@ -165,6 +180,58 @@ static void bench_large(const char *gpu, const char *cipher, size_t buf_mib, siz
     CHECK(cudaFree(out));
 }
 
+/*
+ * Stream-ordered: the buffer as one message in updates of `upd_mib` queued on one stream; each
+ * message ends with GET_TAG (AEAD), which waits for it, or a stream synchronise (CTR), so every
+ * timed message has finished when the clock is read. Beside it, the same cell synchronously.
+ */
+static double time_messages(EVP_CIPHER_CTX *ctx, const char *cipher, cudaStream_t stream, unsigned char *in,
+                            unsigned char *out, size_t len, size_t step, unsigned char iv[16])
+{
+    unsigned char tag[16];
+    double t0 = now_s(), t;
+    long n = 0;
+
+    do {
+        iv[1]++;
+        message(ctx, cipher, iv, NULL, in, out, len, step, tag);
+        if (stream != NULL && !is_aead(cipher))
+            CHECK(cudaStreamSynchronize(stream));
+        n++;
+    } while ((t = now_s() - t0) < seconds);
+    return (double)n * (double)len / t / 1e9;
+}
+
+static void bench_stream(const char *gpu, const char *cipher, size_t buf_mib, size_t upd_mib)
+{
+    const size_t len = buf_mib << 20, step = upd_mib << 20;
+    unsigned char key[32] = { 1, 2, 3 }, iv[16] = { 4 }, tag[16];
+    unsigned char *in, *out;
+    cudaStream_t stream;
+    EVP_CIPHER_CTX *ctx, *sync_ctx = device_ctx(cipher, key);
+    double gbs, sync_gbs;
+
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ctx = device_ctx_on(cipher, key, stream);
+    CHECK(cudaMalloc((void **)&in, len));
+    CHECK(cudaMalloc((void **)&out, len));
+    fill_random(in, len);
+    CHECK(cudaMemset(out, 0, len));
+    message(ctx, cipher, iv, NULL, in, out, len, step, tag);
+    CHECK(cudaStreamSynchronize(stream));
+    verify(cipher, key, iv, NULL, in, out, len, tag);
+    sync_gbs = time_messages(sync_ctx, cipher, NULL, in, out, len, step, iv);
+    gbs = time_messages(ctx, cipher, stream, in, out, len, step, iv);
+    printf("%-18s %8zu MiB buffer %6zu MiB updates on one stream %10.1f GB/s (synchronous %.1f GB/s)\n", cipher,
+           buf_mib, upd_mib, gbs, sync_gbs);
+    printf("DEVMEM_STREAM,%s,%s,%zu,%zu,%.2f,%.2f\n", gpu, cipher, buf_mib, upd_mib, gbs, sync_gbs);
+    EVP_CIPHER_CTX_free(ctx);
+    EVP_CIPHER_CTX_free(sync_ctx);
+    CHECK(cudaFree(in));
+    CHECK(cudaFree(out));
+    CHECK(cudaStreamDestroy(stream));
+}
+
 typedef struct worker {
     pthread_t th;
     const char *cipher;
@@ -245,11 +312,12 @@ int main(int argc, char **argv)
         { "updates", required_argument, NULL, 'u' },    { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 's' },    { "threads", required_argument, NULL, 't' },
         { "msg-kib", required_argument, NULL, 'k' },    { "in-place", no_argument, NULL, 'i' },
+        { "stream", required_argument, NULL, 'S' },
         { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
     char updates[256] = "1,4,16,64,256", ciphers[256] = "AES-256-GCM,AES-128-CTR,ChaCha20-Poly1305";
-    size_t buf_mib = 256, msg_kib = 16;
+    size_t buf_mib = 256, msg_kib = 16, stream_mib = 0;
     int nthreads = 16, o;
     struct cudaDeviceProp prop;
     OSSL_PROVIDER *dflt, *gpuprov;
@@ -264,9 +332,11 @@ int main(int argc, char **argv)
         case 't': nthreads = atoi(optarg); break;
         case 'k': msg_kib = strtoul(optarg, NULL, 10); break;
         case 'i': in_place = 1; break;
+        case 'S': stream_mib = strtoul(optarg, NULL, 10); break;
         default:
             fprintf(stderr, "usage: devmem_bench [--module-dir DIR] [--buffer-mib 256] [--updates 1,4,16,64,256] "
-                            "[--ciphers A,B] [--seconds 2] [--threads 16 (0: none)] [--msg-kib 16] [--in-place]\n");
+                            "[--ciphers A,B] [--seconds 2] [--threads 16 (0: none)] [--msg-kib 16] [--in-place] "
+                            "[--stream 1 (MiB updates on one stream; 0: none)]\n");
             return 2;
         }
     }
@@ -280,6 +350,8 @@ int main(int argc, char **argv)
     for (char *cs = ciphers, *c; (c = strtok_r(cs, ",", &cs)) != NULL;) {
         char list[256];
 
+        if (stream_mib > 0)
+            bench_stream(prop.name, c, buf_mib, stream_mib);
         snprintf(list, sizeof(list), "%s", updates);
         for (char *us = list, *u; (u = strtok_r(us, ",", &us)) != NULL;)
             bench_large(prop.name, c, buf_mib, strtoul(u, NULL, 10));

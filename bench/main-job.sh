@@ -6,8 +6,9 @@
 # default configuration and forced GPU in every cell, 3 repeats: ~15 minutes), written to
 # bench/plots/ and bench/RESULTS.md. Without a GPU it says so and runs a reduced comparison of what
 # exists (default vs gpuprov as passthrough) into build/compare/, leaving the committed GPU
-# figures alone. Extra arguments go to bench/compare (e.g. --quick: ~2 minutes; --multi 1,16);
-# COMPARE_ARGS replaces the matrix.
+# figures alone. Extra arguments go to bench/compare (e.g. --quick: ~2 minutes; --multi 1,16;
+# --openssl PREFIX: every run under the OpenSSL installed there, with --build DIR for a gpuprov built
+# against that line's headers, as `build` is against the system's); COMPARE_ARGS replaces the matrix.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -6,6 +6,7 @@
 # NGX_PORT; ngx_stop (or ngx_kill from an EXIT trap) ends that nginx.
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+NGX_OPENSSL=${NGX_OPENSSL:-openssl}   # the openssl that makes the test certificate
 NGX_PID=""
 NGX_PORT=""
 
@@ -24,7 +25,7 @@ ngx_files() {
   local s
   mkdir -p "$NGX_TMP/www"
   if [ ! -s "$NGX_TMP/cert.pem" ]; then
-    OPENSSL_CONF=/dev/null openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+    OPENSSL_CONF=/dev/null "$NGX_OPENSSL" req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
       -keyout "$NGX_TMP/key.pem" -out "$NGX_TMP/cert.pem" >/dev/null 2>&1
   fi
   for s in "$@"; do

@@ -20,6 +20,9 @@ pinned to separate cores (taskset) where the host has two or more: nginx's worke
 half of the usable cores, wrk's threads on the rest (2 cores: 1 worker on core 0, wrk on core 1).
 A run counts only when wrk saw no socket error and no non-2xx response.
 
+--openssl PREFIX: both parts under another OpenSSL installation (speed's openssl, and the libssl
+and libcrypto of nginx, wrk and curl through LD_LIBRARY_PATH); see --help.
+
 Proof that gpuprov served: before the timed runs, one short run per (cipher, mode, direction,
 async_jobs) in the gpuprov configuration with GPUPROV_STATS=1 (only there: the counters cost a
 little) must print gpuprov's stats line with at least the bytes speed processed; per TLS suite, a
@@ -52,8 +55,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import (ROOT, csv_list, fmt_dur, host_info, median, parse_stats, say, sh,
-                      short_version, wrap_prose, write_section)
+from benchlib import (OPENSSL_HELP, ROOT, OpenSSL, csv_list, fmt_dur, host_info, median,
+                      openssl_numbers, parse_stats, say, sh, short_version, wrap_prose,
+                      write_section)
 
 CIPHERS = ["aes-128-gcm", "aes-256-gcm", "aes-128-ctr", "chacha20-poly1305"]
 AEAD_CIPHERS = {"aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"}
@@ -99,12 +103,13 @@ def size_label(n):
 
 CPUS = ""    # --cpus: speed runs pinned to these cores (taskset -c)
 AA = False   # --aa: both configurations are the default provider (the host's noise floor)
+OPENSSL = None   # --openssl: the benchlib.OpenSSL every run uses (set in main)
 
 
 def clean_env(config, build, stats=False):
     """The environment of a run: the caller's, without any GPUPROV_* variable, plus the
     configuration's OpenSSL variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
+    env = OPENSSL.env({k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")})
     if config == "default" or AA:
         env["OPENSSL_CONF"] = "/dev/null"
         env.pop("OPENSSL_MODULES", None)
@@ -123,7 +128,7 @@ def speed_cmd(cell, seconds):
     cipher, mode, direction, async_jobs, size = cell
     # Not -propquery: 3.0.13's speed would fetch its DRBG with that query too and exit 1;
     # config/gpuprov.cnf prefers gpuprov and keeps the DRBG on the default provider.
-    cmd = ["openssl", "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
+    cmd = [OPENSSL.bin, "speed", "-mr", "-elapsed", "-seconds", str(seconds), "-bytes", str(size)]
     if CPUS:
         cmd = ["taskset", "-c", CPUS] + cmd
     if mode == "aead":
@@ -192,7 +197,8 @@ def verify_speed(args, groups):
                 st.get("bytes", 0), st.get("ops", 0), res["count"] * size)
         if problem:
             say("tax: ERROR: gpuprov check failed for %s: %s\n  command: %s %s\n  stderr: %s" % (
-                what, problem, "OPENSSL_CONF=%s OPENSSL_MODULES=%s GPUPROV_STATS=1" % (
+                what, problem, "%sOPENSSL_CONF=%s OPENSSL_MODULES=%s GPUPROV_STATS=1" % (
+                    "LD_LIBRARY_PATH=%s " % OPENSSL.libdir if OPENSSL.libdir else "",
                     ROOT / "config" / "gpuprov.cnf", args.build / "provider"),
                 " ".join(res["cmd"]), "\n    ".join(res["stderr"].strip().splitlines()[-5:])))
             sys.exit(2)
@@ -227,18 +233,32 @@ def tls_cmd(action, args, lay, config, suite, size, workdir):
             "--conns", str(args.tls_conns), "--workers", str(lay["workers"]),
             "--nginx-cpus", lay["nginx_cpus"], "--wrk-cpus", lay["wrk_cpus"],
             "--wrk-threads", str(lay["wrk_threads"]), "--build", str(args.build),
-            "--workdir", workdir]
+            "--workdir", workdir, "--openssl-bin", OPENSSL.bin]
 
 
 def run_tls_script(cmd, timeout):
-    """bench/tax_tls.sh: its key=value lines, status ('ok', 'exit-N', 'timeout'), all output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
+    """bench/tax_tls.sh: its key=value lines, status ('ok', 'exit-N', 'timeout'), all output.
+    Its nginx, wrk, curl and openssl all run with --openssl's libraries."""
+    env = OPENSSL.env({k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")})
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {}, "timeout", ""
     kv = dict(l.split("=", 1) for l in p.stdout.splitlines() if re.match(r"^\w+=", l))
     return kv, ("ok" if p.returncode == 0 else "exit-%d" % p.returncode), p.stdout + p.stderr
+
+
+def nginx_openssl():
+    """The OpenSSL nginx runs with in the runs' environment, from `nginx -V` ("built with
+    OpenSSL A [(running with OpenSSL B)]"); "" when nginx does not say."""
+    try:
+        p = subprocess.run(["sh", "-c", "$(command -v nginx || echo /usr/sbin/nginx) -V"],
+                           env=OPENSSL.env(os.environ), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"^built with (OpenSSL [^(\n]*?)\s*(?:\(running with (OpenSSL [^)]*)\))?$",
+                  p.stderr, re.M)
+    return (m.group(2) or m.group(1)) if m else ""
 
 
 def verify_tls(args, lay, workdir):
@@ -596,13 +616,15 @@ def results_section(meta, speed_res, tls_res, results_path, runs, failures):
               speed_table(speed_res, "default"), ""]
     if tls_res:
         s += ["#### nginx + wrk: requests/s", "",
-              "nginx %s, TLS 1.3 with one suite (ssl_conf_command Ciphersuites), keep-alive; "
+              "nginx %s%s, TLS 1.3 with one suite (ssl_conf_command Ciphersuites), keep-alive; "
               "wrk (%d connections, %d s per run) with the default provider; %s. %d round(s), the "
               "configurations alternating; median [min\u2013max]; every run with no socket error "
               "and no non-2xx response. nginx CPU s: user+sys of its master and workers (/proc) "
-              "during the run." % (meta.get("nginx", "?"), meta["tls_conns"],
-                                             meta["tls_seconds"], meta["tls_layout"],
-                                             meta["tls_rounds"]), "",
+              "during the run." % (meta.get("nginx", "?"),
+                                   " running with " + short_version(meta["nginx_openssl"])
+                                   if meta.get("nginx_openssl") else "", meta["tls_conns"],
+                                   meta["tls_seconds"], meta["tls_layout"], meta["tls_rounds"]),
+              "",
               tls_table(tls_res), ""]
     ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", meta["csv"]],
                              capture_output=True).returncode == 0
@@ -657,6 +679,9 @@ def main():
                     "ratios show this host's run-to-run spread, the floor under any measured "
                     "difference (implies --no-results; the tables' gpuprov column is the "
                     "default again)")
+    ap.add_argument("--openssl", type=Path, metavar="PREFIX", help=OPENSSL_HELP + "; the tls "
+                    "part's nginx, wrk and curl too (a distribution's nginx is linked against "
+                    "libssl.so.3 and takes PREFIX's; the run warns when `nginx -V` names another)")
     ap.add_argument("--note", default="", help="a sentence for the RESULTS section")
     ap.add_argument("--report-only", type=Path, metavar="CSV",
                     help="print the tables and rewrite the RESULTS section from an earlier "
@@ -665,7 +690,7 @@ def main():
 
     if args.report_only:
         return report_only(args)
-    global AA, CPUS
+    global AA, CPUS, OPENSSL
     AA, CPUS = args.aa, args.cpus
     if AA:
         args.no_results = True
@@ -691,11 +716,22 @@ def main():
     outdir.mkdir(parents=True, exist_ok=True)
     results = None if args.no_results else (args.results or ROOT / "bench" / "RESULTS.md").resolve()
 
-    host = host_info()
+    OPENSSL = OpenSSL(args.openssl)
+    host = host_info(OPENSSL)
     dev = host["gpu"] if host["gpu"] != "none" else "no GPU"
     say("tax: %s | CPU: %s (%d cores) | device: %s | gpuprov %s" % (
         short_version(host["openssl"]), host["host_cpu"], host["cores"], dev,
         host["gpuprov_commit"]))
+    if OPENSSL.prefix:
+        say("tax: note: OpenSSL from %s (%s with LD_LIBRARY_PATH=%s)" % (
+            OPENSSL.prefix, OPENSSL.bin, OPENSSL.libdir))
+    warnings = OPENSSL.warnings(args.build)
+    ngx_openssl = nginx_openssl() if "tls" in args.parts else ""
+    if ngx_openssl and openssl_numbers(ngx_openssl)[1] != openssl_numbers(host["openssl"])[1]:
+        warnings.append("nginx runs with %s, not %s: the tls part measures that library" % (
+            ngx_openssl, short_version(host["openssl"])))
+    for w in warnings:
+        say("tax: WARNING: " + w)
     dropped = sorted(k for k in os.environ if k.startswith("GPUPROV_"))
     if dropped:
         say("tax: note: dropped from every run's environment: " + " ".join(dropped))
@@ -768,9 +804,12 @@ def main():
                 command=" ".join(["bench/tax"] + [shlex.quote(a) for a in sys.argv[1:]]),
                 duration=fmt_dur(time.monotonic() - t_all),
                 load="%.1f at the start, %.1f at the end" % (load0, os.getloadavg()[0]),
-                nginx=nginx_v.split("/")[-1] if nginx_v else "?",
+                nginx=nginx_v.split("/")[-1] if nginx_v else "?", nginx_openssl=ngx_openssl,
                 busy=max(load0, os.getloadavg()[0]) > 0.5 * host["cores"],
-                tls_layout=lay["text"] if lay else "", note=args.note, seconds=args.seconds,
+                tls_layout=lay["text"] if lay else "",
+                note=" ".join(([args.note] if args.note else []) + (
+                    ["Warnings: " + "; ".join(warnings) + "."] if warnings else [])),
+                seconds=args.seconds,
                 repeat=args.repeat, tls_conns=args.tls_conns, tls_seconds=args.tls_seconds,
                 tls_rounds=args.tls_rounds, aa=AA, cpus=CPUS)
     json.dump(dict(meta, csv=os.path.relpath(csv_path, ROOT)),

@@ -4,13 +4,15 @@
 #
 # usage: bench/tax_tls.sh run|verify --config default|gpuprov --suite SUITE --size BYTES
 #          [--seconds S] [--conns C] [--workers W] [--nginx-cpus LIST] [--wrk-cpus LIST]
-#          [--wrk-threads T] [--build DIR] [--workdir DIR]
+#          [--wrk-threads T] [--build DIR] [--workdir DIR] [--openssl-bin PATH]
 # run:    nginx (W workers, under taskset -c LIST when given) serves one body to wrk (T threads, C
 #         keep-alive connections, its own taskset) for S seconds; prints requests=, duration=,
 #         non2xx=, socket_errors=, server_cpu_s= and wrk's summary under "wrk:" lines.
 # verify: the same nginx, with GPUPROV_STATS=1; prints the suite a stock `openssl s_client`
 #         negotiated (cipher=), curl's status and body length (http=, body_bytes=, body_matches=)
 #         and, after a graceful stop, the gpuprov stats lines of nginx's processes.
+# --openssl-bin: the openssl that makes the certificate and runs s_client (default: openssl on PATH);
+# bench/tax passes its --openssl's, with LD_LIBRARY_PATH at that installation's libraries for all.
 # Clients (wrk, s_client, curl) always run with the default provider (OPENSSL_CONF=/dev/null). The
 # gpuprov configuration is config/gpuprov.cnf with OPENSSL_MODULES=<build>/provider and no GPUPROV_*
 # knob: every GPUPROV_* variable of the caller's environment is dropped.
@@ -19,10 +21,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/nginx_lib.sh"
 
 action=${1:-}
-[ "$action" = run ] || [ "$action" = verify ] || { sed -n '5,16p' "$0" >&2; exit 2; }
+[ "$action" = run ] || [ "$action" = verify ] || { sed -n '5,18p' "$0" >&2; exit 2; }
 shift
 config="" suite="" size="" secs=5 conns=16 workers=1 nginx_cpus="" wrk_cpus="" wrk_threads=1
-build="$root/build" workdir=""
+build="$root/build" workdir="" NGX_OPENSSL=openssl
 while [ $# -gt 0 ]; do
   case $1 in
     --config) config=$2 ;;
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --wrk-threads) wrk_threads=$2 ;;
     --build) build=$2 ;;
     --workdir) workdir=$2 ;;
+    --openssl-bin) NGX_OPENSSL=$2 ;;
     *) echo "tax_tls: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -87,7 +90,7 @@ if [ "$action" = run ]; then
 else
   # No -ciphersuites: the client offers OpenSSL's default TLS 1.3 suites, as wrk does, so the
   # suite printed is the one the server's ssl_conf_command chose.
-  cipher=$(OPENSSL_CONF=/dev/null timeout 20 openssl s_client -connect "127.0.0.1:$NGX_PORT" -brief \
+  cipher=$(OPENSSL_CONF=/dev/null timeout 20 "$NGX_OPENSSL" s_client -connect "127.0.0.1:$NGX_PORT" -brief \
              </dev/null 2>&1 | sed -n 's/^Ciphersuite: *//p')
   echo "cipher=$cipher"
   echo "http=$(OPENSSL_CONF=/dev/null curl -sk --max-time 20 -o "$NGX_TMP/got" -w '%{http_code}' "$url" || true)"

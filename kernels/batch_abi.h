@@ -223,6 +223,27 @@ typedef struct gp_lone_args {
     uint32_t flags;               /* GP_BATCH_* */
 } gp_lone_args;
 
+/*
+ * gp_ordered_kernel's parameter (kernels/batch_kernel.cu): one stream-ordered request's
+ * descriptors, written into its message's device block before the batch kernel runs it
+ * (batching/cuda/ordered.c). A kernel parameter is copied when the launch is made, so the host
+ * keeps no buffer alive for it until the stream gets there. Addresses as the GPU sees them.
+ */
+#define GP_ORDERED_AAD_MAX 512u       /* AAD bytes a request carries; longer AAD goes in pieces */
+
+typedef struct gp_ordered_args {
+    gp_work work;                 /* the request, as the batch kernel reads it (done 0: no idle lead) */
+    uint64_t work_at;             /* where `work` goes */
+    uint64_t refs_at;             /* its refs: units 0..nunits-1, the lead, the claim counter (zero) */
+    uint64_t spans_at;            /* job.nspans counters, zero */
+    uint64_t aad_at;              /* `aad_len` bytes of `aad` */
+    uint64_t pows_at;             /* `pows` (0: none: GCM's are the key's) */
+    uint32_t aad_len;
+    uint32_t reserved;
+    gp_mac_pows pows;             /* ChaCha20-Poly1305: the message's powers of r */
+    uint8_t aad[GP_ORDERED_AAD_MAX];
+} gp_ordered_args;
+
 #if defined(__cplusplus)
 # define GP_STATIC_ASSERT static_assert
 #else
@@ -234,6 +255,7 @@ GP_STATIC_ASSERT(sizeof(gp_unit_ref) == 8, "gp_unit_ref layout is shared by host
 GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and device");
 GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
 GP_STATIC_ASSERT(sizeof(gp_lone_args) == 88, "gp_lone_args is a kernel parameter");
+GP_STATIC_ASSERT(sizeof(gp_ordered_args) <= 4096, "gp_ordered_args fits a kernel's parameter space");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/cuda/internal.h KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

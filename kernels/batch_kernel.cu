@@ -733,3 +733,35 @@ gp_lone_kernel(const gp_lone_args a)
     (void)a;   /* never launched: kernels/launch.h gp_lone_prepare leaves lone launches off */
 #endif
 }
+
+/*
+ * Stream-ordered device mode (batching/cuda/ordered.c): one request's descriptors, from the launch's
+ * parameter into its message's device block, so that the batch kernel launched after it on the
+ * caller's stream finds them there: the work descriptor, the refs (units first, then the lead, then
+ * the claim counter, as batching/cuda/plan.c orders them), zeroed span counters, the carried AAD
+ * and, for ChaCha20-Poly1305, the message's powers of r. The kernels that follow on the stream see
+ * these writes (a kernel's writes are visible to the launches after it in its stream).
+ */
+extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK) gp_ordered_kernel(const gp_ordered_args a)
+{
+    const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x, stride = gridDim.x * blockDim.x;
+    const uint32_t n = a.work.job.nunits;
+    gp_unit_ref *refs = (gp_unit_ref *)(uintptr_t)a.refs_at;
+
+    for (uint32_t i = t; i < n + 2; i += stride) {
+        gp_unit_ref r;
+
+        r.work = 0;
+        r.unit = i < n ? i : i == n ? GP_UNIT_LEAD : 0u;
+        refs[i] = r;
+    }
+    for (uint32_t i = t; i < a.work.job.nspans; i += stride)
+        ((unsigned int *)(uintptr_t)a.spans_at)[i] = 0u;
+    for (uint32_t i = t; i < a.aad_len; i += stride)
+        ((uint8_t *)(uintptr_t)a.aad_at)[i] = a.aad[i];
+    if (a.pows_at != 0)
+        for (uint32_t i = t; i < (uint32_t)(sizeof(gp_mac_pows) / 4); i += stride)
+            ((uint32_t *)(uintptr_t)a.pows_at)[i] = ((const uint32_t *)&a.pows)[i];
+    if (t == 0)
+        *(gp_work *)(uintptr_t)a.work_at = a.work;
+}

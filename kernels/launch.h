@@ -20,6 +20,8 @@ void gp_batch_kernel_small(gp_unit_ref *refs, unsigned int nrefs, gp_work *work,
 void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n, uint64_t done, uint64_t ticket);
 /* A small batch in one launch of one cluster of up to GP_LONE_MAX_BLOCKS blocks of GP_LATENCY_BLOCK. */
 void gp_lone_kernel(const gp_lone_args a);
+/* A stream-ordered request's descriptors into its message's device block (blocks of GP_COPY_BLOCK). */
+void gp_ordered_kernel(const gp_ordered_args a);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
  * the grid cap. */

@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 
 #include "aead.h"
+#include "pipeline.h"
 
 
 static int is_gcm(const gp_cipher_ctx *ctx)
@@ -76,6 +77,7 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
                          || (key != NULL && !is_gcm(ctx) && ctx->tls_aad_len != 0
                              && (ctx->iv_state == GP_IV_BUFFERED || ctx->iv_state == GP_IV_STARTED)));
 
+    gp_cipher_pipe_end(ctx);   /* a single-message init ends a pipeline */
     /* An init with a TLS record pending: the lane's context is left; the record runs on the
      * engine's message from the context's own fields. */
     if (ctx->tls_aad_len != 0 && ctx->lane.tls)
@@ -307,6 +309,10 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
                             const unsigned char *in, size_t inl)
 {
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (inl == 0)
         return 1;
     if (!gp_cipher_check_update(outsize, inl, out))
@@ -461,6 +467,10 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     (void)out;
     (void)outsize;
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (ctx->tls_aad_len != 0) {
         GP_RAISE(GP_R_TLS_MODE);
         /* GCM takes a Final for a record that is not one: the record and its IV are over, as the
@@ -488,10 +498,10 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     }
     if (ctx->enc) {
         if (!gp_msg_tag(ctx->msg, ctx->tag_out)) {
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
             return 0;
         }
-        ctx->tag_ready = GP_TAG_OWN;
+        ctx->tag_ready = gp_msg_tag_pending(ctx->msg) ? GP_TAG_QUEUED : GP_TAG_OWN;
         ctx->taglen_full = 1;
         ctx->iv_state = GP_IV_FINISHED;
         return 1;
@@ -500,8 +510,8 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     ctx->tag_expected = 0;
     ctx->iv_state = GP_IV_FINISHED;
     if (r != GP_REQ_OK) {
-        if (r != GP_REQ_BAD_TAG)
-            GP_RAISE(GP_R_EXECUTOR_FAILURE);   /* a wrong tag is the verdict alone (lane_final) */
+        if (r != GP_REQ_BAD_TAG)   /* a wrong tag is the verdict alone (lane_final) */
+            GP_RAISE(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE);
         return 0;
     }
     return 1;
@@ -724,6 +734,8 @@ static int get_tag(gp_cipher_ctx *ctx, OSSL_PARAM *p)
     }
     if (ctx->tag_ready == GP_TAG_LANE)
         return lane_get_one(ctx, p);
+    if (!gp_cipher_take_tag(ctx))
+        return 0;
     if (!OSSL_PARAM_set_octet_string(p, ctx->tag_out, sz)) {
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
@@ -753,7 +765,8 @@ static inline int gp_param_is_tls_aad_pad(const char *k)
 static int asks_memory(const OSSL_PARAM params[])
 {
     for (const OSSL_PARAM *p = params; p != NULL && p->key != NULL; p++)
-        if (p->key[0] == 'g' && strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0)
+        if (p->key[0] == 'g' && (strcmp(p->key, GP_CIPHER_PARAM_MEMORY) == 0
+                                 || strcmp(p->key, GP_CIPHER_PARAM_CUDA_STREAM) == 0))
             return 1;
     return 0;
 }
@@ -820,6 +833,8 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
             ok = gp_param_set_size(p, ctx->ivlen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
             ok = get_tag(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0)
+            ok = gp_pipe_get_tags(ctx, p);
         else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
             ok = gp_param_set_size(p, ctx->info->keylen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAGLEN) == 0)
@@ -828,6 +843,8 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
             ok = gp_param_set_size(p, ctx->tls_aad_pad);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_get_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            ok = gp_cipher_get_stream(ctx, p);
         else if (!is_gcm(ctx))
             continue;   /* ChaCha20-Poly1305 has no IV params (as the default provider) */
         else if (strcmp(k, OSSL_CIPHER_PARAM_IV) == 0 || strcmp(k, OSSL_CIPHER_PARAM_UPDATED_IV) == 0)
@@ -847,6 +864,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 {
     gp_cipher_ctx *ctx = vctx;
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
+    const OSSL_PARAM *stream = NULL;
     int ok = 1, tags_only = 1;
 
     if (params == NULL)
@@ -856,6 +874,10 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 
         if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
             ok = set_tag(ctx, p);
+            continue;
+        }
+        if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0) {
+            ok = gp_pipe_set_tags(ctx, p);
             continue;
         }
         tags_only = 0;
@@ -871,8 +893,12 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
             ok = gp_gcm_set_iv_inv(ctx, p);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_set_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            stream = p;   /* after the loop: the memory mode first, wherever the caller put it */
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
     }
+    if (ok && stream != NULL)
+        ok = gp_cipher_set_stream(ctx, stream);
     if (ok && ctx->lane.d != NULL && tls != all) {
         ok = gp_lane_set_params(ctx, params, tls);
         if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)

@@ -41,28 +41,87 @@ void gp_cipher_freectx(void *vctx)
     if (ctx == NULL)
         return;
     gp_lane_close(ctx);
+    gp_cipher_pipe_end(ctx);
     gp_msg_free(ctx->msg);
     gp_key_free(ctx->key);
     /* IVs, tags and the TLS AAD are not keys, but nothing of a message should outlive it. */
     OPENSSL_clear_free(ctx, sizeof(*ctx));
 }
 
+void gp_cipher_pipe_end(gp_cipher_ctx *ctx)
+{
+    gp_pipeline *pl = ctx->pipe;
+
+    if (pl == NULL)
+        return;
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        gp_msg_free(pl->pipes[i].msg);
+        OPENSSL_free(pl->pipes[i].spans);
+    }
+    /* IVs and tags: nothing of a message outlives it. */
+    OPENSSL_clear_free(pl, sizeof(*pl) + pl->numpipes * sizeof(pl->pipes[0]));
+    ctx->pipe = NULL;
+}
+
+void gp_raise_pipeline_context(void)
+{
+    GP_RAISE(GP_R_PIPE_CONTEXT);
+}
+
+/* The pipeline of src, for its copy d (whose key is d->key): every pipe's message mid-stream too. */
+static int pipe_dup(gp_cipher_ctx *d, const gp_cipher_ctx *src)
+{
+    const gp_pipeline *s = src->pipe;
+    const size_t size = sizeof(*s) + s->numpipes * sizeof(s->pipes[0]);
+    gp_pipeline *pl = OPENSSL_malloc(size);
+
+    d->pipe = NULL;
+    if (pl == NULL)
+        return 0;
+    memcpy(pl, s, size);
+    for (size_t i = 0; i < s->numpipes; i++) {
+        pl->pipes[i].msg = NULL;
+        pl->pipes[i].spans = NULL;
+        pl->pipes[i].nspans = pl->pipes[i].cap = 0;
+    }
+    d->pipe = pl;   /* from here gp_cipher_pipe_end frees what was made */
+    for (size_t i = 0; i < s->numpipes; i++) {
+        const gp_pipe *sp = &s->pipes[i];
+        gp_pipe *p = &pl->pipes[i];
+
+        if ((p->msg = gp_msg_dup(sp->msg, d->key)) == NULL)
+            return 0;
+        if (sp->nspans > 0) {
+            if ((p->spans = OPENSSL_memdup(sp->spans, sp->nspans * sizeof(sp->spans[0]))) == NULL)
+                return 0;
+            p->nspans = p->cap = sp->nspans;
+        }
+    }
+    return 1;
+}
+
 /* A deep copy: key schedule, counters, MAC state, partial block, tag, TLS state (EVP_CIPHER_CTX_copy). */
 void *gp_cipher_dupctx(void *vctx)
 {
-    gp_cipher_ctx *src = vctx, *d = OPENSSL_malloc(sizeof(*d));
+    gp_cipher_ctx *src = vctx, *d;
 
-    if (d == NULL) {
+    /* A tag queued on the stream is taken first: the copy has the message's state, not its queue. */
+    if (!gp_cipher_take_tag(src))
+        return NULL;
+    if ((d = OPENSSL_malloc(sizeof(*d))) == NULL) {
         GP_RAISE(GP_R_OUT_OF_MEMORY);
         return NULL;
     }
     memcpy(d, src, sizeof(*d));
     d->key = NULL;
     d->msg = NULL;
+    d->pipe = NULL;
     memset(&d->lane, 0, sizeof(d->lane));
     if (src->key != NULL && (d->key = gp_key_dup(src->key)) == NULL)
         goto err;
     if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL || !gp_lane_dup(d, src))
+        goto err;
+    if (src->pipe != NULL && !pipe_dup(d, src))
         goto err;
     gp_lane_rearm(d);
     return d;
@@ -217,6 +276,12 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_MEMORY_MODE_MID_MESSAGE);
         return 0;
     }
+    for (size_t i = 0; ctx->pipe != NULL && !ctx->pipe->finished && i < ctx->pipe->numpipes; i++) {
+        if (ctx->pipe->pipes[i].aad_bytes != 0 || ctx->pipe->pipes[i].text_bytes != 0) {
+            GP_RAISE_PIPE(GP_R_MEMORY_MODE_MID_MESSAGE, i);
+            return 0;
+        }
+    }
     if (device) {
         if (ctx->tls_fixed || ctx->tls_aad_len != 0) {
             GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
@@ -230,6 +295,13 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
     }
     ctx->devmem = device;
     gp_msg_set_memory(ctx->msg, device);
+    if (!device && ctx->stream != 0) {   /* host memory has no stream (docs/config.md) */
+        ctx->stream = 0;
+        gp_msg_set_stream(ctx->msg, 0);
+    }
+    /* A pipeline's messages start (again) in the new mode at their first update (pipeline.c). */
+    for (size_t i = 0; ctx->pipe != NULL && i < ctx->pipe->numpipes; i++)
+        ctx->pipe->pipes[i].started = 0;
     /* A message begun but with nothing processed restarts from its IV where it now belongs. */
     if (ctx->iv_state == GP_IV_STARTED)
         ctx->iv_state = GP_IV_BUFFERED;
@@ -242,6 +314,63 @@ int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
         GP_RAISE(GP_R_INVALID_PARAMETER);
         return 0;
     }
+    return 1;
+}
+
+/*
+ * Stream-ordered device mode (docs/config.md, "gpuprov-cuda-stream"): the caller's stream, which
+ * the engine queues the context's device-mode work on from its next message. Like the memory mode
+ * it changes only between messages, and it needs device mode (taken first wherever the caller put
+ * it in the same call).
+ */
+int gp_cipher_set_stream(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
+{
+    uint64_t stream;
+
+    if (p->data_type != OSSL_PARAM_UNSIGNED_INTEGER || !OSSL_PARAM_get_uint64(p, &stream)) {
+        GP_RAISE(GP_R_INVALID_STREAM);
+        return 0;
+    }
+    if (stream == ctx->stream)
+        return 1;
+    if (ctx->iv_state == GP_IV_STARTED && (ctx->aad_bytes != 0 || ctx->text_bytes != 0)) {
+        GP_RAISE(GP_R_STREAM_MID_MESSAGE);
+        return 0;
+    }
+    if (stream != 0 && !ctx->devmem) {
+        GP_RAISE(GP_R_STREAM_WITHOUT_DEVICE_MODE);
+        return 0;
+    }
+    if (stream != 0 && !gp_engine_streams(ctx->provctx->engine)) {
+        GP_RAISE(GP_R_NO_STREAM_EXECUTOR);
+        return 0;
+    }
+    ctx->stream = stream;
+    gp_msg_set_stream(ctx->msg, stream);
+    if (ctx->iv_state == GP_IV_STARTED)   /* restarts from its IV in the new mode */
+        ctx->iv_state = GP_IV_BUFFERED;
+    return 1;
+}
+
+int gp_cipher_get_stream(const gp_cipher_ctx *ctx, OSSL_PARAM *p)
+{
+    if (!OSSL_PARAM_set_uint64(p, ctx->stream)) {
+        GP_RAISE(GP_R_INVALID_PARAMETER);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_cipher_take_tag(gp_cipher_ctx *ctx)
+{
+    if (ctx->tag_ready != GP_TAG_QUEUED)
+        return 1;
+    ctx->tag_ready = GP_TAG_NONE;
+    if (gp_msg_tag_wait(ctx->msg, ctx->tag_out) != GP_REQ_OK) {
+        GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);
+        return 0;
+    }
+    ctx->tag_ready = GP_TAG_OWN;
     return 1;
 }
 
@@ -266,7 +395,10 @@ static int crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned ch
         GP_RAISE(GP_R_BUFFERS_ON_TWO_GPUS);
         break;
     case GP_MEM_NO_EXECUTOR:
-        GP_RAISE(GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+        GP_RAISE(ctx->stream != 0 ? GP_R_NO_STREAM_EXECUTOR : GP_R_NO_DEVICE_MEMORY_EXECUTOR);
+        break;
+    case GP_MEM_BAD_STREAM:
+        GP_RAISE(GP_R_BAD_STREAM);
         break;
     default:
         GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);

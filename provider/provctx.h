@@ -30,6 +30,10 @@
 /* Cipher context param (UTF-8 string): where the data updates' in and out buffers are, "host"
  * (the default) or "device" (CUDA device or managed memory; docs/config.md, "Per-context parameter"). */
 #define GP_CIPHER_PARAM_MEMORY "gpuprov-memory"
+/* Cipher context param (unsigned integer, 8 bytes): device mode's requests ordered on this CUDA
+ * stream (a cudaStream_t's value), queued there without waiting; 0 (the default): synchronous
+ * (docs/config.md, "gpuprov-cuda-stream"). */
+#define GP_CIPHER_PARAM_CUDA_STREAM "gpuprov-cuda-stream"
 
 /* Passthrough (provider/passthrough.c): the default provider's cipher functions under gpuprov's
  * names, for a process no GPU can ever serve. */

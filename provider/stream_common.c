@@ -49,6 +49,7 @@ static void next_block_counter(const gp_cipher_ctx *ctx, uint8_t out[16])
 static int stream_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                        const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
+    gp_cipher_pipe_end(ctx);   /* a single-message init ends a pipeline */
     ctx->enc = enc;
     if (iv != NULL) {
         if (ivlen != ctx->info->ivlen) {
@@ -199,6 +200,10 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
                               const unsigned char *in, size_t inl)
 {
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
     /* Before the length: 0 bytes without a key fail too, as the default provider's (ciphercommon.c
@@ -245,6 +250,10 @@ int gp_stream_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize
     (void)out;
     (void)outsize;
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (ctx->key == NULL) {
         GP_RAISE(GP_R_NO_KEY_SET);
         return 0;
@@ -288,6 +297,8 @@ int gp_stream_get_ctx_params(void *vctx, OSSL_PARAM params[])
             ok = OSSL_PARAM_set_size_t(p, ctx->info->keylen);
         else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
             ok = gp_cipher_get_memory(ctx, p);
+        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+            ok = gp_cipher_get_stream(ctx, p);
         else if (!ctr)
             continue;   /* ChaCha20 reports only the lengths, as the default provider does */
         else if (strcmp(k, OSSL_CIPHER_PARAM_NUM) == 0)
@@ -350,6 +361,8 @@ int gp_stream_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         return 0;
     if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_MEMORY)) != NULL && !gp_cipher_set_memory(ctx, p))
         return 0;
+    if ((p = OSSL_PARAM_locate_const(params, GP_CIPHER_PARAM_CUDA_STREAM)) != NULL && !gp_cipher_set_stream(ctx, p))
+        return 0;
     if (ctx->info->alg != GP_ALG_AES_CTR) {
         size_t ivlen;
 
@@ -392,6 +405,7 @@ const OSSL_PARAM *gp_ctr_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_UPDATED_IV, NULL, 0),
         OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_TLS_MAC, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 
@@ -409,6 +423,7 @@ const OSSL_PARAM *gp_ctr_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_uint(OSSL_CIPHER_PARAM_TLS_VERSION, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_TLS_MAC_SIZE, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 
@@ -423,6 +438,7 @@ const OSSL_PARAM *gp_chacha20_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_KEYLEN, NULL),
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_IVLEN, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
+        OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
         OSSL_PARAM_END
     };
 

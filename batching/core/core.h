@@ -62,6 +62,11 @@ struct gp_msg {
                                   * whenever it replaces the key */
     int enc;
     int devmem;                  /* device mode (engine.h gp_msg_set_memory), from the next start */
+    uint64_t stream;             /* stream-ordered device mode (gp_msg_set_stream), from the next start */
+    uint64_t stream_now;         /* the message in progress: its stream (0: synchronous) */
+    void *ordered;               /* its executor's state of the mode (NULL: none yet); released by the
+                                  * executor's msg_clear */
+    int ordered_tag;             /* a tag is queued: ordered_wait gives it (gp_msg_tag_wait) */
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */

@@ -30,6 +30,14 @@ gp_msg *gp_msg_dup(const gp_msg *m, gp_key *key_of_copy)
     d->devmem = m->devmem;
     d->ivlen = m->ivlen;
     memcpy(d->iv, m->iv, sizeof(d->iv));
+    d->stream = m->stream;
+    d->stream_now = m->stream_now;
+    /* Stream-ordered: the state is the executor's until the stream has run the message's work. */
+    if (m->ordered != NULL && m->exec->ordered_wait != NULL
+        && m->exec->ordered_wait(m->engine, (gp_msg *)m, NULL) != GP_REQ_OK) {
+        gp_msg_free(d);
+        return NULL;
+    }
     memcpy(&d->st, &m->st, sizeof(d->st));
     if (m->exec != NULL && m->exec->msg_copy != NULL && !m->exec->msg_copy(d, m)) {
         gp_msg_free(d);

@@ -113,18 +113,22 @@ static void *stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
 {
     gp_cuda *g = ctx;
     void *p = NULL, *d = NULL;
+    int saved, ok;
 
-    if (cudaSetDevice(g->stage_device) != cudaSuccess
-        || cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+    /* The caller's GPU stays current: a stream-ordered request grows the pool between choosing
+     * its GPU and making its objects there (ordered.c). */
+    ok = gp_cuda_device_enter(g->stage_device, &saved)
+         && cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess;
+    if (ok && (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p)) {
         /* Not the same address for every slot's device: do without staging. */
-        (void)cudaGetLastError();
         cudaFreeHost(p);
-        return NULL;
+        ok = 0;
     }
+    if (!ok)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    if (!ok)
+        return NULL;
     *dev = (uint64_t)(uintptr_t)d;
     return p;
 }
@@ -451,6 +455,7 @@ int gp_cuda_open(gp_engine *e)
     c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange", 3020);
     c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
     c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
+    c->stream_ctx = (PFN_cuStreamGetCtx_v9020)driver_call("cuStreamGetCtx", 9020);
     if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)
         c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);

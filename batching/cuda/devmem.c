@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Device mode: whether a caller's pointer is CUDA memory the cuda executor may use, and on which GPU. */
+/* Device mode: whether a caller's pointer is CUDA memory the cuda executor may use, and on which GPU; whether its stream is that GPU's. */
 #include <stdint.h>
 #include <string.h>
 
@@ -66,4 +66,47 @@ int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
     st = gp_async_in_job() ? gp_call_off_job_stack(mem_query_run, &q) : mem_query_run(&q);
     *gpu = q.gpu;
     return st;
+}
+
+/*
+ * gp_executor.stream_check: stream-ordered device mode (engine.h, gp_msg_set_stream). A batch is
+ * ordered after the caller's stream by an event recorded there (move.c,
+ * gp_cuda_issue_after_callers), which must be a stream of the slot's GPU: an event of one device
+ * recorded into another's stream fails (cudaErrorInvalidResourceHandle) and would count as the
+ * GPU failing. The driver says which context the stream belongs to; it must be the primary
+ * context of the GPU that holds the data (cudaStreamLegacy and cudaStreamPerThread name the
+ * current one, entered here). A value that is no stream at all is the caller's error, as any
+ * dangling handle given to CUDA is.
+ */
+typedef struct stream_query {
+    gp_cuda *g;
+    uint64_t stream;
+    int gpu;
+} stream_query;
+
+static int stream_query_run(void *arg)
+{
+    stream_query *q = arg;
+    CUcontext owner = NULL;
+    int saved, st;
+
+    if (q->gpu < q->g->stage_device || q->gpu >= q->g->stage_device + q->g->ngpus)
+        return GP_MEM_GPU_NOT_OPEN;
+    if (!gp_cuda_device_enter(q->gpu, &saved))
+        return GP_MEM_BAD_STREAM;
+    st = q->g->stream_ctx((CUstream)(uintptr_t)q->stream, &owner) == CUDA_SUCCESS
+         && owner == q->g->primary[q->gpu - q->g->stage_device] ? GP_MEM_OK : GP_MEM_BAD_STREAM;
+    (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    return st;
+}
+
+int gp_cuda_stream_check(gp_engine *e, uint64_t stream, int gpu)
+{
+    gp_cuda *g = e->cuda;
+    stream_query q = { g, stream, gpu };
+
+    if (g == NULL || g->stream_ctx == NULL || g->mem_range == NULL || g->open_gen != gp_fork_generation())
+        return GP_MEM_NO_EXECUTOR;
+    return gp_async_in_job() ? gp_call_off_job_stack(stream_query_run, &q) : stream_query_run(&q);
 }

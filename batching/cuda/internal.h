@@ -8,11 +8,13 @@
  * batch. Calls go one way, down this list (a file calls only files below it, and none calls back):
  *
  *   run.c      the executor's table; a batch cut into waves on a slot, each wave through the phases
+ *              (and stream-ordered requests to ordered.c)
  *   deliver.c  wait for the GPU, deliver to the callers, wipe (after success or failure)
  *   launch.c   issue: every CUDA call of a wave in stream order, its launches
  *   plan.c     plan, layout, fill: the wave's jobs and the pinned arena (no CUDA call)
  *   move.c     the wave's data across: DMA copies, outputs back in pieces to the callers
- *   devmem.c   device mode: the callers' CUDA pointers checked
+ *   ordered.c  stream-ordered device mode: a message's requests launched on the caller's stream
+ *   devmem.c   device mode: the callers' CUDA pointers and streams checked
  *   device.c   the GPUs and their memory: opening, closing, arenas, staging pool, resident keys, events
  *
  * Below them all: this header (the structs, and the functions that cross files, each named
@@ -148,6 +150,8 @@ typedef struct gp_cuda {
     PFN_cuMemGetAddressRange_v3020 mem_range;
     PFN_cuPointerGetAttribute_v4000 ptr_attr;
     PFN_cuCtxGetCurrent_v4000 ctx_current;
+    PFN_cuStreamGetCtx_v9020 stream_ctx;   /* stream-ordered device mode: the caller's stream's
+                                            * context (NULL: the mode is not offered) */
     CUcontext *primary;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
@@ -253,8 +257,14 @@ gp_cuda_keys *gp_cuda_keys_of(gp_cuda *g, const gp_cuda_slot *sl);
 void gp_cuda_key_forget(gp_engine *e, gp_key *k);
 gp_stage_pool *gp_cuda_stage_pool(gp_engine *e);
 
+/* ordered.c: stream-ordered device mode. */
+int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream);
+int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
+void gp_cuda_ordered_release(gp_msg *m);
+
 /* devmem.c: device mode. */
 int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu);
+int gp_cuda_stream_check(gp_engine *e, uint64_t stream, int gpu);
 
 /* plan.c: a wave's plan, layout and fill. */
 void gp_cuda_wave_plan(gp_wave *wv);

@@ -89,7 +89,10 @@ cudaError_t gp_cuda_issue_copy_in(gp_wave *wv)
  * pageable memory returns before its DMA lands ("API synchronization behavior", CUDA Runtime API).
  * The batch waits for the legacy default stream of its device, which itself follows every blocking
  * stream's earlier work; work on the caller's non-blocking streams is the caller's to finish first
- * (README, "Data already on the GPU").
+ * (README, "Data already on the GPU"), unless it names its stream (stream-ordered device mode,
+ * engine.h gp_msg_set_stream): the batch then also waits for each stream its requests name, through
+ * the same event recorded there (a wait takes the event's last record when it is issued, CUDA
+ * Runtime API, cudaStreamWaitEvent). devmem.c checked that each is a stream of this GPU.
  */
 cudaError_t gp_cuda_issue_after_callers(gp_wave *wv)
 {
@@ -98,9 +101,24 @@ cudaError_t gp_cuda_issue_after_callers(gp_wave *wv)
 
     if (wv->ndevmem == 0)
         return cudaSuccess;
-    if ((err = cudaEventRecord(c->callers, cudaStreamLegacy)) != cudaSuccess)
+    if ((err = cudaEventRecord(c->callers, cudaStreamLegacy)) != cudaSuccess
+        || (err = cudaStreamWaitEvent(c->stream, c->callers, 0)) != cudaSuccess)
         return err;
-    return cudaStreamWaitEvent(c->stream, c->callers, 0);
+    for (size_t i = 0; i < wv->m; i++) {
+        const gp_request *r = &wv->reqs[wv->idx[i]];
+        size_t k = 0;
+
+        if (!devmem_data(r) || r->stream == 0)
+            continue;
+        while (k < i && !(devmem_data(&wv->reqs[wv->idx[k]]) && wv->reqs[wv->idx[k]].stream == r->stream))
+            k++;
+        if (k < i)
+            continue;   /* this stream's work is waited for already */
+        if ((err = cudaEventRecord(c->callers, (cudaStream_t)(uintptr_t)r->stream)) != cudaSuccess
+            || (err = cudaStreamWaitEvent(c->stream, c->callers, 0)) != cudaSuccess)
+            return err;
+    }
+    return cudaSuccess;
 }
 
 /*

@@ -306,9 +306,15 @@ const gp_executor gp_exec_cuda = {
     .msg_start = gp_kstate_msg_start,   /* same state format as the host executor */
     .run = cuda_run,
     .msg_copy = NULL,
-    .msg_clear = NULL,
+    .msg_clear = gp_cuda_ordered_release,   /* a stream-ordered message's block and chunk */
     .stage_pool = gp_cuda_stage_pool,
     .prepare = cuda_prepare,
     .key_forget = gp_cuda_key_forget,
     .mem_check = gp_cuda_mem_check,
+    /* Stream-ordered device mode: requests queued on the caller's stream (ordered.c); those it
+     * hands back run synchronously, their batch ordered after that stream (move.c,
+     * gp_cuda_issue_after_callers). */
+    .stream_check = gp_cuda_stream_check,
+    .ordered_run = gp_cuda_ordered_run,
+    .ordered_wait = gp_cuda_ordered_wait,
 };

@@ -4,6 +4,7 @@
 # again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
 # The suites load the test module ($build/provider/test-module/gpuprov.so: the GPUPROV_TEST_* hooks
 # tests/meson.build sets), the speed and evp-bench steps the production one ($build/provider).
+# The pipeline steps need OpenSSL 3.5 at run time (OPENSSL35_PREFIX, below).
 # Steps not in the default list: trust (the gpu suite's exhaustion, GPU-loss and device=all cases
 # alone; tests/gpu/trust.sh), soak (bench/soak.sh for SOAK_MINUTES, default 2 here; its RESULTS
 # section only with SOAK_RESULTS=1), multi (the suite's cases on the last GPU and on all, alone;
@@ -39,7 +40,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ]; then
 fi
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench pipeline memcheck-pipeline pipeline-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -55,7 +56,8 @@ step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-proces
 # (a subset of gpu-suite; each skips on a host with one GPU).
 step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
-step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault example-gpu-encrypt example-python-gpu \
+step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault stream-cuda stream-cuda-all \
+  devmem-threads-cuda example-gpu-encrypt example-python-gpu \
   --print-errorlogs --num-processes 1
 step trust meson test -C "$build" --suite trust --print-errorlogs --num-processes 1
 cat "$out/trust.log" 2>/dev/null | grep -E '^ *[0-9]+/[0-9]+ ' || true
@@ -63,13 +65,13 @@ step soak env SOAK_MINUTES="${SOAK_MINUTES:-2}" SOAK_RESULTS="${SOAK_RESULTS:-0}
 cat "$out/soak.log" 2>/dev/null | tail -30
 # Under the sanitizers: everything but the long differential runs (their 300 KiB messages take a
 # single GPU thread each until the unit split arrives).
-sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda}
+sanitized=${GPU_SANITIZED:-kat-cuda wycheproof-cuda badinput-cuda async-cuda load-cuda devmem-cuda stream-cuda}
 step memcheck env GPTEST_DEVMEM_QUICK=1 meson test -C "$build" $sanitized --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The multi-GPU cases under memcheck (the wrapper script's processes followed): device mode quick,
 # the large messages through their in-place test (slices, pieces and chunks in one update each).
 step memcheck-multi env GPTEST_DEVMEM_QUICK=1 GPTEST_DIFF_ONLY=test_large_in_place meson test -C "$build" \
-  devmem-cuda-last-gpu devmem-cuda-all-gpus diff-cuda-large-last-gpu diff-cuda-large-all-gpus diff-cuda-chunks-last-gpu \
+  devmem-cuda-last-gpu devmem-cuda-all-gpus stream-cuda-last-gpu stream-cuda-all-gpus diff-cuda-large-last-gpu diff-cuda-large-all-gpus diff-cuda-chunks-last-gpu \
   diff-cuda-chunks-all-gpus --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}" --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 # The engine test injects a real CUDA launch error on purpose: API errors are expected there, memory
@@ -90,5 +92,21 @@ cat "$out/multi-speed.log" 2>/dev/null | sed -n '/^openssl speed -elapsed/,$p'
 # Data already on the GPU: EVP in device mode beside the raw kernel, with issue 36's targets.
 step devmem-bench env BENCH_OUT="$out/devmem.csv" bash bench/devmem.sh "$build" "${DEVMEM_SECONDS:-2}"
 cat "$out/devmem-bench.log" 2>/dev/null | sed -n '/^| cipher/,$p'
+# OpenSSL 3.5's pipeline API (provider/pipeline.c): its tests on the GPU, under memcheck, and
+# bench/pipeline_bench, with a 3.5 libcrypto taken at run time from OPENSSL35_PREFIX (default
+# build-openssl35/prefix, what tests/openssl-lts.sh builds: carry it over, or unpack Debian 13's
+# libssl3t64 there); the build stays against this machine's headers. Without it the steps say so.
+ossl35=${OPENSSL35_PREFIX:-$root/build-openssl35/prefix}
+with35() {   # with35 COMMAND...: run under the 3.5 libcrypto, or fail saying there is none
+  [ -f "$ossl35/lib/libcrypto.so.3" ] || { echo "no OpenSSL 3.5 in $ossl35 (OPENSSL35_PREFIX): the pipeline API is not there to test"; return 1; }
+  LD_LIBRARY_PATH="$ossl35/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+}
+step pipeline with35 meson test -C "$build" pipeline-cuda pipeline-hybrid-cuda pipeline-devmem-cuda --print-errorlogs --num-processes 1
+grep -hE "skipped: needs|wycheproof through pipes" "$build/meson-logs/testlog.txt" 2>/dev/null | sort | uniq -c
+step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda --print-errorlogs \
+  --num-processes 1 --timeout-multiplier 20 \
+  --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
+step pipeline-bench with35 env GPUPROV_STATS=1 "$build/bench/pipeline_bench" --module-dir "$build/provider"
+grep -E "^pipeline_bench|GB/s|gpuprov (stats|hybrid)" "$out/pipeline-bench.log" 2>/dev/null
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
 exit $status

@@ -32,7 +32,7 @@ import sys
 # batching/'s units: layer, and the units each one may use (all of a lower layer). Keep it and the
 # table of docs/architecture.md ("Inside batching/") the same. batch_kernel is the kernels' object
 # (kernels/, built by nvcc), which names nothing of batching/. A unit that a build lacks (cuda and
-# batch_kernel without nvcc, cuda_fault outside the test builds) is simply not seen.
+# batch_kernel without nvcc, cuda_fault and fake_stream outside the test builds) is simply not seen.
 Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
@@ -47,12 +47,13 @@ BATCHING = {
     'core': Rule(1, {'base'}),
     'exec_cpu': Rule(1, {'base'}),
     'cuda_fault': Rule(1, {'settings'}),
+    'fake_stream': Rule(0, set()),
     # The policy reaches the executors, keys, messages and the queue only through the
     # gp_policy_ops the engine gives it (batching/policy/policy.h).
     'policy': Rule(1, {'settings', 'base'}),
     'kstate': Rule(2, {'core'}),
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
-    'exec_host': Rule(3, {'kstate', 'core', 'stage', 'base'}),
+    'exec_host': Rule(3, {'kstate', 'core', 'stage', 'fake_stream', 'base'}),
     # cuda/: the cuda executor, its files calling one way inside (batching/cuda/internal.h).
     'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'reg_cache', 'chunk_plan', 'async_wait',
                      'cuda_fault', 'base', 'batch_kernel'}),
@@ -77,12 +78,15 @@ PROVIDER = {
     'stream_common': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
     'aead_gcm': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
     'aead_chachapoly': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
-    'aead_common': Rule(5, {'aead_gcm', 'aead_chachapoly', 'cipher_common', 'cpu_lane'} | _LANE_DOWN),
-    'dispatch': Rule(6, {'cipher_common', 'stream_common', 'aead_common', 'aead_gcm', 'aead_chachapoly'}),
-    'cipher_aes_ctr': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
-    'cipher_chacha20': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
-    'cipher_aes_gcm': Rule(7, {'dispatch', 'aead_common', 'aead_gcm', 'cipher_common'}),
-    'cipher_chacha20_poly1305': Rule(7, {'dispatch', 'aead_common', 'aead_chachapoly', 'cipher_common'}),
+    'pipeline': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'aead_common': Rule(5, {'aead_gcm', 'aead_chachapoly', 'pipeline', 'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'dispatch': Rule(6, {'cipher_common', 'stream_common', 'aead_common', 'aead_gcm', 'aead_chachapoly',
+                         'pipeline'}),
+    'cipher_aes_ctr': Rule(7, {'dispatch', 'stream_common', 'pipeline', 'cipher_common'}),
+    'cipher_chacha20': Rule(7, {'dispatch', 'stream_common', 'pipeline', 'cipher_common'}),
+    'cipher_aes_gcm': Rule(7, {'dispatch', 'aead_common', 'aead_gcm', 'pipeline', 'cipher_common'}),
+    'cipher_chacha20_poly1305': Rule(7, {'dispatch', 'aead_common', 'aead_chachapoly', 'pipeline',
+                                         'cipher_common'}),
     'prov': Rule(8, {'cipher_aes_ctr', 'cipher_chacha20', 'cipher_aes_gcm', 'cipher_chacha20_poly1305',
                      'passthrough', 'knobs', 'errors'}),
 }

@@ -87,6 +87,9 @@ static const knob_case cases[] = {
     { "GPUPROV_PRIORS", "0", 0, 0 }, { "GPUPROV_PRIORS", "on", 1, 0 }, { "GPUPROV_PRIORS", "h200", BAD, 0 },
     { "GPUPROV_CALIB_REFRESH", "1", 1, 0 }, { "GPUPROV_CALIB_REFRESH", "no", 0, 0 },
     { "GPUPROV_CALIB_REFRESH", "now", BAD, 0 },
+    { "GPUPROV_MACHINE_SHARE", "0", 0, 0 }, { "GPUPROV_MACHINE_SHARE", "16", 16, 0 },
+    { "GPUPROV_MACHINE_SHARE", "256", 256, 0 }, { "GPUPROV_MACHINE_SHARE", "257", BAD, 0 },
+    { "GPUPROV_MACHINE_SHARE", "on", BAD, 0 },
 #if GP_EXPERIMENT_SWITCHES
     { "GPUPROV_LONE_LAUNCH", "0", 0, 0 }, { "GPUPROV_LONE_LAUNCH", "1", 1, 0 },
     { "GPUPROV_LONE_LAUNCH", "2", BAD, 0 },
@@ -105,6 +108,7 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_STAGE_ONE_THREAD", "one", BAD, 0 },
     { "GPUPROV_TEST_UNWATCH_DELAY_US", "300", 300, 0 }, { "GPUPROV_TEST_UNWATCH_DELAY_US", "999999", 999999, 0 },
     { "GPUPROV_TEST_UNWATCH_DELAY_US", "1000000", BAD, 0 },
+    { "GPUPROV_TEST_GATHER_OPS", "16", 16, 0 }, { "GPUPROV_TEST_GATHER_OPS", "many", BAD, 0 },
     { "GPUPROV_TEST_HOST_INFLIGHT", "2", 2, 0 }, { "GPUPROV_TEST_HOST_INFLIGHT", "4", 4, 0 },
     { "GPUPROV_TEST_HOST_INFLIGHT", "two", BAD, 0 },
     { "GPUPROV_TEST_HOST_STAGE", "1", 1, 0 }, { "GPUPROV_TEST_HOST_STAGE", "staged", BAD, 0 },
@@ -122,6 +126,7 @@ static const knob_case cases[] = {
     /* text and name knobs: an accepted value is stored as written (want 0) */
     { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H200", 0, 0 }, { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H100 80GB HBM3", 0, 0 },
     { "GPUPROV_TEST_GPU_MODEL", "tab\there", BAD, 0 }, { "GPUPROV_TEST_GPU_MODEL", DIR_TOO_LONG, BAD, 0 },
+    { "GPUPROV_TEST_SHARE_KEY", "test-1234", 0, 0 }, { "GPUPROV_TEST_SHARE_KEY", DIR_TOO_LONG, BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "plan.c", 0, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "cuda/device.c", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c:517", BAD, 0 },
@@ -255,6 +260,7 @@ static void test_table(void **state)
     assert_int_equal(k.stats, 0);
     assert_int_equal(k.device, 0);
     assert_int_equal(k.streams, 4);
+    assert_int_equal(k.machine_share, 4);
     assert_int_equal(k.max_batch_ops, 4096);
     assert_true(k.max_batch_bytes == 8u << 20);
     assert_int_equal(k.flush_us, 50);
@@ -410,9 +416,9 @@ static void test_flavour(void **state)
     static const char *const test_vars[] = {
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
-        "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
+        "GPUPROV_TEST_GATHER_OPS", "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
         "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER", "GPUPROV_TEST_GPU_MODEL",
-        "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
+        "GPUPROV_TEST_SHARE_KEY", "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
         "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
