@@ -76,7 +76,7 @@ static const gp_setting registry[] = {
       .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
                  "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
     { .key = "reg_cache", .env = "GPUPROV_REG_CACHE", .cls = GP_SETTING_TUNING,
-      .syntax = GP_SYNTAX_NUMBER, FIELD(reg_cache_mib), .dflt = 256, .min = 0, .max = 1 << 20,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(reg_cache_mib), .dflt = 0, .min = 0, .max = 1 << 20,
       .expected = "a number of MiB from 0 to 1048576",
       .meaning = "cuda: MiB of callers' reused buffers (256 KiB and up) kept registered (pinned) so the "
                  "GPU reads them directly, without the copy crew's copy in (batching/reg_cache.h); "

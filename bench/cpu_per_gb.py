@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, csv_list, median, say   # noqa: E402
+from benchlib import ROOT, OpenSSL, csv_list, median, say   # noqa: E402
 from compare import run_speed                       # noqa: E402
 
 CONFIGS = {
@@ -63,7 +63,7 @@ def one(cipher, size, name, args):
         os.environ["GPUPROV_WAIT"] = args.wait
     os.environ.update(extra)
     try:
-        res = run_speed(cipher, size, 0, 1, config, args.seconds, args.build, config != "default")
+        res = run_speed(cipher, size, 0, 1, config, args.seconds, args.build, config != "default", OpenSSL())
     finally:
         for k, v in saved.items():
             if v is None:
