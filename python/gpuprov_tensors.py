@@ -49,7 +49,7 @@ import os
 import re
 import threading
 
-__all__ = ["TensorCipher", "Sealed", "AuthenticationError", "GpuprovError", "default_aad", "load_libcrypto",
+__all__ = ["TensorCipher", "Sealed", "zero", "AuthenticationError", "GpuprovError", "default_aad", "load_libcrypto",
            "CIPHERS", "MAX_PIPES", "NONCE_BYTES", "TAG_BYTES", "MAX_MESSAGES_PER_KEY"]
 
 CIPHERS = ("AES-256-GCM", "ChaCha20-Poly1305")
@@ -235,6 +235,12 @@ def default_aad(tensor, name):
     b = tensor if isinstance(tensor, _Buf) else _buf(tensor)
     return b"gpuprov-tensors/1\0" + json.dumps({"name": str(name), "shape": list(b.shape), "dtype": b.dtype},
                                                sort_keys=True, separators=(",", ":")).encode()
+
+
+def zero(tensors):
+    """Clear each tensor (device ones on the caller's current stream where the library has one)."""
+    for t in tensors:
+        _buf(t).zero()
 
 
 def _current_stream(b):

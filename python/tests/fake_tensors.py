@@ -7,11 +7,12 @@ import os
 class Standin:
     """The test module's exports (provider/test-module/gpuprov-test.map): stand-in device memory
     (gpuprov_test_devmem_alloc, GPUPROV_TEST_HOST_DEVMEM=1) and fake CUDA streams
-    (batching/fake_stream.h). The module must be loaded already (a TensorCipher loads it)."""
+    (batching/fake_stream.h), from $OPENSSL_MODULES/gpuprov.so: the same file, so the same loaded
+    module, that OpenSSL loads."""
 
     def __init__(self):
         path = os.path.join(os.environ.get("OPENSSL_MODULES", "."), "gpuprov.so")
-        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOW)
         self.ok = hasattr(lib, "gpuprov_test_devmem_alloc") and bool(os.environ.get("GPUPROV_TEST_HOST_DEVMEM"))
         if not self.ok:
             return
