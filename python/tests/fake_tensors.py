@@ -19,9 +19,11 @@ class Standin:
         lib.gpuprov_test_devmem_alloc.restype = ctypes.c_void_p
         lib.gpuprov_test_devmem_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int]
         lib.gpuprov_test_devmem_free.argtypes = [ctypes.c_void_p]
-        lib.gpuprov_test_stream_new.restype = ctypes.c_void_p
-        for f in ("free", "sync"):
-            getattr(lib, "gpuprov_test_stream_" + f).argtypes = [ctypes.c_void_p]
+        self.has_streams = hasattr(lib, "gpuprov_test_stream_new")   # builds with stream-ordered mode
+        if self.has_streams:
+            lib.gpuprov_test_stream_new.restype = ctypes.c_void_p
+            for f in ("free", "sync"):
+                getattr(lib, "gpuprov_test_stream_" + f).argtypes = [ctypes.c_void_p]
         self.lib = lib
 
     def alloc(self, nbytes, gpu=0):
