@@ -158,8 +158,13 @@ class _Buf:
         """Clear the tensor (ordered on the caller's current stream for PyTorch and CuPy)."""
         if self.nbytes == 0:
             return
-        if self.gpu is None:
+        if self.gpu is None and self.kind != "torch":
             ctypes.memset(self.ptr, 0, self.nbytes)
+            return
+        if self.kind == "torch":
+            import torch
+            with torch.no_grad():    # a parameter that requires grad takes an in-place write here
+                self.obj.zero_()
             return
         for method, arg in (("zero_", ()), ("fill", (0,))):
             fn = getattr(self.obj, method, None)

@@ -177,6 +177,90 @@ def run_case(crypto, counting, cipher, kind, standin, pipeline, in_place, stream
     c.close()
 
 
+def torch_like(crypto, standin, probe, rng):
+    """The PyTorch paths (data_ptr, the current stream, zero_ under no_grad) through a stand-in
+    `torch` module: stream "auto" must queue on torch.cuda.current_stream().cuda_stream."""
+    import contextlib
+    import types
+    stream = standin.stream_new() if standin.has_streams else 0
+    seen = {"current": 0, "sync": 0, "no_grad": 0}
+
+    class Stream:
+        cuda_stream = stream
+
+        def synchronize(self):
+            seen["sync"] += 1
+            if stream:
+                standin.stream_sync(stream)
+
+    def current_stream(device=None):
+        seen["current"] += 1
+        return Stream()
+
+    @contextlib.contextmanager
+    def no_grad():
+        seen["no_grad"] += 1
+        yield
+
+    fake = types.ModuleType("torch")
+    fake.cuda = types.SimpleNamespace(current_stream=current_stream)
+    fake.no_grad = no_grad
+
+    class Tensor:
+        def __init__(self, n):
+            self.t = ft.FakeCudaTensor(standin, (n // 4,), "<f4", bytes(rng.getrandbits(8) for _ in range(n)))
+            self.shape, self.dtype = (n // 4,), "torch.float32"
+            self.device = types.SimpleNamespace(type="cuda", index=0)
+
+        def data_ptr(self):
+            return self.t.ptr
+
+        def element_size(self):
+            return 4
+
+        def numel(self):
+            return self.shape[0]
+
+        def is_contiguous(self):
+            return True
+
+        def zero_(self):
+            self.t.zero_()
+
+    saved = sys.modules.get("torch")
+    sys.modules["torch"] = fake
+    try:
+        c = gt.TensorCipher(bytes(range(32)), libcrypto=crypto)
+        ts = [Tensor(n) for n in (4, 64, 4096, 40000)]
+        plain = [t.t.read() for t in ts]
+        sealed = c.encrypt(ts)
+        Stream().synchronize()
+        for t, p, s in zip(ts, plain, sealed):
+            ct, tag = ref_seal(crypto, "AES-256-GCM", bytes(range(32)), s.nonce, gt.default_aad(t, ts.index(t)), p)
+            check(t.t.read() == ct and s.tag == tag, "torch-like: differs from the default provider")
+        check(seen["current"] >= 1, "torch-like: the current stream was not asked for")
+        check(c.has_stream_mode == bool(stream) or not stream, "torch-like: stream mode")
+        x = bytearray(ts[2].t.read())
+        x[0] ^= 1
+        ts[2].t.write(x)
+        try:
+            c.decrypt(ts, sealed)
+            check(False, "torch-like: a flipped byte accepted")
+        except gt.AuthenticationError as e:
+            Stream().synchronize()
+            check(e.names == [2] and all(t.t.read() == bytes(t.t.nbytes) for t in ts) and seen["no_grad"] == len(ts),
+                  "torch-like: refusal named %s, outputs zeroed under no_grad: %s" % (e.names, seen))
+        for t in ts:
+            t.t.free()
+    finally:
+        if saved is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = saved
+        if stream:
+            standin.stream_free(stream)
+
+
 def main():
     rng = random.Random(int(os.environ.get("GPTEST_SEED", "51")))
     crypto = gt.load_libcrypto()
@@ -203,6 +287,8 @@ def main():
                     run_case(crypto, counting, cipher, kind, standin, pipeline, True, stream, rng, count)
     if stream:
         standin.stream_free(stream)
+    if standin.ok:
+        torch_like(crypto, standin, probe, rng)
     # Bad input: clean Python errors, nothing encrypted.
     c = gt.TensorCipher(bytes(32), libcrypto=crypto)
     for bad, what in (([object()], "not a tensor"), ([b"read-only"], "a read-only buffer")):
