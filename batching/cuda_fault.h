@@ -115,7 +115,7 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
     (GP_CUDA_FAULT_HIT(GP_CF_STREAM_SYNCHRONIZE) ? gp_cuda_fault_drained_stream(s) : cudaStreamSynchronize(s))
 #define cudaEventElapsedTime(...) \
     GP_CUDA_FAULT(GP_CF_EVENT_ELAPSED, cudaErrorLaunchFailure, cudaEventElapsedTime(__VA_ARGS__))
-/* For the large-message pipeline and device memory (cudaHostRegister: made nowhere today). */
+/* For the large-message pipeline and device memory (cudaHostRegister: the registration cache's, device.c). */
 #define cudaStreamWaitEvent(...) \
     GP_CUDA_FAULT(GP_CF_STREAM_WAIT_EVENT, cudaErrorLaunchFailure, cudaStreamWaitEvent(__VA_ARGS__))
 #define cudaHostRegister(...) GP_CUDA_FAULT(GP_CF_HOST_REGISTER, cudaErrorMemoryAllocation, cudaHostRegister(__VA_ARGS__))

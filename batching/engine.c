@@ -17,6 +17,7 @@
 #include "batching/kstate.h"
 #include "batching/policy/policy.h"
 #include "batching/queue.h"
+#include "batching/reg_cache.h"
 
 static const gp_executor *const executors[GP_EXEC_COUNT] = {
 #ifdef GPUPROV_HAVE_CUDA
@@ -179,6 +180,10 @@ gp_engine *gp_engine_new(const gp_knobs *knobs, OSSL_LIB_CTX *libctx)
     pthread_mutex_init(&e->pool.submit, NULL);
     pthread_cond_init(&e->pool.wake, NULL);
     pthread_cond_init(&e->pool.done, NULL);
+    /* The registration cache tracks only memory allocated after its hooks are in: in now, before
+     * the program makes the buffers it will reuse, wherever the cuda executor may open. */
+    if (e->knobs.reg_cache_mib > 0 && executors[GP_EXEC_CUDA] != NULL && gp_engine_gpu_possible(e))
+        (void)gp_reg_cache_hooks();
     return e;
 }
 
@@ -574,13 +579,29 @@ static size_t route_len(const gp_request *r)
  * Hybrid: pick the executor of an unrouted message whose first data request is `len` bytes, start
  * the message there and absorb the AAD it held. 0 on failure (the message stays unusable).
  */
-static int route_now(gp_msg *m, size_t len)
+/* Where messages of key k that start together go: `each` bytes each on average, `total` in all
+ * (gp_hybrid_route_batch). */
+static const gp_executor *route_pick(gp_engine *e, const gp_key *k, size_t each, size_t total)
 {
-    gp_engine *e = m->engine;
     const gp_executor *x = preferred_executor(e, 1);
 
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed))
-        x = gp_hybrid_route(&e->policy, x, m->key->alg, m->key->keylen, len);
+        x = gp_hybrid_route_batch(&e->policy, x, k->alg, k->keylen, each, total);
+    return x;
+}
+
+static int route_on(gp_msg *m, const gp_executor *x);
+
+static int route_now(gp_msg *m, size_t len)
+{
+    return route_on(m, route_pick(m->engine, m->key, len, len));
+}
+
+/* Start the unrouted message m on x, the route chosen for it, and absorb the AAD it held. */
+static int route_on(gp_msg *m, const gp_executor *x)
+{
+    gp_engine *e = m->engine;
+
     m->exec = x;
     m->routed = 1;
     if (!x->msg_start(e, m)) {
@@ -733,36 +754,146 @@ int gp_msg_tag_wait(gp_msg *m, uint8_t tag[16])
     return st;
 }
 
-static int submit_one(gp_msg *m, gp_request *r)
+/*
+ * What a request of m needs before its executor: a route (held AAD waits for it), held AAD to carry,
+ * or an answer from the speculative tag. Returns 1 when r goes on to m's executor (submit_routed),
+ * 0 when it was answered here (r->status set).
+ */
+static int submit_ready(gp_msg *m, gp_request *r)
 {
-    int status;
-
     if (!m->routed) {
         /* AAD comes before the data that decides the route (TLS: a 5 or 13-byte header): hold it. */
         if (hold_aad(m, r))
-            return r->status;
+            return 0;
         if (!route_now(m, route_len(r))) {
             count_error(m->engine);
-            return r->status = GP_REQ_FAILED;
+            r->status = GP_REQ_FAILED;
+            return 0;
         }
     }
     if (m->exec == NULL || m->exec == &gp_exec_cpu) {
         gp_engine_note_large(m->engine, r->len);
-        return submit_routed(m, r);
+        return 1;
     }
     if (hold_aad(m, r))
-        return r->status;
-    if (m->stream_now != 0 && m->exec->ordered_run != NULL && (status = submit_ordered(m, r)) != GP_REQ_SYNC)
-        return status;
-    if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid)
-        return answer_from_spec_tag(m, r);
+        return 0;
+    /* Stream-ordered: queued on the caller's stream (r->status set), unless handed back. */
+    if (m->stream_now != 0 && m->exec->ordered_run != NULL && submit_ordered(m, r) != GP_REQ_SYNC)
+        return 0;
+    if ((r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY) && m->aad_hold_len == 0 && m->st.spec_valid) {
+        (void)answer_from_spec_tag(m, r);
+        return 0;
+    }
     if (m->aad_hold_len > 0) {
         r->aad = m->aad_hold;
         r->aad_len = m->aad_hold_len;
     }
+    return 1;
+}
+
+static int submit_one(gp_msg *m, gp_request *r)
+{
+    int status;
+
+    if (!submit_ready(m, r))
+        return r->status;
     status = submit_routed(m, r);
-    m->aad_hold_len = 0;
+    m->aad_hold_len = 0;   /* carried with r (submit_ready), or none */
     return status;
+}
+
+/*
+ * Unrouted messages whose requests start them together (gp_msgs_submit) take one route, chosen for
+ * the batch they make: the GPU side takes them in one batch, or the CPU runs them all. AAD that the
+ * messages hold until their data comes does not route them (hold_aad). A lone such message routes
+ * as submit_one would.
+ */
+static void route_together(gp_engine *e, gp_request *reqs, size_t n)
+{
+    size_t total = 0, count = 0;
+    const gp_executor *x;
+    gp_msg *first = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if (m->routed || (reqs[i].kind == GP_REQ_AAD && reqs[i].len <= sizeof(m->aad_hold) - m->aad_hold_len))
+            continue;
+        total += route_len(&reqs[i]);
+        count++;
+        if (first == NULL)
+            first = m;
+    }
+    if (count < 2)
+        return;
+    x = route_pick(e, first->key, total / count, total);
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if (m->routed || (reqs[i].kind == GP_REQ_AAD && reqs[i].len <= sizeof(m->aad_hold) - m->aad_hold_len))
+            continue;
+        if (!route_on(m, x))
+            count_error(e);   /* m->exec stays NULL: its request fails in submit_routed */
+    }
+}
+
+int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
+{
+    gp_request stack[32], *batch = stack;
+    size_t from_stack[32], *from = from_stack, k = 0;
+    int all_ok = 1;
+
+    if (n > 32) {
+        batch = malloc(n * sizeof(*batch));
+        from = malloc(n * sizeof(*from));
+        if (batch == NULL || from == NULL) {
+            /* No memory for the batch: each request alone, as its own call would run it. */
+            free(batch != stack ? batch : NULL);
+            free(from != from_stack ? from : NULL);
+            for (size_t i = 0; i < n; i++)
+                all_ok &= submit_one(reqs[i].msg, &reqs[i]) == GP_REQ_OK;
+            return all_ok;
+        }
+    }
+    route_together(e, reqs, n);
+    for (size_t i = 0, total = 0; i < n; i++) {
+        /* A pipeline call's data is the process's demand for the GPU as one message's would be
+         * (gp_engine_note_large): backend auto opens and measures it for the calls that follow. */
+        total += reqs[i].kind == GP_REQ_CRYPT ? reqs[i].len : 0;
+        if (i == n - 1 && n > 1)
+            gp_engine_note_large(e, total);
+    }
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if (!submit_ready(m, &reqs[i]))
+            continue;
+        if (m->exec == NULL || m->exec == &gp_exec_cpu || gp_async_in_job()) {
+            /* The cpu executor runs each at once (the default provider's code: nothing to gather);
+             * an async job queues each request, as a job must never run a batch on its stack. */
+            (void)submit_routed(m, &reqs[i]);
+            m->aad_hold_len = 0;
+            continue;
+        }
+        reqs[i].status = GP_REQ_FAILED;
+        batch[k] = reqs[i];
+        from[k++] = i;
+    }
+    /* The GPU side's requests: one batch, one run of the executor (one launch on the GPU). */
+    if (k > 0) {
+        (void)gp_engine_submit(e, batch, k);
+        for (size_t j = 0; j < k; j++) {
+            reqs[from[j]].status = batch[j].status;
+            reqs[from[j]].msg->aad_hold_len = 0;   /* carried with its request */
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        all_ok &= reqs[i].status == GP_REQ_OK;
+    if (batch != stack) {
+        free(batch);
+        free(from);
+    }
+    return all_ok;
 }
 
 /*
@@ -802,32 +933,37 @@ int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return submit_one(m, &r) == GP_REQ_OK;
 }
 
-int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, int *gpu)
 {
     const gp_executor *x = m->exec;
     int gpu_in = -1, gpu_out = -1, st;
-    gp_request r;
 
-    if (x == NULL || x->mem_check == NULL || !m->devmem) {
-        count_error(m->engine);
+    if (x == NULL || x->mem_check == NULL || !m->devmem)
         return GP_MEM_NO_EXECUTOR;
-    }
     /* In place: one check. */
     if ((st = x->mem_check(m->engine, in, len, &gpu_in)) != GP_MEM_OK
-        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK)) {
+        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK))
+        return st;
+    if (out != in && gpu_in != gpu_out)
+        return GP_MEM_SPLIT;
+    /* Stream-ordered: the stream must be one of the GPU that holds the data (devmem.c). */
+    if (m->stream_now != 0
+        && (x->stream_check == NULL || (st = x->stream_check(m->engine, m->stream_now, gpu_in)) != GP_MEM_OK))
+        return x->stream_check == NULL ? GP_MEM_NO_EXECUTOR : st;
+    *gpu = gpu_in;
+    return GP_MEM_OK;
+}
+
+int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
+{
+    int gpu = -1, st = gp_msg_check_device(m, in, out, len, &gpu);
+    gp_request r;
+
+    if (st != GP_MEM_OK) {
         count_error(m->engine);
         return st;
     }
-    if (out != in && gpu_in != gpu_out) {
-        count_error(m->engine);
-        return GP_MEM_SPLIT;
-    }
-    if (m->stream_now != 0
-        && (x->stream_check == NULL || (st = x->stream_check(m->engine, m->stream_now, gpu_in)) != GP_MEM_OK)) {
-        count_error(m->engine);
-        return x->stream_check == NULL ? GP_MEM_NO_EXECUTOR : st;
-    }
-    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu_in,
+    r = (gp_request){ .kind = GP_REQ_CRYPT, .in = in, .out = out, .len = len, .devmem = 1, .gpu = gpu,
                       .stream = m->stream_now };
     return submit_one(m, &r) == GP_REQ_OK ? GP_MEM_OK : GP_MEM_FAILED;
 }
@@ -1010,8 +1146,12 @@ static size_t rerun_unfinished(gp_engine *e, gp_request *reqs, size_t n)
 static void run_on(gp_engine *e, const gp_executor *x, gp_request *reqs, size_t n)
 {
     fault_tally t = { 0 };
+    /* In flight on the GPU for every process of this user (policy/share.c), till it returns. */
+    const size_t shared = gp_share_begin(&e->policy, x, reqs, n);
+    const int ok = x->run(e, reqs, n);
 
-    if (x->run(e, reqs, n)) {
+    gp_share_end(&e->policy, shared);
+    if (ok) {
         account(e, x, reqs, n);
         return;
     }

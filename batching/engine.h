@@ -56,6 +56,10 @@ int gp_engine_device_memory(gp_engine *e);
 void gp_msg_set_memory(gp_msg *m, int device);
 /* A data request on device memory: every check, then the run; enum gp_mem_status. */
 int gp_msg_crypt_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len);
+/* gp_msg_crypt_device's checks alone (m started): GP_MEM_OK and *gpu, the GPU that holds in and
+ * out, where a request of m may take them as device memory (gp_request.devmem, .gpu). A question,
+ * not a failure: nothing is counted in the stats' errors. */
+int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, int *gpu);
 /* Device mode: is p host memory, as AAD must be (the host reads it)? A device pointer given as AAD
  * is refused rather than read. */
 int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len);
@@ -81,6 +85,17 @@ int gp_msg_tag_wait(gp_msg *m, uint8_t tag[16]);   /* enum gp_req_status */
  * one message run in submission order. Returns 1 when every request succeeded; each request's
  * status says which did not. */
 int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
+/*
+ * Requests of several messages at once, at most one per message, each as gp_msg_aad, gp_msg_crypt,
+ * gp_msg_tag or gp_msg_verify would run it alone (`kind`, `in`, `out`, `len`, the tag fields and,
+ * device mode, `devmem` and `gpu` set by the caller; `msg` each one's message): OpenSSL 3.5's pipeline
+ * calls. Messages not yet routed take one route together, for the batch they make (rule 2 of the
+ * hybrid policy weighs its whole length: one round trip serves it). Those on the cpu executor run
+ * there one by one (the default provider's code); the GPU side's run as one batch, one run of the
+ * executor (gp_engine_submit: one launch on the GPU), except inside an async job, where each is
+ * queued. Returns 1 when every request succeeded; each status says which did not.
+ */
+int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n);
 
 
 

@@ -48,6 +48,10 @@ typedef struct gp_request {
      * whose earlier work the request must follow; 0: none (synchronous device mode orders after the
      * legacy default stream only). */
     uint64_t stream;
+    /* Set by the cuda executor's layout for each wave: `in` lies in a range the registration cache
+     * holds (batching/reg_cache.h), and the GPU reads it there by DMA, not from the pinned arena;
+     * direct_out: `out` too, apart from `in`, and the GPU's DMA writes it there. */
+    int direct_in, direct_out;
     int status;              /* set by the executor: enum gp_req_status */
 } gp_request;
 

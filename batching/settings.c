@@ -75,6 +75,12 @@ static const gp_setting registry[] = {
       .expected = "a number from 0 to 16",
       .meaning = "cuda: helper threads that copy a large request (256 KiB and up) between the caller's "
                  "memory and pinned memory (0: one per online CPU beyond the first, at most 8)" },
+    { .key = "reg_cache", .env = "GPUPROV_REG_CACHE", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(reg_cache_mib), .dflt = 256, .min = 0, .max = 1 << 20,
+      .expected = "a number of MiB from 0 to 1048576",
+      .meaning = "cuda: MiB of callers' reused buffers (256 KiB and up) kept registered (pinned) so the "
+                 "GPU reads them directly, without the copy crew's copy in (batching/reg_cache.h); "
+                 "0: off, and no memory hooks are installed" },
     /* The default is where more slots a GPU stop paying: fewer leave the GPU idle between
      * batches, more cost one thread and openssl speed throughput (bench/evp_bench, bench/compare). */
     { .key = "streams", .env = "GPUPROV_STREAMS", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_NUMBER,
@@ -128,6 +134,12 @@ static const gp_setting registry[] = {
       .meaning = "hybrid: on a host with no measurement yet, route by the numbers measured on hosts of its "
                  "GPU model and core class (0: measure first; meanwhile large messages of a lone caller stay "
                  "on the CPU)" },
+    { .key = "machine_share", .env = "GPUPROV_MACHINE_SHARE", .cls = GP_SETTING_TUNING,
+      .syntax = GP_SYNTAX_NUMBER, FIELD(machine_share), .dflt = 4, .min = 0, .max = GP_SHARE_SLOTS,
+      .expected = "a number from 0 to 256",
+      .meaning = "hybrid: this user's processes on one machine share what each GPU has in flight; at most N "
+                 "of them open one GPU, and a message goes to a GPU only while its other processes hold fewer "
+                 "batches in flight there than `streams` (0: each process decides alone)" },
     { .key = "calib_refresh", .env = "GPUPROV_CALIB_REFRESH", .cls = GP_SETTING_TUNING, .syntax = GP_SYNTAX_WORD,
       FIELD(calib_refresh), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "hybrid: measure in this process whatever is persisted or known, and persist the result "
@@ -189,6 +201,10 @@ static const gp_setting registry[] = {
       FIELD(test.gpu_model), .expected = "a GPU model as the driver names it, such as NVIDIA H200",
       .meaning = "the priors see every GPU as this model, and the host executor standing in for the GPU "
                  "(hybrid_gpu = host) takes that model's priors" },
+    { .env = "GPUPROV_TEST_SHARE_KEY", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_TEXT,
+      FIELD(test.share_key), .expected = "a name such as test-1234",
+      .meaning = "the host executor standing in for the GPU (hybrid_gpu = host) shares its machine-wide "
+                 "counts (knob machine_share) under this fake GPU UUID; unset: it shares none" },
     { .env = "GPUPROV_TEST_HOST_FAIL_AFTER", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_NUMBER,
       FIELD(test.host_fail_after), .dflt = -1, .min = 0, .max = 1 << 30, .expected = "a number from 0 up",
       .meaning = "after N good batches the host executor, standing in for the GPU, fails the next one as a "

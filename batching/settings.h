@@ -34,6 +34,7 @@ typedef enum gp_backend {
 #define GP_DEVICE_ALL (-1)          /* knob device=all: batches spread over every GPU */
 
 #define GP_STATS_STEPS 2            /* knob stats=steps */
+#define GP_SHARE_SLOTS 256          /* processes of a user a GPU's shared counts hold (knob machine_share) */
 
 typedef enum gp_wait_mode { GP_WAIT_ADAPTIVE = 0, GP_WAIT_SPIN, GP_WAIT_BLOCK } gp_wait_mode;
 
@@ -85,6 +86,8 @@ typedef struct gp_test_hooks {
                                * registry of fake allocations (batching/exec_host.c) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
     char gpu_model[64];       /* the priors see every GPU as this model; "": the driver's */
+    char share_key[64];       /* the host executor standing in for the GPU shares its counts
+                               * under this fake GPU UUID (policy/share.c); "": none */
     int host_fail_after;      /* after N good batches the host executor fails the next one as a
                                * whole, once, as a GPU fails (it stands in for one); -1: never */
     /* The CUDA fault interposition (batching/cuda_fault.h), read again at each opening of the
@@ -120,6 +123,7 @@ typedef struct gp_knobs {
                             * the cuda executor also times each step of a batch on the GPU */
     int host_threads;      /* worker threads of the host executor (0: one per online CPU) */
     int copy_threads;      /* cuda: threads that copy large requests to and from pinned memory (0: auto) */
+    int reg_cache_mib;     /* cuda: MiB of callers' buffers kept registered (reg_cache.h); 0: off */
     int device;            /* CUDA device index for the cuda executor, or GP_DEVICE_ALL */
     int streams;           /* cuda: batches in flight per GPU, each with its own stream, pinned and
                             * device arenas and async dispatcher thread */
@@ -147,6 +151,8 @@ typedef struct gp_knobs {
     char calib_system[256];
     int priors;            /* route an unmeasured host by its class's numbers (policy/priors.c) */
     int calib_refresh;     /* measure whatever is persisted or known, and persist the result */
+    int machine_share;     /* processes of this user that may open one GPU at once, sharing what is
+                            * in flight there (policy/share.c); 0: each process decides alone */
     gp_test_hooks test;
     gp_experiments exp;
 } gp_knobs;

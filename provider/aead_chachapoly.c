@@ -7,6 +7,7 @@
 #include <openssl/crypto.h>
 
 #include "aead.h"
+#include "pipeline.h"
 
 /* One TLS 1.2 record, checked (RFC 7905 §2). Out of line, as gp_gcm_tls_record. */
 GP_NOINLINE int gp_chachapoly_tls_record(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t outsize,
@@ -111,6 +112,7 @@ const OSSL_PARAM *gp_chachapoly_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_size_t(OSSL_CIPHER_PARAM_AEAD_TLS1_AAD_PAD, NULL),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
+        OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -129,6 +131,7 @@ const OSSL_PARAM *gp_chachapoly_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
+        OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG, NULL, 0),
         OSSL_PARAM_END
     };
 

@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 
 #include "aead.h"
+#include "pipeline.h"
 
 
 static int is_gcm(const gp_cipher_ctx *ctx)
@@ -76,6 +77,7 @@ static int aead_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t k
                          || (key != NULL && !is_gcm(ctx) && ctx->tls_aad_len != 0
                              && (ctx->iv_state == GP_IV_BUFFERED || ctx->iv_state == GP_IV_STARTED)));
 
+    gp_cipher_pipe_end(ctx);   /* a single-message init ends a pipeline */
     /* An init with a TLS record pending: the lane's context is left; the record runs on the
      * engine's message from the context's own fields. */
     if (ctx->tls_aad_len != 0 && ctx->lane.tls)
@@ -307,6 +309,10 @@ static int aead_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl
                             const unsigned char *in, size_t inl)
 {
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (inl == 0)
         return 1;
     if (!gp_cipher_check_update(outsize, inl, out))
@@ -461,6 +467,10 @@ static int aead_final_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl,
     (void)out;
     (void)outsize;
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (ctx->tls_aad_len != 0) {
         GP_RAISE(GP_R_TLS_MODE);
         /* GCM takes a Final for a record that is not one: the record and its IV are over, as the
@@ -823,6 +833,8 @@ static int aead_get_ctx_params_body(gp_cipher_ctx *ctx, OSSL_PARAM params[])
             ok = gp_param_set_size(p, ctx->ivlen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0)
             ok = get_tag(ctx, p);
+        else if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0)
+            ok = gp_pipe_get_tags(ctx, p);
         else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
             ok = gp_param_set_size(p, ctx->info->keylen);
         else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAGLEN) == 0)
@@ -862,6 +874,10 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 
         if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
             ok = set_tag(ctx, p);
+            continue;
+        }
+        if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0) {
+            ok = gp_pipe_set_tags(ctx, p);
             continue;
         }
         tags_only = 0;

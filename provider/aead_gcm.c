@@ -8,6 +8,7 @@
 #include <openssl/rand.h>
 
 #include "aead.h"
+#include "pipeline.h"
 
 /*
  * A GCM record gpuprov refuses where the default provider's got as far as its IV and crypto
@@ -215,6 +216,7 @@ const OSSL_PARAM *gp_gcm_gettable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_GET_IV_GEN, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
+        OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG, NULL, 0),
         OSSL_PARAM_END
     };
 
@@ -233,6 +235,7 @@ const OSSL_PARAM *gp_gcm_settable_ctx_params(void *cctx, void *provctx)
         OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV, NULL, 0),
         OSSL_PARAM_utf8_string(GP_CIPHER_PARAM_MEMORY, NULL, 0),
         OSSL_PARAM_uint64(GP_CIPHER_PARAM_CUDA_STREAM, NULL),
+        OSSL_PARAM_octet_ptr(OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG, NULL, 0),
         OSSL_PARAM_END
     };
 

@@ -41,10 +41,63 @@ void gp_cipher_freectx(void *vctx)
     if (ctx == NULL)
         return;
     gp_lane_close(ctx);
+    gp_cipher_pipe_end(ctx);
     gp_msg_free(ctx->msg);
     gp_key_free(ctx->key);
     /* IVs, tags and the TLS AAD are not keys, but nothing of a message should outlive it. */
     OPENSSL_clear_free(ctx, sizeof(*ctx));
+}
+
+void gp_cipher_pipe_end(gp_cipher_ctx *ctx)
+{
+    gp_pipeline *pl = ctx->pipe;
+
+    if (pl == NULL)
+        return;
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        gp_msg_free(pl->pipes[i].msg);
+        OPENSSL_free(pl->pipes[i].spans);
+    }
+    /* IVs and tags: nothing of a message outlives it. */
+    OPENSSL_clear_free(pl, sizeof(*pl) + pl->numpipes * sizeof(pl->pipes[0]));
+    ctx->pipe = NULL;
+}
+
+void gp_raise_pipeline_context(void)
+{
+    GP_RAISE(GP_R_PIPE_CONTEXT);
+}
+
+/* The pipeline of src, for its copy d (whose key is d->key): every pipe's message mid-stream too. */
+static int pipe_dup(gp_cipher_ctx *d, const gp_cipher_ctx *src)
+{
+    const gp_pipeline *s = src->pipe;
+    const size_t size = sizeof(*s) + s->numpipes * sizeof(s->pipes[0]);
+    gp_pipeline *pl = OPENSSL_malloc(size);
+
+    d->pipe = NULL;
+    if (pl == NULL)
+        return 0;
+    memcpy(pl, s, size);
+    for (size_t i = 0; i < s->numpipes; i++) {
+        pl->pipes[i].msg = NULL;
+        pl->pipes[i].spans = NULL;
+        pl->pipes[i].nspans = pl->pipes[i].cap = 0;
+    }
+    d->pipe = pl;   /* from here gp_cipher_pipe_end frees what was made */
+    for (size_t i = 0; i < s->numpipes; i++) {
+        const gp_pipe *sp = &s->pipes[i];
+        gp_pipe *p = &pl->pipes[i];
+
+        if ((p->msg = gp_msg_dup(sp->msg, d->key)) == NULL)
+            return 0;
+        if (sp->nspans > 0) {
+            if ((p->spans = OPENSSL_memdup(sp->spans, sp->nspans * sizeof(sp->spans[0]))) == NULL)
+                return 0;
+            p->nspans = p->cap = sp->nspans;
+        }
+    }
+    return 1;
 }
 
 /* A deep copy: key schedule, counters, MAC state, partial block, tag, TLS state (EVP_CIPHER_CTX_copy). */
@@ -62,10 +115,13 @@ void *gp_cipher_dupctx(void *vctx)
     memcpy(d, src, sizeof(*d));
     d->key = NULL;
     d->msg = NULL;
+    d->pipe = NULL;
     memset(&d->lane, 0, sizeof(d->lane));
     if (src->key != NULL && (d->key = gp_key_dup(src->key)) == NULL)
         goto err;
     if ((d->msg = gp_msg_dup(src->msg, d->key)) == NULL || !gp_lane_dup(d, src))
+        goto err;
+    if (src->pipe != NULL && !pipe_dup(d, src))
         goto err;
     gp_lane_rearm(d);
     return d;
@@ -220,6 +276,12 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         GP_RAISE(GP_R_MEMORY_MODE_MID_MESSAGE);
         return 0;
     }
+    for (size_t i = 0; ctx->pipe != NULL && !ctx->pipe->finished && i < ctx->pipe->numpipes; i++) {
+        if (ctx->pipe->pipes[i].aad_bytes != 0 || ctx->pipe->pipes[i].text_bytes != 0) {
+            GP_RAISE_PIPE(GP_R_MEMORY_MODE_MID_MESSAGE, i);
+            return 0;
+        }
+    }
     if (device) {
         if (ctx->tls_fixed || ctx->tls_aad_len != 0) {
             GP_RAISE(GP_R_DEVICE_MEMORY_TLS);
@@ -237,6 +299,9 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         ctx->stream = 0;
         gp_msg_set_stream(ctx->msg, 0);
     }
+    /* A pipeline's messages start (again) in the new mode at their first update (pipeline.c). */
+    for (size_t i = 0; ctx->pipe != NULL && i < ctx->pipe->numpipes; i++)
+        ctx->pipe->pipes[i].started = 0;
     /* A message begun but with nothing processed restarts from its IV where it now belongs. */
     if (ctx->iv_state == GP_IV_STARTED)
         ctx->iv_state = GP_IV_BUFFERED;

@@ -83,6 +83,35 @@ typedef enum gp_iv_state { GP_IV_UNSET, GP_IV_BUFFERED, GP_IV_STARTED, GP_IV_FIN
  * the caller's stream (stream-ordered device mode), which GET_TAG waits for (gp_cipher_take_tag). */
 enum gp_tag_place { GP_TAG_NONE, GP_TAG_OWN, GP_TAG_LANE, GP_TAG_QUEUED };
 
+/* A span of a pipe's output (a decryption's, in host memory): what its Final clears when the pipe's
+ * tag does not match. */
+typedef struct gp_pipe_span {
+    unsigned char *p;
+    size_t len;
+} gp_pipe_span;
+
+/* One pipe of a pipeline (OpenSSL 3.5's EVP_CipherPipeline*): a message of its own on the engine. */
+typedef struct gp_pipe {
+    gp_msg *msg;
+    uint8_t iv[128];
+    int started;                /* msg started from iv (the first update or Final starts it) */
+    int failed;                 /* a request of it failed: the rest of its message is refused */
+    uint64_t aad_bytes, text_bytes;
+    uint8_t tag[16];            /* encrypt: the tag Final computed; decrypt: the expected tag */
+    int tag_ok;                 /* encrypt: tag holds it; decrypt: the expected tag was set */
+    gp_pipe_span *spans;        /* decrypt, host memory: its outputs so far */
+    size_t nspans, cap;
+} gp_pipe;
+
+/* A context initialised for a pipeline: one key, `numpipes` messages (provider/pipeline.c). */
+typedef struct gp_pipeline {
+    size_t numpipes;
+    size_t ivlen;
+    int finished;               /* Final ran: a new pipeline init starts the next messages */
+    size_t taglen;              /* decrypt: the length of the expected tags */
+    gp_pipe pipes[];
+} gp_pipeline;
+
 typedef struct gp_cipher_ctx {
     gp_provctx *provctx;
     const gp_cipher_info *info;
@@ -132,6 +161,7 @@ typedef struct gp_cipher_ctx {
                                  * CUDA memory; never on the lane (cpu_lane.c) */
     uint64_t stream;            /* GP_CIPHER_PARAM_CUDA_STREAM: device mode ordered on this stream
                                  * (0: synchronous); kept across inits */
+    gp_pipeline *pipe;          /* initialised for a pipeline; NULL: single messages */
 } gp_cipher_ctx;
 
 void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info);
@@ -261,6 +291,13 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
     gp_cpu_clean_upper_state();
     return ok;
 }
+
+/* A pipeline's messages and state: dropped at a single-message init and at freectx (the context
+ * returns to single messages); kept by dupctx (cipher_common.c). */
+void gp_cipher_pipe_end(gp_cipher_ctx *ctx);
+/* The single-message calls (update, Final, cipher) on a context initialised for a pipeline: refused
+ * with an error (out of line: no good call raises). */
+void gp_raise_pipeline_context(void);
 
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);

@@ -4,10 +4,12 @@
 #define GP_DISPATCH_H
 
 #include "cipher_ctx.h"
+#include "pipeline.h"
 
 /*
  * One dispatch table per algorithm and key size: the per-algorithm files hold only this.
- * FAMILY is stream or aead; the gettable/settable lists are per algorithm.
+ * FAMILY is stream or aead; the gettable/settable lists are per algorithm. Every cipher takes
+ * OpenSSL 3.5's pipeline calls (provider/pipeline.c), which a 3.0 libcrypto ignores.
  */
 #define GP_CIPHER_DISPATCH(sym, info, family, tables)                                           \
     static OSSL_FUNC_cipher_newctx_fn sym##_newctx;                                            \
@@ -24,6 +26,10 @@
         { OSSL_FUNC_CIPHER_UPDATE, (void (*)(void))gp_##family##_update },                     \
         { OSSL_FUNC_CIPHER_FINAL, (void (*)(void))gp_##family##_final },                       \
         { OSSL_FUNC_CIPHER_CIPHER, (void (*)(void))gp_##family##_cipher },                     \
+        { OSSL_FUNC_CIPHER_PIPELINE_ENCRYPT_INIT, (void (*)(void))gp_pipe_einit },             \
+        { OSSL_FUNC_CIPHER_PIPELINE_DECRYPT_INIT, (void (*)(void))gp_pipe_dinit },             \
+        { OSSL_FUNC_CIPHER_PIPELINE_UPDATE, (void (*)(void))gp_pipe_update },                  \
+        { OSSL_FUNC_CIPHER_PIPELINE_FINAL, (void (*)(void))gp_pipe_final },                    \
         { OSSL_FUNC_CIPHER_GET_PARAMS, (void (*)(void))sym##_get_params },                     \
         { OSSL_FUNC_CIPHER_GETTABLE_PARAMS, (void (*)(void))gp_cipher_gettable_params },       \
         { OSSL_FUNC_CIPHER_GET_CTX_PARAMS, (void (*)(void))gp_##family##_get_ctx_params },     \

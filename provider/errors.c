@@ -2,7 +2,9 @@
 /* Errors raised through the core, with gpuprov's reason strings. */
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include <openssl/err.h>
 
@@ -68,6 +70,43 @@ void gp_raise(const char *file, int line, const char *func, int reason)
                     NULL, NULL);
 }
 
+/* A call of the core's vset_error with a format: its va_list needs a variadic frame. */
+static void vset_error_data(const OSSL_CORE_HANDLE *handle, uint32_t reason, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    core_vset_error(handle, reason, fmt, ap);
+    va_end(ap);
+}
+
+void gp_raise_pipe(const char *file, int line, const char *func, int reason, size_t pipe)
+{
+    const OSSL_CORE_HANDLE *handle = atomic_load_explicit(&raise_handle, memory_order_acquire);
+
+    if (core_new_error == NULL)
+        return;
+    core_new_error(handle);
+    core_set_error_debug(handle, file, line, func);
+    vset_error_data(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason), "pipe %zu", pipe);
+}
+
+void gp_raise_pipes(const char *file, int line, const char *func, int reason, const size_t *pipes, size_t n)
+{
+    const OSSL_CORE_HANDLE *handle = atomic_load_explicit(&raise_handle, memory_order_acquire);
+    char text[8 + 4 * 64];   /* "pipes " and up to EVP_MAX_PIPES numbers of at most two digits, ", " each */
+    size_t len;
+
+    if (core_new_error == NULL || n == 0)
+        return;
+    len = (size_t)snprintf(text, sizeof(text), n == 1 ? "pipe" : "pipes");
+    for (size_t i = 0; i < n && len < sizeof(text); i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%zu", i == 0 ? " " : ", ", pipes[i]);
+    core_new_error(handle);
+    core_set_error_debug(handle, file, line, func);
+    vset_error_data(handle, handle != NULL ? (uint32_t)reason : ERR_PACK(ERR_LIB_PROV, 0, reason), "%s", text);
+}
+
 static const OSSL_ITEM reason_strings[] = {
     { GP_R_INVALID_KEY_LENGTH, "invalid key length" },
     { GP_R_INVALID_IV_LENGTH, "invalid iv length" },
@@ -109,6 +148,15 @@ static const OSSL_ITEM reason_strings[] = {
     { GP_R_STREAM_MID_MESSAGE, "gpuprov-cuda-stream cannot change in the middle of a message: re-initialise first" },
     { GP_R_NO_STREAM_EXECUTOR, "stream-ordered device mode needs the cuda executor (or the test build's host stand-in)" },
     { GP_R_BAD_STREAM, "stream-ordered device mode: the stream is not a CUDA stream of the GPU that holds the buffers" },
+    { GP_R_PIPE_COUNT, "pipeline: numpipes must be 1 to 32 (EVP_MAX_PIPES)" },
+    { GP_R_PIPE_COUNT_CHANGED, "pipeline: numpipes differs from the init's (OpenSSL 3.5's EVP_CipherPipeline*Init with a cipher on a context already initialised resets it: pass cipher NULL to initialise again)" },
+    { GP_R_PIPE_NOT_INITIALISED, "pipeline call on a context not initialised for one (EVP_CipherPipelineEncryptInit or EVP_CipherPipelineDecryptInit)" },
+    { GP_R_PIPE_CONTEXT, "context initialised for a pipeline: use the pipeline calls, or initialise it again" },
+    { GP_R_PIPE_NULL_ARRAY, "pipeline: an array argument is NULL" },
+    { GP_R_PIPE_NULL_BUFFER, "pipeline: a pipe's buffer is NULL" },
+    { GP_R_PIPE_MIXED_MEMORY, "pipeline: host and device buffers mixed in one call (device mode takes CUDA memory in every pipe)" },
+    { GP_R_PIPE_NO_AAD, "pipeline: an update with out == NULL passes AAD, which only AEAD ciphers take" },
+    { GP_R_PIPE_FAILED, "pipeline: the pipe failed earlier in this message: initialise the pipeline again" },
     { 0, NULL }
 };
 

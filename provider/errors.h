@@ -51,11 +51,29 @@ enum gp_reason {
     GP_R_STREAM_MID_MESSAGE,
     GP_R_NO_STREAM_EXECUTOR,
     GP_R_BAD_STREAM,
+    GP_R_PIPE_COUNT,
+    GP_R_PIPE_COUNT_CHANGED,
+    GP_R_PIPE_NOT_INITIALISED,
+    GP_R_PIPE_CONTEXT,
+    GP_R_PIPE_NULL_ARRAY,
+    GP_R_PIPE_NULL_BUFFER,
+    GP_R_PIPE_MIXED_MEMORY,
+    GP_R_PIPE_NO_AAD,
+    GP_R_PIPE_FAILED,
 };
 
 /* Raise an error through the core, with file/line/function, as ERR_raise does in OpenSSL. */
 void gp_raise(const char *file, int line, const char *func, int reason);
 #define GP_RAISE(reason) gp_raise(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason))
+
+/* The same, with the error's data naming pipe `pipe` of a pipeline call ("pipe 3"). */
+void gp_raise_pipe(const char *file, int line, const char *func, int reason, size_t pipe);
+#define GP_RAISE_PIPE(reason, pipe) gp_raise_pipe(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason), (pipe))
+
+/* One error for several pipes of a pipeline call that failed alike, its data naming them all
+ * ("pipe 3", "pipes 0, 5, 17"): OpenSSL's error queue keeps only its last 16 entries. */
+void gp_raise_pipes(const char *file, int line, const char *func, int reason, const size_t *pipes, size_t n);
+#define GP_RAISE_PIPES(reason, pipes, n) gp_raise_pipes(OPENSSL_FILE, OPENSSL_LINE, OPENSSL_FUNC, (reason), (pipes), (n))
 
 /* The error of an update refused for its lengths (over INT_MAX, or more than the output holds). */
 void gp_raise_update_refused(size_t outsize, size_t inl);

@@ -49,6 +49,7 @@ static void next_block_counter(const gp_cipher_ctx *ctx, uint8_t out[16])
 static int stream_init_body(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen,
                        const unsigned char *iv, size_t ivlen, const OSSL_PARAM params[], int enc)
 {
+    gp_cipher_pipe_end(ctx);   /* a single-message init ends a pipeline */
     ctx->enc = enc;
     if (iv != NULL) {
         if (ivlen != ctx->info->ivlen) {
@@ -199,6 +200,10 @@ static int stream_update_body(gp_cipher_ctx *ctx, unsigned char *out, size_t *ou
                               const unsigned char *in, size_t inl)
 {
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (!gp_cipher_check_update(outsize, inl, out))
         return 0;
     /* Before the length: 0 bytes without a key fail too, as the default provider's (ciphercommon.c
@@ -245,6 +250,10 @@ int gp_stream_final(void *vctx, unsigned char *out, size_t *outl, size_t outsize
     (void)out;
     (void)outsize;
     *outl = 0;
+    if (ctx->pipe != NULL) {
+        gp_raise_pipeline_context();
+        return 0;
+    }
     if (ctx->key == NULL) {
         GP_RAISE(GP_R_NO_KEY_SET);
         return 0;

@@ -147,12 +147,15 @@ int gp_cuda_wave_deliver(gp_wave *wv)
             continue;              /* delivered above */
         memcpy(&r->msg->st, c->host + w->state_off, sizeof(gp_msg_state));
         r->status = GP_REQ_OK;
-        if (staged_on_gpu(r) || devmem_data(r)) {
+        if (staged_on_gpu(r) || devmem_data(r) || r->direct_out) {
             /* already in the chunk's output half (r->out), for its job to copy out; or in the
-             * caller's device memory */
+             * caller's device memory, or its registered host memory (the copy out's DMA) */
         } else if (r->kind == GP_REQ_CRYPT) {
-            if (!spreads(r) || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len,
-                                              spread_piece(r->len), 0))
+            /* A direct_in request's output (in place) is copied by this thread alone: its path is
+             * the one that spares the CPU, and the crew's helpers would spin after each run
+             * (copy_crew.h, GP_COPY_LINGER_NS) on cores a busy machine wants back. */
+            if (!spreads(r) || r->direct_in
+                || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len, spread_piece(r->len), 0))
                 memcpy(r->out, res, r->len);
             else
                 wv->nruns++;
@@ -194,6 +197,7 @@ void gp_cuda_wave_wipe(gp_wave *wv)
         (void)cudaMemsetAsync(c->dev, 0, wv->total, c->stream);
         (void)cudaGetLastError();
     }
+    gp_cuda_direct_release(wv);   /* no DMA of the wave reads the callers' memory any more */
     if (wv->total != 0 && wv->total <= c->cap) {
         /* Plans (counters), keys, states and tags must not linger in pinned memory; data buffers
          * are the callers' own bytes and are cleansed when the arena is freed. */

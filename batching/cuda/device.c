@@ -14,6 +14,7 @@
 
 #include "batching/async_wait.h"
 #include "batching/cuda/internal.h"
+#include "batching/reg_cache.h"
 #include "batching/cuda_fault.h"   /* test builds: any CUDA call can be made to fail */
 
 #define ARENA_MIN (1u << 20)
@@ -34,6 +35,7 @@ int gp_cuda_failed(gp_engine *e, const char *what, cudaError_t err)
     snprintf(words, sizeof(words), "%s: %s, %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
     gp_engine_executor_fault(e, e->exec[GP_EXEC_CUDA], dev, words);
     (void)cudaGetLastError();
+    gp_reg_cache_close();   /* nothing of the callers' is lost: their buffers go back to copies */
     return 0;
 }
 
@@ -111,18 +113,22 @@ static void *stage_alloc(void *ctx, size_t bytes, uint64_t *dev)
 {
     gp_cuda *g = ctx;
     void *p = NULL, *d = NULL;
+    int saved, ok;
 
-    if (cudaSetDevice(g->stage_device) != cudaSuccess
-        || cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+    /* The caller's GPU stays current: a stream-ordered request grows the pool between choosing
+     * its GPU and making its objects there (ordered.c). */
+    ok = gp_cuda_device_enter(g->stage_device, &saved)
+         && cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess;
+    if (ok && (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p)) {
         /* Not the same address for every slot's device: do without staging. */
-        (void)cudaGetLastError();
         cudaFreeHost(p);
-        return NULL;
+        ok = 0;
     }
+    if (!ok)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    if (!ok)
+        return NULL;
     *dev = (uint64_t)(uintptr_t)d;
     return p;
 }
@@ -378,6 +384,34 @@ static int setup_step(cudaError_t r, const char *name, cudaError_t *err, const c
     return 0;
 }
 
+/*
+ * The registration cache's calls into the driver (batching/reg_cache.h). Portable: a registration
+ * made under one GPU is pinned memory to every GPU of the process (device = all), so each is made,
+ * and undone, under the first GPU (arg), whichever GPU the calling thread last ran. Errors leave
+ * nothing behind: a refused registration is a buffer that keeps being copied.
+ */
+static int reg_host(void *arg, void *base, size_t len)
+{
+    int saved, ok = gp_cuda_device_enter((int)(intptr_t)arg, &saved)
+                    && cudaHostRegister(base, len, cudaHostRegisterPortable) == cudaSuccess;
+
+    if (!ok)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+    return ok;
+}
+
+static void unreg_host(void *arg, void *base, size_t len)
+{
+    int saved;
+
+    (void)len;
+    if (gp_cuda_device_enter((int)(intptr_t)arg, &saved))
+        (void)cudaHostUnregister(base);
+    (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+}
+
 int gp_cuda_open(gp_engine *e)
 {
     gp_cuda *c;
@@ -426,6 +460,11 @@ int gp_cuda_open(gp_engine *e)
         c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     gp_copy_crew_init(&c->crew, copy_threads(e));
+    if (e->knobs.reg_cache_mib > 0) {
+        const gp_reg_ops reg = { reg_host, unreg_host, (void *)(intptr_t)first };
+
+        (void)gp_reg_cache_open(&reg, (size_t)e->knobs.reg_cache_mib << 20);
+    }
     e->cuda = c;
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
@@ -506,6 +545,16 @@ void gp_cuda_close(gp_engine *e)
                     (double)atomic_load(&c->st_ns_issue) / nb / 1e3, steps, (double)atomic_load(&c->st_grows),
                     (double)atomic_load(&c->st_ns_grow) / 1e6);
     }
+    if (e->knobs.stats && gp_reg_cache_on()) {
+        gp_reg_counts rn;
+
+        gp_reg_cache_counts(&rn);
+        gp_log_line("gpuprov cuda: reg_cache hits=%llu misses=%llu registered=%llu invalidated=%llu refused=%llu "
+                    "pinned_mib=%.1f\n", (unsigned long long)rn.hits, (unsigned long long)rn.misses,
+                    (unsigned long long)rn.registered, (unsigned long long)rn.invalidated,
+                    (unsigned long long)rn.refused, (double)rn.pinned_bytes / (1 << 20));
+    }
+    gp_reg_cache_close();   /* before the contexts go */
     atomic_store(&e->max_inflight, 1);
     for (int i = 0; i < c->nslots; i++) {
         gp_cuda_slot *sl = &c->slots[i];

@@ -35,6 +35,7 @@
 #include "batching/copy_crew.h"
 #include "batching/core/core.h"
 #include "batching/key_table.h"
+#include "batching/reg_cache.h"
 #include "batching/stage.h"
 #include "kernels/launch.h"
 #include "batching/cuda/shape.h"
@@ -45,6 +46,9 @@
 /* Events of a chunked wave (launch.c, issue_chunks): per chunk, its output back, its launch run,
  * its input arrived; then the wave's start. */
 #define CHUNK_EVENTS(nchunks) (3 * (nchunks) + 1)
+/* Requests of a wave whose input crosses from the caller's registered memory, at most (the rest
+ * are copied in as before). */
+#define GP_DIRECT_MAX 16
 
 /*
  * One slot per batch in flight: its own stream, pinned and device arenas and layout scratch, on one
@@ -221,6 +225,15 @@ typedef struct gp_wave {
     size_t chunk_ref[GP_CHUNKS_MAX], chunk_nref[GP_CHUNKS_MAX];
     size_t early_ev;             /* issue: 1 + the index of the last event after output pieces sent
                                   * back on the back stream, chunk by chunk; 0: none */
+    /* layout: requests whose input crosses by DMA from the caller's registered memory
+     * (gp_request.direct_in), each holding its registration until the wipe; fill: where in the
+     * arena each goes */
+    struct {
+        size_t req;              /* index in the wave */
+        size_t off, len;         /* its input's place in the device arena */
+        gp_reg_use use, out_use; /* out_use: direct_out's */
+    } direct[GP_DIRECT_MAX];
+    size_t ndirect;
     struct piece_source *psrc;   /* the crew's runs taking output pieces to the callers (gp_cuda_pieces_start) */
     size_t npsrc;
     int pieces_started;
@@ -260,6 +273,7 @@ void gp_cuda_wave_fill(gp_wave *wv);
 
 /* move.c: a wave's data across. */
 void gp_cuda_runs_finish(gp_wave *wv);
+void gp_cuda_direct_release(gp_wave *wv);
 cudaError_t gp_cuda_issue_copy_in(gp_wave *wv);
 cudaError_t gp_cuda_issue_after_callers(gp_wave *wv);
 cudaError_t gp_cuda_issue_copy_out(gp_wave *wv);

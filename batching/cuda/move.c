@@ -25,10 +25,22 @@ void gp_cuda_runs_finish(gp_wave *wv)
     wv->nruns = 0;
 }
 
+/* The registrations the wave's direct inputs held: after its wipe, when no DMA of the wave reads
+ * them any more (after a failure, once the streams have drained). */
+void gp_cuda_direct_release(gp_wave *wv)
+{
+    for (size_t d = 0; d < wv->ndirect; d++) {
+        gp_reg_cache_put(&wv->direct[d].use);
+        gp_reg_cache_put(&wv->direct[d].out_use);
+    }
+    wv->ndirect = 0;
+}
+
 /*
  * A DMA wave's inputs, [0, out_off) of the arena (from work_off where the refs are made on the
- * GPU), to the GPU: the crew's runs (in arena order, as fill started them) piece by piece as each
- * piece is copied, the rest around them in one call each. Every run is finished on return,
+ * GPU), to the GPU: the crew's runs piece by piece as each piece is copied, the direct inputs in
+ * one call each from the caller's registered memory (both in arena order, as fill laid them), the
+ * rest around them from the pinned arena in one call each. Every run is finished on return,
  * whatever happened.
  */
 cudaError_t gp_cuda_issue_copy_in(gp_wave *wv)
@@ -36,13 +48,26 @@ cudaError_t gp_cuda_issue_copy_in(gp_wave *wv)
     gp_cuda_slot *c = wv->c;
     cudaError_t err = cudaSuccess;
     size_t pos = wv->gen_refs ? wv->work_off : 0;   /* refs made on the GPU are not sent */
+    size_t k = 0, d = 0;
 
-    for (size_t k = 0; k < wv->nruns && err == cudaSuccess; k++) {
-        gp_copy_run *run = &c->runs[k];
-        const size_t start = (size_t)(run->dst - c->host);
+    while ((k < wv->nruns || d < wv->ndirect) && err == cudaSuccess) {
+        const size_t run_at = k < wv->nruns ? (size_t)(c->runs[k].dst - c->host) : SIZE_MAX;
+        const size_t direct_at = d < wv->ndirect ? wv->direct[d].off : SIZE_MAX;
+        const size_t start = run_at < direct_at ? run_at : direct_at;
 
         if (start > pos)
             err = cudaMemcpyAsync(c->dev + pos, c->host + pos, start - pos, cudaMemcpyHostToDevice, c->stream);
+        if (err != cudaSuccess)
+            break;
+        if (direct_at < run_at) {
+            const gp_request *r = &wv->reqs[wv->idx[wv->direct[d].req]];
+
+            err = cudaMemcpyAsync(c->dev + start, r->in, wv->direct[d].len, cudaMemcpyHostToDevice, c->stream);
+            pos = start + wv->direct[d++].len;
+            continue;
+        }
+        gp_copy_run *run = &c->runs[k++];
+
         for (size_t p = 0; p < run->npieces && err == cudaSuccess; p++) {
             size_t off, len;
 
@@ -99,7 +124,9 @@ cudaError_t gp_cuda_issue_after_callers(gp_wave *wv)
 /*
  * A DMA wave's results, [states_off, part_off) of the arena, back to the pinned arena: the states
  * and every output but those that come back in pieces (back_in_pieces, when the slot has an event
- * for each piece), in one call for each stretch between them. The `copied` event follows this.
+ * for each piece) and those that go straight to the caller's registered memory (direct_out), in
+ * one call for each stretch between them, and each direct_out output in one call. The `copied`
+ * event follows this.
  */
 cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
 {
@@ -111,14 +138,16 @@ cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
         if (back_in_pieces(&wv->reqs[wv->idx[i]], wv->m))
             npieces += out_pieces(&wv->reqs[wv->idx[i]]);
     wv->pieces_back = npieces > 0 && gp_cuda_piece_events(c, npieces);
-    for (size_t i = 0; i < wv->m && wv->pieces_back && err == cudaSuccess; i++) {
+    for (size_t i = 0; i < wv->m && err == cudaSuccess; i++) {
         const gp_request *r = &wv->reqs[wv->idx[i]];
         const size_t start = wv->work[i].out_off;
 
-        if (!back_in_pieces(r, wv->m))
+        if (!r->direct_out && !(wv->pieces_back && back_in_pieces(r, wv->m)))
             continue;
         if (start > pos)
             err = cudaMemcpyAsync(c->host + pos, c->dev + pos, start - pos, cudaMemcpyDeviceToHost, c->stream);
+        if (err == cudaSuccess && r->direct_out)
+            err = cudaMemcpyAsync(r->out, c->dev + start, r->len, cudaMemcpyDeviceToHost, c->stream);
         pos = start + r->len;
     }
     if (err == cudaSuccess && wv->part_off > pos)

@@ -100,6 +100,37 @@ void gp_cuda_wave_plan(gp_wave *wv)
 }
 
 /*
+ * direct: which requests' inputs cross by DMA straight from the caller's memory, where the
+ * registration cache holds it registered (batching/reg_cache.h): no copy of it into the pinned
+ * arena, by the crew or anyone. Only requests of FOLD_MAX bytes and up, whose wave moves its data
+ * by DMA whatever else it holds (a folded wave's copy kernel reads its inputs from the pinned
+ * arena). Of those, an output apart from its input (no byte shared) that is registered too comes
+ * back by DMA into the caller's memory (direct_out): if the GPU fails on the way, the output is
+ * half written but the input is intact, and the CPU's re-run writes the output whole. An output in
+ * place comes back through the pinned arena, whole, once the wave has succeeded: until then the
+ * input must stay. Each keeps its registrations until the wave's wipe (the DMA reads and writes
+ * them until the wave's end). A cache lookup may register the range (its second sighting), a CUDA
+ * call of device.c's.
+ */
+static void wave_direct(gp_wave *wv)
+{
+    wv->ndirect = 0;
+    for (size_t i = 0; i < wv->m; i++) {
+        gp_request *r = &wv->reqs[wv->idx[i]];
+
+        r->direct_in = r->direct_out = 0;
+        if (wv->ndirect < GP_DIRECT_MAX && spreads(r) && r->len >= FOLD_MAX
+            && gp_reg_cache_get(r->in, r->len, &wv->direct[wv->ndirect].use)) {
+            r->direct_in = 1;
+            wv->direct[wv->ndirect].out_use.entry = NULL;
+            r->direct_out = (r->out + r->len <= r->in || r->in + r->len <= r->out)
+                            && gp_reg_cache_get(r->out, r->len, &wv->direct[wv->ndirect].out_use);
+            wv->direct[wv->ndirect++].req = i;
+        }
+    }
+}
+
+/*
  * layout: the arena's regions, in the order the copy kernels and the wipe rely on (everything up to
  * the outputs goes in; states and partials come back; keys to the end are cleared), whether the
  * wave folds its copies into the copy kernels, and room in the pinned arena for both copy lists,
@@ -114,6 +145,7 @@ int gp_cuda_wave_layout(gp_wave *wv)
     const size_t m = wv->m;
     size_t off;
 
+    wave_direct(wv);   /* first: a request whose input crosses directly never comes back in pieces */
     wv->nchunks = 1;
     if (m == 1 && back_in_pieces(&reqs[idx[0]], 1)) {
         const gp_job *j = &c->jobs[0];
@@ -256,7 +288,13 @@ void gp_cuda_wave_fill(gp_wave *wv)
         } else {
             w->in_off = in_pos + pad;
             w->out_off = r->kind == GP_REQ_CRYPT ? out_pos + pad : out_pos;
-            if (spreads(r) && gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], c->host + w->in_off, r->in,
+            if (r->direct_in) {   /* the issue's DMA reads it from the caller (wave_direct) */
+                for (size_t d = 0; d < wv->ndirect; d++)
+                    if (wv->direct[d].req == i) {
+                        wv->direct[d].off = w->in_off;
+                        wv->direct[d].len = w->job.len;
+                    }
+            } else if (spreads(r) && gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], c->host + w->in_off, r->in,
                                             w->job.len, spread_piece(w->job.len), GP_COPY_STREAMING))
                 wv->nruns++;   /* the crew copies it while the wave fills; issue waits for it */
             else if (w->job.len > 0)

@@ -148,11 +148,15 @@ static inline size_t spread_piece(size_t len)
  * request is the wave's only one: there its pieces overlap the copy out with the transfers, while
  * in a wave of many (async jobs) the pieces' copies and waits cost more than they overlap
  * (RESULTS, "A lone caller from pageable memory"), and such an output is copied once the whole
- * wave is back, as one that overlaps its input partly always is.
+ * wave is back, as one that overlaps its input partly always is. Never a request whose input
+ * crossed from the caller's registered memory (direct_in): in place, no copy of its input is left
+ * to put back; out of place, its output crosses to the caller by DMA where that is registered too
+ * (direct_out), else is copied once the wave is back, as one in place.
  */
 static inline int back_in_pieces(const gp_request *r, size_t m)
 {
-    return spreads(r) && ((r->out == r->in && m == 1) || r->out + r->len <= r->in || r->in + r->len <= r->out);
+    return spreads(r) && !r->direct_in
+           && ((r->out == r->in && m == 1) || r->out + r->len <= r->in || r->in + r->len <= r->out);
 }
 
 /* Bytes of the piece at `off` of a request's `len` bytes cut in pieces of `piece`: the last is short. */

@@ -23,6 +23,10 @@
  *   2. a lone synchronous caller: len < lone_gpu_bytes      -> cpu (it would wait a round trip),
  *      else gpu: its messages come one after another, so they go where one alone runs faster
  *      (unless the gpu_share knob asks for a split: then rules 3 and 4 as for any caller)
+ *   3m. the machine's other processes hold the GPU full (share.c: as many batches in flight there
+ *      as it runs at once) -> cpu, for every caller, lone or in a job: the numbers above were
+ *      measured with the GPU to this process alone, and beyond what it runs at once more work only
+ *      waits (or, without CUDA MPS, time-slices the GPU between the processes' contexts)
  *   3. the GPU is saturated (a batch in flight and a full one waiting) -> cpu (spare CPU capacity)
  *   4. otherwise gpu, for a gpu_share fraction of such messages (the rest: cpu), so the CPU keeps
  *      its part when both are busy.
@@ -60,10 +64,12 @@ void gp_policy_init(gp_policy *p, gp_engine *e, const gp_knobs *knobs, const gp_
     pthread_mutex_init(&p->hy.lock, NULL);
     p->hy.fork_gen = gp_fork_generation();
     pthread_mutex_init(&p->warm.lock, NULL);
+    p->share.slot = -1;
 }
 
 void gp_policy_cleanup(gp_policy *p)
 {
+    gp_share_release(p);
     pthread_mutex_destroy(&p->hy.lock);
     pthread_mutex_destroy(&p->warm.lock);
 }
@@ -490,7 +496,8 @@ int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len)
     if (!atomic_load_explicit(&h->ready, memory_order_acquire)
         || atomic_load_explicit(&p->hy.fork_gen, memory_order_relaxed) != gp_fork_generation())
         return 0;
-    return rules_send_to_gpu(h, len, lone_now(p));
+    /* Rule 3m too: a message the machine's full GPU would route to the cpu stays where it runs. */
+    return rules_send_to_gpu(h, len, lone_now(p)) && !gp_share_full(p);
 }
 
 int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t len, int lone)
@@ -543,15 +550,25 @@ size_t gp_hybrid_cpu_below(gp_policy *p, uint32_t alg)
 
 const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len)
 {
+    return gp_hybrid_route_batch(p, gpu, alg, keylen, len, len);
+}
+
+/* Rule 1 weighs each message (`each`: what the batched measurement models per message), rule 2
+ * the batch as a whole (`total`): a lone caller waits one round trip for all of it. */
+const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen,
+                                         size_t each, size_t total)
+{
     gp_hybrid_alg *h = numbers(p, gpu, alg, keylen);
     const gp_executor *cpu = p->ops->cpu;
     int in_job, lone;
 
-    if (h == NULL || len < h->min_gpu_bytes)                                     /* rule 1 */
+    if (h == NULL || each < h->min_gpu_bytes)                                    /* rule 1 */
         return cpu;
     in_job = ASYNC_get_current_job() != NULL;
     lone = !in_job && p->ops->queue_idle(p->e);
-    if (lone && len < h->lone_gpu_bytes)                                          /* rule 2 */
+    if (lone && total < h->lone_gpu_bytes)                                        /* rule 2 */
+        return cpu;
+    if (gp_share_full(p))                                                         /* rule 3m */
         return cpu;
     if (in_job || (lone && p->knobs->gpu_share < 0))                              /* rules 3, 4: not in a job, */
         return gpu;                                                               /* nor for a lone caller */
@@ -616,4 +633,5 @@ void gp_hybrid_print(gp_policy *p)
                         " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);
         }
     }
+    gp_share_print(p);
 }

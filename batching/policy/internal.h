@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to batching/policy/: what its files call of one another, one way (warm.c -> hybrid.c -> calib_cache.c, priors.c -> machine.c). */
+/* Private to batching/policy/: what its files call of one another, one way (warm.c -> hybrid.c -> calib_cache.c, priors.c, share.c -> machine.c). */
 #ifndef GP_POLICY_INTERNAL_H
 #define GP_POLICY_INTERNAL_H
 
@@ -39,6 +39,33 @@ const char *gp_machine_cpu_class(void);
 int gp_machine_gpus(char *out, size_t n);
 int gp_machine_gpu_model(gp_policy *p, char *out, size_t n);
 void gp_machine_driver(char *out, size_t n);
+
+/* A key naming the GPUs the cuda executor uses here, read without opening CUDA: the driver's GPU
+ * UUIDs, CUDA_VISIBLE_DEVICES and knob device. How many GPUs the executor uses (1, or with device
+ * = all those visible); 0 if the driver reports none. */
+int gp_machine_gpu_key(gp_policy *p, char *out, size_t n);
+
+/*
+ * The machine-wide counts of the GPU side (share.c), for this user's processes. gp_share_full: do
+ * the other processes hold the GPU full (as many batches in flight there as it runs at once, knob
+ * streams, or that many batches' bytes)? gp_share_may_open: may this process open the GPU, that is
+ * do fewer than knob machine_share other processes hold it open and is it not full? Yes marks this
+ * process as holding it open (till gp_share_release). Both answer "no" / "yes" (not full, may
+ * open) where the counts are off. gp_share_release: this process's slot, given back.
+ */
+typedef struct gp_share_counts {
+    long long procs, open, batches, bytes;   /* the other processes', summed */
+    long long done;                          /* ... and the batches they have run there, in all */
+} gp_share_counts;
+/* The other processes' counts now (slots of processes that are gone taken back first); 0 where
+ * the counts are off. */
+int gp_share_others_now(gp_policy *p, gp_share_counts *out);
+int gp_share_full(gp_policy *p);
+int gp_share_may_open(gp_policy *p);
+void gp_share_release(gp_policy *p);
+/* The opening that gp_share_may_open let this process try failed: its place is free again. */
+void gp_share_not_open(gp_policy *p);
+void gp_share_print(gp_policy *p);
 
 /* Where a lone synchronous caller's message gets cheaper on the GPU than on the CPU: t_gpu[i] and
  * t_cpu[i] ns for one message of len[i] bytes alone on each side (n >= 2 points, len increasing),

@@ -204,3 +204,38 @@ void gp_machine_driver(char *out, size_t n)
     if (f != NULL)
         fclose(f);
 }
+
+int gp_machine_gpu_key(gp_policy *p, char *out, size_t n)
+{
+    char *names[64], uuid[200];
+    size_t nn = gpu_dirs(names, 64), used = 0;
+    const char *vis = gp_settings_cuda_visible();
+    int any = 0;
+
+    out[0] = '\0';
+    /* Every GPU the driver reports, in bus order, then which of them CUDA may see and which the
+     * executor takes: processes configured alike on a host count on the same GPUs. */
+    for (size_t i = 0; i < nn; i++) {
+        if (gpu_field(names[i], "GPU UUID", uuid, sizeof(uuid)) && used < n) {
+            used += (size_t)snprintf(out + used, n - used, "%s,", uuid);
+            any = 1;
+        }
+        free(names[i]);
+    }
+    if (!any || used >= n)
+        return 0;
+    snprintf(out + used, n - used, "visible %s; device %d", vis != NULL ? vis : "all", p->knobs->device);
+    if (p->knobs->device != GP_DEVICE_ALL)
+        return 1;
+    /* device = all: the GPUs CUDA may see (a CUDA_VISIBLE_DEVICES list stops at its first entry
+     * that names no GPU, as CUDA reads it; counted here by its entries, at most the driver's). */
+    if (vis == NULL)
+        return (int)nn;
+    {
+        size_t listed = vis[0] != '\0';
+
+        for (const char *c = vis; *c != '\0'; c++)
+            listed += *c == ',';
+        return (int)(listed == 0 ? 0 : listed < nn ? listed : nn);
+    }
+}

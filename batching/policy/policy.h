@@ -114,13 +114,30 @@ typedef struct gp_warm {
     _Atomic unsigned wait_expired_gen;   /* a caller's wait for the warm-up ran out in this process
                                           * (fork generation + 1): none waits again */
     _Atomic int opening;         /* 1: the warm-up found a free CPU and opens or measures (a caller
-                                  * may wait for it); -1: every CPU was busy at its last look (no
-                                  * caller waits for it); 0: it has not looked yet */
+                                  * may wait for it); -1: every CPU was busy, or the GPU had no room
+                                  * beside this user's other processes, at its last look (no caller
+                                  * waits for it); 0: it has not looked yet */
     /* Knob stats: the warm-up's steps, wall and thread CPU nanoseconds: opening the GPU (context,
      * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
      * before `done`. */
     uint64_t open_ns, open_cpu_ns, calib_ns, calib_cpu_ns;
 } gp_warm;
+
+/* This process's part in the machine-wide counts of its GPU (share.c): a shared-memory segment per
+ * GPU and user, mapped once per process (a forked child keeps the mapping and takes a slot of its
+ * own). */
+typedef struct gp_share {
+    _Atomic unsigned gen;        /* fork generation + 1 of the process holding `slot`; 0: none (a
+                                  * thread mapping or taking the slot sets the top bit meanwhile) */
+    _Atomic int state;           /* 0: not looked at yet; 1: mapped; -1: off (knob, no key, refused) */
+    struct gp_share_seg *seg;    /* the mapping (NULL: none) */
+    int slot;                    /* this process's slot in seg; -1: every slot was taken */
+    int gpus;                    /* the GPUs the segment counts for (device = all: several) */
+    _Atomic uint64_t swept_ns;   /* when this process last looked for slots of dead processes */
+    _Atomic uint64_t full_to_cpu;   /* messages the others' full GPU sent to the cpu (stats) */
+    _Atomic uint64_t open_refused;  /* the warm-up's looks that found no room to open the GPU */
+    char name[64];               /* the segment's shm_open name */
+} gp_share;
 
 /* The policy's state, held in the engine's struct (batching/core/core.h). */
 typedef struct gp_policy {
@@ -129,6 +146,7 @@ typedef struct gp_policy {
     const gp_knobs *knobs;       /* the engine's */
     gp_hybrid hy;
     gp_warm warm;
+    gp_share share;
 } gp_policy;
 
 /* `ops` and `knobs` must outlive the policy. */
@@ -138,8 +156,13 @@ void gp_policy_cleanup(gp_policy *p);
 /* The executor for a message of alg with a key of keylen bytes whose first data request is `len`
  * bytes; `gpu` is the GPU-side executor (cuda, or host when knob hybrid_gpu says so). */
 const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, size_t len);
+/* The executor for messages of alg that start together and run as one batch (a pipeline call):
+ * `each` bytes each on average in their first data requests, `total` in all. One answer for all of
+ * them; gp_hybrid_route is this with each = total = len. */
+const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen,
+                                         size_t each, size_t total);
 /* Would the policy's numbers for alg (known in this process; none are measured here) send a
- * message whose first data request is `len` bytes to the GPU side (rules 1 and 2)? */
+ * message whose first data request is `len` bytes to the GPU side (rules 1, 2 and 3m)? */
 int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len);
 /* Before the GPU is open: should a message of alg whose first data request is `len` bytes wait
  * for it? By the persisted numbers where there are some (rules 1 and 2, `lone`: the caller would
@@ -152,6 +175,15 @@ int gp_hybrid_cpu_only(gp_policy *p, uint32_t alg);
 size_t gp_hybrid_cpu_below(gp_policy *p, uint32_t alg);
 /* One line per calibrated algorithm (stats line companion). */
 void gp_hybrid_print(gp_policy *p);
+
+/*
+ * The machine-wide counts (share.c): a batch of reqs[0..n) about to run on x. Where x is the GPU
+ * side the policy routes to and knob machine_share is on, its bytes and the batch count as in
+ * flight on that GPU for every process of this user until gp_share_end; returns what to hand
+ * gp_share_end (0: nothing was counted).
+ */
+size_t gp_share_begin(gp_policy *p, const gp_executor *x, const gp_request *reqs, size_t n);
+void gp_share_end(gp_policy *p, size_t counted);
 
 /*
  * backend=auto where the cuda executor is built: once this process shows demand (gp_warm_demand),

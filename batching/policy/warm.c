@@ -60,7 +60,15 @@ static int cpus_saturated(gp_policy *p)
  */
 #define GP_WARM_LOOK_MS 200
 
-/* 1 once some CPU is free; 0 if the warm-up is to stop first. A caller waiting for the warm-up
+/* Is there room to open the GPU now: some CPU free to drive it, and room on the GPU beside this
+ * user's other processes (share.c: fewer than knob machine_share hold it open, and they do not hold
+ * it full)? A process whose siblings fill the GPU keeps its work on its cores and opens nothing. */
+static int room_to_open(gp_policy *p)
+{
+    return !cpus_saturated(p) && gp_share_may_open(p);
+}
+
+/* 1 once some CPU is free and the GPU has room (room_to_open); 0 if the warm-up is to stop first. A caller waiting for the warm-up
  * (warm_urgent) has the CPUs looked at once at once: its first look needs no siblings to start. */
 static int wait_for_free_cpu(gp_policy *p)
 {
@@ -72,13 +80,13 @@ static int wait_for_free_cpu(gp_policy *p)
                 return 0;
             if (!urgent_looked && atomic_load(&p->warm.urgent)) {
                 urgent_looked = 1;
-                if (!cpus_saturated(p))
+                if (room_to_open(p))
                     return 1;
                 atomic_store(&p->warm.opening, -1);
             }
             gp_sleep_1ms();
         }
-        if (!cpus_saturated(p))
+        if (room_to_open(p))
             return 1;
         atomic_store(&p->warm.opening, -1);
     }
@@ -129,6 +137,8 @@ static void *warmup_main(void *v)
             gp_hybrid_warm(p, gpu);
         w->calib_ns = gp_now_ns() - t1;
         w->calib_cpu_ns = thread_cpu_ns() - c1;
+    } else {
+        gp_share_not_open(p);   /* another process may open in its place */
     }
     atomic_store_explicit(&w->done, 1, memory_order_release);
     p->ops->route_changed(p->e);
@@ -226,8 +236,8 @@ int gp_warm_wait(gp_policy *p)
     for (int i = 0; i < GP_WARM_WAIT_MS; i++) {
         if (atomic_load_explicit(&w->done, memory_order_acquire) && w->gen == gen)
             return 1;
-        /* Every CPU was busy at its last look: the GPU cannot add throughput to this process
-         * (cpus_saturated), and the warm-up may wait for a free CPU indefinitely. */
+        /* Every CPU was busy at its last look, or the GPU had no room (room_to_open): the GPU
+         * cannot add throughput to this process now, and the warm-up may wait indefinitely. */
         if (gp_warm_stopping(p) || atomic_load(&w->opening) < 0)
             return 0;
         gp_sleep_1ms();

@@ -2,6 +2,7 @@
 /* Helpers shared by the EVP-level tests: the cipher table, cached fetches, AEAD param shorthands. */
 #include "evp_common.h"
 
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -175,4 +176,20 @@ void evp_raw_get(const gptest_env *env, int gp, const char *name, evp_raw *raw)
     assert_non_null(raw->dinit);
     assert_non_null(raw->update);
     assert_non_null(raw->final);
+}
+
+void evp_standin_find(evp_standin *s)
+{
+    const char *dir = getenv("GPTEST_MODULE_DIR");
+    char path[4096];
+    void *h;
+
+    snprintf(path, sizeof(path), "%s/gpuprov.so", dir != NULL ? dir : ".");
+    if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL)
+        fail_msg("the test module is not loaded from %s: %s", path, dlerror());
+    *(void **)&s->alloc = dlsym(h, "gpuprov_test_devmem_alloc");
+    *(void **)&s->free = dlsym(h, "gpuprov_test_devmem_free");
+    if (s->alloc == NULL || s->free == NULL)
+        fail_msg("%s exports no gpuprov_test_devmem_alloc: not the test module", path);
+    dlclose(h);   /* the provider keeps it loaded */
 }

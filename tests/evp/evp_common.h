@@ -75,4 +75,12 @@ typedef struct {
  * when gp=1); asserts every function above is present. */
 void evp_raw_get(const gptest_env *env, int gp, const char *name, evp_raw *raw);
 
+/* The test module's stand-in device allocator (GPUPROV_TEST_HOST_DEVMEM, batching/exec_host.c),
+ * found in the gpuprov.so loaded from $GPTEST_MODULE_DIR; fails the test if it is not there. */
+typedef struct {
+    void *(*alloc)(size_t size, int gpu);
+    void (*free)(void *p);
+} evp_standin;
+void evp_standin_find(evp_standin *s);
+
 #endif

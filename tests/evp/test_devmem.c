@@ -90,25 +90,7 @@ static void dm_fill(void *dst, int byte, size_t n)
     cuda_check(cudaMemset(dst, byte, n), "cudaMemset");
 }
 #else
-static void *(*standin_alloc)(size_t size, int gpu);
-static void (*standin_free)(void *p);
-
-/* The test module's allocator, found in the module gpuprov was loaded from. */
-static void standin_find(void)
-{
-    const char *dir = getenv("GPTEST_MODULE_DIR");
-    char path[4096];
-    void *h;
-
-    snprintf(path, sizeof(path), "%s/gpuprov.so", dir != NULL ? dir : ".");
-    if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL)
-        fail_msg("the test module is not loaded from %s: %s", path, dlerror());
-    *(void **)&standin_alloc = dlsym(h, "gpuprov_test_devmem_alloc");
-    *(void **)&standin_free = dlsym(h, "gpuprov_test_devmem_free");
-    if (standin_alloc == NULL || standin_free == NULL)
-        fail_msg("%s exports no gpuprov_test_devmem_alloc: not the test module", path);
-    dlclose(h);   /* the provider keeps it loaded */
-}
+static evp_standin standin;   /* the test module's allocator, found in the module gpuprov was loaded from */
 
 static int dm_gpus(void)
 {
@@ -117,7 +99,7 @@ static int dm_gpus(void)
 
 static unsigned char *dm_alloc(size_t n, int gpu)
 {
-    unsigned char *p = standin_alloc(n, gpu);
+    unsigned char *p = standin.alloc(n, gpu);
 
     assert_non_null(p);
     return p;
@@ -125,7 +107,7 @@ static unsigned char *dm_alloc(size_t n, int gpu)
 
 static void dm_free(void *p)
 {
-    standin_free(p);
+    standin.free(p);
 }
 
 static void dm_put(void *dst, const void *src, size_t n)
@@ -1062,7 +1044,7 @@ static int group_setup(void **state)
     data_gpu = data_gpu_choose();
     if (rc == 0 && !evp_under_default()) {
 #ifndef DEVMEM_TEST_CUDA
-        standin_find();
+        evp_standin_find(&standin);
 #endif
     }
     return rc;

@@ -12,6 +12,7 @@
 #include <openssl/params.h>
 #include <openssl/provider.h>
 
+#include "fuzz_pipeline.h"
 #include "provider/errors.h"   /* enum gp_reason: the reason a deliberate refusal must carry */
 
 /*
@@ -163,6 +164,7 @@ typedef struct {
 
 static OSSL_LIB_CTX *libctx;
 static EVP_CIPHER *ciphers[8][2];
+static fz_pipe_alg pipe_algs[8];   /* the cipher table as the pipeline sequences see it (fuzz_pipeline.h) */
 static int verbose;
 /* What the default provider under test does where supported OpenSSL releases differ (probed once,
  * probe_reference): ChaCha20-Poly1305's EVP_Cipher(ctx, out, NULL, 0) is a Final that checks the
@@ -1670,6 +1672,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                 goto err;
             }
         }
+    for (int i = 0; i < 8; i++)
+        pipe_algs[i] = (fz_pipe_alg){ algs[i].name, algs[i].kind == K_GCM || algs[i].kind == K_CCP, algs[i].kind == K_GCM,
+                                      algs[i].kind == K_CHACHA, algs[i].keylen, algs[i].ivlen };
     if (!probe_reference())
         goto err;
     fprintf(stderr, "fuzz_evp_diff: gpuprov (%s executor) against the default provider, %s; its ChaCha20-Poly1305 "
@@ -1677,6 +1682,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
             OpenSSL_version(OPENSSL_VERSION), ref_ccp_cipher_final ? "checks the tag" : "returns at once",
             ref_ccp_empty_cipher_pads_aad ? "pads the AAD" : "does nothing",
             ref_evp_keeps_lengths ? "keeps a KEYLEN param for the next init" : "keeps no length param");
+    fprintf(stderr, "fuzz_evp_diff: pipeline sequences (inputs that start with \"" FUZZ_PIPE_MAGIC "\") %s\n",
+            fuzz_pipeline_available() ? "on" : "off: this libcrypto has no pipeline API");
     return 0;
 err:
     ERR_print_errors_fp(stderr);
@@ -1689,6 +1696,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz f;
     int ops = 0;
 
+    /* Pipeline sequences (fuzz_pipeline.c), where the libcrypto has OpenSSL 3.5's pipeline API;
+     * elsewhere such an input decodes as nothing. */
+    if (size >= FUZZ_PIPE_MAGIC_LEN && memcmp(data, FUZZ_PIPE_MAGIC, FUZZ_PIPE_MAGIC_LEN) == 0) {
+        if (fuzz_pipeline_available())
+            fuzz_pipeline_one(data + FUZZ_PIPE_MAGIC_LEN, size - FUZZ_PIPE_MAGIC_LEN, pipe_algs, ciphers, verbose);
+        return 0;
+    }
     memset(&f, 0, sizeof(f));
     f.alg = rd(&r) % 8;
     f.ai = &algs[f.alg];

@@ -154,6 +154,37 @@ def get_state():
     return bytes([GET_STATE])
 
 
+# Pipeline sequences (fuzz_pipeline.c): "PIPE", alg index, numpipes - 1, a key seed, the first
+# init's two bytes, then steps.
+PIPE_ALGS = ["AES-128-CTR", "AES-192-CTR", "AES-256-CTR", "AES-128-GCM", "AES-192-GCM", "AES-256-GCM",
+             "ChaCha20-Poly1305", "ChaCha20"]
+
+
+def p_len(n):
+    return bytes([n]) if n < 120 else bytes([0xe0, n & 0xff, n >> 8])
+
+
+def p_init_args(enc, replay=False, ivlen=None, seed=7):
+    b = (1 if replay else 0) | (enc << 1) | ((4 | ((ivlen - 1) << 3)) if ivlen else 0)
+    return bytes([b & 0xff, seed])
+
+
+def p_init(enc, replay=False, ivlen=None, seed=7):
+    return bytes([0]) + p_init_args(enc, replay, ivlen, seed)
+
+
+def p_update(step, lens, seed=3, inplace=False, whole=False):
+    return bytes([step, (1 if inplace else 0) | (2 if whole else 0), seed]) + b"".join(p_len(n) for n in lens)
+
+
+def p_final(taglen=16, replay_tags=False, flip=0xff, seed=5):
+    return bytes([3, ((taglen - 1) << 2) | (1 if replay_tags else 0), seed, flip])
+
+
+def pipe_file(alg, npipes, first_init, *steps):
+    return b"PIPE" + bytes([PIPE_ALGS.index(alg), npipes - 1, 11]) + first_init + b"".join(steps)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -238,6 +269,31 @@ def main():
     # ChaCha20-Poly1305 TLS1_IV_FIXED mid-message (GP_R_MESSAGE_IN_PROGRESS)
     seeds["strict-ccp-fixed-midmsg"] = seq_file(
         "ChaCha20-Poly1305", cipher_init(1, key=key32, iv=iv12), data(b"d" * 10), tls_fixed(iv12), data(b"e" * 10))
+
+    # Pipelines (OpenSSL 3.5's EVP_CipherPipeline*): encrypted, then decrypted from the replay with
+    # one pipe's tag forged; IV lengths, copies, refusals.
+    lens32 = [0, 1, 15, 16, 17, 63, 64, 65] * 4
+    seeds["pipe-ccp-32"] = pipe_file(
+        "ChaCha20-Poly1305", 32, p_init_args(1), p_update(1, [13] * 32), p_update(2, lens32, inplace=True),
+        p_update(2, [100] * 32), p_final(), p_init(0, replay=True), p_update(1, [0] * 32, whole=True),
+        p_update(2, [0] * 32, whole=True), p_final(replay_tags=True, flip=3))
+    seeds["pipe-gcm-8-iv16"] = pipe_file(
+        "AES-256-GCM", 8, p_init_args(1, ivlen=16), p_update(1, [5, 0, 70, 1, 2, 3, 64, 65]),
+        p_update(2, [1000, 0, 1, 300, 16, 17, 15, 2000]), bytes([5]), p_update(2, [3] * 8), p_final(12),
+        p_init(0, replay=True), p_update(1, [0] * 8, whole=True), p_update(2, [7] * 8), bytes([5]),
+        p_update(2, [0] * 8, whole=True), p_final(12, replay_tags=True))
+    seeds["pipe-gcm-3-iv1"] = pipe_file(
+        "AES-128-GCM", 3, p_init_args(1, ivlen=1), p_update(2, [40, 0, 33]), p_final(16),
+        p_init(0, replay=True), p_update(2, [0] * 3, whole=True), p_final(16, replay_tags=True, flip=1))
+    seeds["pipe-ctr-5"] = pipe_file(
+        "AES-192-CTR", 5, p_init_args(1), p_update(2, [17, 0, 1, 1000, 64]), p_update(2, [15] * 5, inplace=True),
+        bytes([4]), p_init(0), p_update(2, [33] * 5), p_final(), p_update(2, [1] * 5))
+    seeds["pipe-chacha20-17"] = pipe_file(
+        "ChaCha20", 17, p_init_args(1), p_update(2, list(range(0, 170, 10))), bytes([5]),
+        p_update(2, [65] * 17), p_update(1, [4] * 17), p_init(1), p_update(2, [64] * 17), p_final())
+    seeds["pipe-strict"] = pipe_file(
+        "ChaCha20-Poly1305", 4, p_init_args(1), p_update(2, [10, 0, 0, 0]), p_update(1, [5] * 4),
+        p_init(1), p_update(2, [10] * 4), p_final(), p_final(), p_update(2, [1] * 4), bytes([4]))
 
     for name, blob in sorted(seeds.items()):
         with open(os.path.join(out, name), "wb") as f:

@@ -4,6 +4,7 @@
 # again under compute-sanitizer (memcheck, racecheck), then a short openssl speed comparison.
 # The suites load the test module ($build/provider/test-module/gpuprov.so: the GPUPROV_TEST_* hooks
 # tests/meson.build sets), the speed and evp-bench steps the production one ($build/provider).
+# The pipeline steps need OpenSSL 3.5 at run time (OPENSSL35_PREFIX, below).
 # Steps not in the default list: trust (the gpu suite's exhaustion, GPU-loss and device=all cases
 # alone; tests/gpu/trust.sh), soak (bench/soak.sh for SOAK_MINUTES, default 2 here; its RESULTS
 # section only with SOAK_RESULTS=1), multi (the suite's cases on the last GPU and on all, alone;
@@ -39,7 +40,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ]; then
 fi
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench pipeline memcheck-pipeline pipeline-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -91,5 +92,21 @@ cat "$out/multi-speed.log" 2>/dev/null | sed -n '/^openssl speed -elapsed/,$p'
 # Data already on the GPU: EVP in device mode beside the raw kernel, with issue 36's targets.
 step devmem-bench env BENCH_OUT="$out/devmem.csv" bash bench/devmem.sh "$build" "${DEVMEM_SECONDS:-2}"
 cat "$out/devmem-bench.log" 2>/dev/null | sed -n '/^| cipher/,$p'
+# OpenSSL 3.5's pipeline API (provider/pipeline.c): its tests on the GPU, under memcheck, and
+# bench/pipeline_bench, with a 3.5 libcrypto taken at run time from OPENSSL35_PREFIX (default
+# build-openssl35/prefix, what tests/openssl-lts.sh builds: carry it over, or unpack Debian 13's
+# libssl3t64 there); the build stays against this machine's headers. Without it the steps say so.
+ossl35=${OPENSSL35_PREFIX:-$root/build-openssl35/prefix}
+with35() {   # with35 COMMAND...: run under the 3.5 libcrypto, or fail saying there is none
+  [ -f "$ossl35/lib/libcrypto.so.3" ] || { echo "no OpenSSL 3.5 in $ossl35 (OPENSSL35_PREFIX): the pipeline API is not there to test"; return 1; }
+  LD_LIBRARY_PATH="$ossl35/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+}
+step pipeline with35 meson test -C "$build" pipeline-cuda pipeline-hybrid-cuda pipeline-devmem-cuda --print-errorlogs --num-processes 1
+grep -hE "skipped: needs|wycheproof through pipes" "$build/meson-logs/testlog.txt" 2>/dev/null | sort | uniq -c
+step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda --print-errorlogs \
+  --num-processes 1 --timeout-multiplier 20 \
+  --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
+step pipeline-bench with35 env GPUPROV_STATS=1 "$build/bench/pipeline_bench" --module-dir "$build/provider"
+grep -E "^pipeline_bench|GB/s|gpuprov (stats|hybrid)" "$out/pipeline-bench.log" 2>/dev/null
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
 exit $status

@@ -37,6 +37,7 @@ Rule = collections.namedtuple('Rule', 'layer uses')
 BATCHING = {
     'base': Rule(0, set()),
     'copy_crew': Rule(0, set()),
+    'reg_cache': Rule(0, set()),
     'settings': Rule(0, set()),
     'chunk_plan': Rule(0, set()),
     'batch_kernel': Rule(0, set()),
@@ -54,13 +55,14 @@ BATCHING = {
     'queue': Rule(2, {'stage', 'async_wait', 'base'}),
     'exec_host': Rule(3, {'kstate', 'core', 'stage', 'fake_stream', 'base'}),
     # cuda/: the cuda executor, its files calling one way inside (batching/cuda/internal.h).
-    'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'chunk_plan', 'async_wait',
+    'cuda': Rule(3, {'kstate', 'core', 'key_table', 'stage', 'copy_crew', 'reg_cache', 'chunk_plan', 'async_wait',
                      'cuda_fault', 'base', 'batch_kernel'}),
     # exec_cpu and exec_host: their tables, and outside them the cpu lane's calls and the host
     # pool's stop (batching/executor.h); async_wait: the module pin it hands the policy; kstate:
     # what of a message's kernel state the cpu executor can take on after a GPU failure.
+    # reg_cache: its memory hooks go in when the engine is made (batching/reg_cache.h).
     'engine': Rule(4, {'policy', 'queue', 'cuda', 'exec_host', 'exec_cpu', 'kstate', 'core', 'async_wait',
-                       'settings', 'base'}),
+                       'settings', 'reg_cache', 'base'}),
 }
 # provider/'s files, the same way (docs/architecture.md, "Inside provider/"). Everything here may also
 # call batching/ (the layer below the provider), which this table does not list.
@@ -76,12 +78,15 @@ PROVIDER = {
     'stream_common': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
     'aead_gcm': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
     'aead_chachapoly': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
-    'aead_common': Rule(5, {'aead_gcm', 'aead_chachapoly', 'cipher_common', 'cpu_lane'} | _LANE_DOWN),
-    'dispatch': Rule(6, {'cipher_common', 'stream_common', 'aead_common', 'aead_gcm', 'aead_chachapoly'}),
-    'cipher_aes_ctr': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
-    'cipher_chacha20': Rule(7, {'dispatch', 'stream_common', 'cipher_common'}),
-    'cipher_aes_gcm': Rule(7, {'dispatch', 'aead_common', 'aead_gcm', 'cipher_common'}),
-    'cipher_chacha20_poly1305': Rule(7, {'dispatch', 'aead_common', 'aead_chachapoly', 'cipher_common'}),
+    'pipeline': Rule(4, {'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'aead_common': Rule(5, {'aead_gcm', 'aead_chachapoly', 'pipeline', 'cipher_common', 'cpu_lane'} | _LANE_DOWN),
+    'dispatch': Rule(6, {'cipher_common', 'stream_common', 'aead_common', 'aead_gcm', 'aead_chachapoly',
+                         'pipeline'}),
+    'cipher_aes_ctr': Rule(7, {'dispatch', 'stream_common', 'pipeline', 'cipher_common'}),
+    'cipher_chacha20': Rule(7, {'dispatch', 'stream_common', 'pipeline', 'cipher_common'}),
+    'cipher_aes_gcm': Rule(7, {'dispatch', 'aead_common', 'aead_gcm', 'pipeline', 'cipher_common'}),
+    'cipher_chacha20_poly1305': Rule(7, {'dispatch', 'aead_common', 'aead_chachapoly', 'pipeline',
+                                         'cipher_common'}),
     'prov': Rule(8, {'cipher_aes_ctr', 'cipher_chacha20', 'cipher_aes_gcm', 'cipher_chacha20_poly1305',
                      'passthrough', 'knobs', 'errors'}),
 }

@@ -119,6 +119,76 @@ static const gp_executor *one(fixture *f, size_t aadlen, size_t len)
     return x;
 }
 
+/*
+ * n messages of len bytes each, 13 bytes of AAD, submitted together as a pipeline call makes them
+ * (gp_msgs_submit: one call for the AAD, one for the data, one for the tags). Every message's
+ * ciphertext and tag are checked against the default provider; returns the executor they all ran
+ * on (asserting they share one) and, in *batches, the batches the data call made.
+ */
+static const gp_executor *together(fixture *f, size_t n, size_t len, uint64_t *batches)
+{
+    gp_msg *m[32];
+    gp_request r[32];
+    uint8_t iv[32][12], aad[32][13], tag[32][16], ref_tag[16];
+    uint8_t *in[32], *out[32], *ref = malloc(len + 16);
+    const gp_executor *x;
+    gp_stats before, after;
+
+    assert_true(n <= 32 && ref != NULL);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = gp_msg_new(f->e);
+        in[i] = malloc(len + 1);
+        out[i] = malloc(len + 1);
+        gptest_rand_bytes(iv[i], 12);
+        gptest_rand_bytes(aad[i], 13);
+        gptest_rand_bytes(in[i], len);
+        assert_true(gp_msg_start(m[i], f->key, iv[i], 12, 1));
+    }
+    for (size_t i = 0; i < n; i++)
+        r[i] = (gp_request){ .msg = m[i], .kind = GP_REQ_AAD, .in = aad[i], .len = 13 };
+    assert_true(gp_msgs_submit(f->e, r, n));
+    gp_engine_stats(f->e, &before);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (gp_request){ .msg = m[i], .kind = GP_REQ_CRYPT, .in = in[i], .out = out[i], .len = len };
+    assert_true(gp_msgs_submit(f->e, r, n));
+    gp_engine_stats(f->e, &after);
+    *batches = after.batches - before.batches;
+    for (size_t i = 0; i < n; i++)
+        r[i] = (gp_request){ .msg = m[i], .kind = GP_REQ_TAG, .tag_out = tag[i] };
+    assert_true(gp_msgs_submit(f->e, r, n));
+    x = m[0]->exec;
+    for (size_t i = 0; i < n; i++) {
+        assert_ptr_equal(m[i]->exec, x);
+        reference(f, iv[i], aad[i], 13, in[i], len, ref, ref_tag);
+        assert_memory_equal(out[i], ref, len);
+        assert_memory_equal(tag[i], ref_tag, 16);
+        gp_msg_free(m[i]);
+        free(in[i]);
+        free(out[i]);
+    }
+    free(ref);
+    return x;
+}
+
+/* Messages that start together route as one (rule 2 weighs the call's bytes: a lone caller waits
+ * one round trip for all of them) and run as one batch on the GPU side. */
+static void test_batch_routes_together(void **state)
+{
+    fixture f;
+    uint64_t batches;
+
+    (void)state;
+    setup(&f, 0, 1024, 65536, 1.0);
+    assert_ptr_equal(one(&f, 13, 16384), &gp_exec_cpu);                  /* alone: below lone_gpu_bytes */
+    assert_ptr_equal(together(&f, 8, 16384, &batches), &gp_exec_host);   /* 128 KiB together */
+    assert_int_equal(batches, 1);                                        /* one batch for all eight */
+    assert_ptr_equal(together(&f, 32, 16384, &batches), &gp_exec_host);
+    assert_int_equal(batches, 1);
+    assert_ptr_equal(together(&f, 4, 4096, &batches), &gp_exec_cpu);     /* 16 KiB together */
+    assert_ptr_equal(together(&f, 32, 512, &batches), &gp_exec_cpu);     /* each below min_gpu_bytes */
+    teardown(&f);
+}
+
 /* Rules 1 and 2 with fixed knobs: small -> cpu, lone mid-size -> cpu, large -> the GPU side. */
 static void test_size_rules(void **state)
 {
@@ -1138,6 +1208,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size_rules),
+        cmocka_unit_test(test_batch_routes_together),
         cmocka_unit_test(test_async_is_not_lone),
         cmocka_unit_test(test_share),
         cmocka_unit_test(test_dup_holds_aad),

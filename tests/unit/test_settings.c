@@ -48,6 +48,8 @@ static const knob_case cases[] = {
     { "GPUPROV_HOST_THREADS", "1025", BAD, 0 }, { "GPUPROV_HOST_THREADS", "3.5", BAD, 0 },
     { "GPUPROV_COPY_THREADS", "0", 0, 0 }, { "GPUPROV_COPY_THREADS", "16", 16, 0 },
     { "GPUPROV_COPY_THREADS", "17", BAD, 0 }, { "GPUPROV_COPY_THREADS", "-1", BAD, 0 },
+    { "GPUPROV_REG_CACHE", "0", 0, 0 }, { "GPUPROV_REG_CACHE", "1048576", 1048576, 0 },
+    { "GPUPROV_REG_CACHE", "1048577", BAD, 0 }, { "GPUPROV_REG_CACHE", "-1", BAD, 0 },
     { "GPUPROV_STREAMS", "0", 1, 0 }, { "GPUPROV_STREAMS", "1", 1, 0 }, { "GPUPROV_STREAMS", "8", 8, 0 },
     { "GPUPROV_STREAMS", "9", BAD, 0 }, { "GPUPROV_STREAMS", "-1", BAD, 0 },
     { "GPUPROV_MAX_BATCH_OPS", "0", 1, 0 }, { "GPUPROV_MAX_BATCH_OPS", "64", 64, 0 },
@@ -85,6 +87,9 @@ static const knob_case cases[] = {
     { "GPUPROV_PRIORS", "0", 0, 0 }, { "GPUPROV_PRIORS", "on", 1, 0 }, { "GPUPROV_PRIORS", "h200", BAD, 0 },
     { "GPUPROV_CALIB_REFRESH", "1", 1, 0 }, { "GPUPROV_CALIB_REFRESH", "no", 0, 0 },
     { "GPUPROV_CALIB_REFRESH", "now", BAD, 0 },
+    { "GPUPROV_MACHINE_SHARE", "0", 0, 0 }, { "GPUPROV_MACHINE_SHARE", "16", 16, 0 },
+    { "GPUPROV_MACHINE_SHARE", "256", 256, 0 }, { "GPUPROV_MACHINE_SHARE", "257", BAD, 0 },
+    { "GPUPROV_MACHINE_SHARE", "on", BAD, 0 },
 #if GP_EXPERIMENT_SWITCHES
     { "GPUPROV_LONE_LAUNCH", "0", 0, 0 }, { "GPUPROV_LONE_LAUNCH", "1", 1, 0 },
     { "GPUPROV_LONE_LAUNCH", "2", BAD, 0 },
@@ -121,6 +126,7 @@ static const knob_case cases[] = {
     /* text and name knobs: an accepted value is stored as written (want 0) */
     { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H200", 0, 0 }, { "GPUPROV_TEST_GPU_MODEL", "NVIDIA H100 80GB HBM3", 0, 0 },
     { "GPUPROV_TEST_GPU_MODEL", "tab\there", BAD, 0 }, { "GPUPROV_TEST_GPU_MODEL", DIR_TOO_LONG, BAD, 0 },
+    { "GPUPROV_TEST_SHARE_KEY", "test-1234", 0, 0 }, { "GPUPROV_TEST_SHARE_KEY", DIR_TOO_LONG, BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c", 0, 0 }, { "GPUPROV_TEST_CUDA_FAULT_FILE", "plan.c", 0, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "cuda/device.c", BAD, 0 },
     { "GPUPROV_TEST_CUDA_FAULT_FILE", "device.c:517", BAD, 0 },
@@ -254,6 +260,7 @@ static void test_table(void **state)
     assert_int_equal(k.stats, 0);
     assert_int_equal(k.device, 0);
     assert_int_equal(k.streams, 4);
+    assert_int_equal(k.machine_share, 4);
     assert_int_equal(k.max_batch_ops, 4096);
     assert_true(k.max_batch_bytes == 8u << 20);
     assert_int_equal(k.flush_us, 50);
@@ -411,7 +418,7 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_GATHER_OPS", "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
         "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER", "GPUPROV_TEST_GPU_MODEL",
-        "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
+        "GPUPROV_TEST_SHARE_KEY", "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
         "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
     static const char *const exp_vars[] = { "GPUPROV_LONE_LAUNCH", "GPUPROV_SMALL_REFS", "GPUPROV_SPREAD" };
