@@ -175,6 +175,7 @@ def run_case(crypto, counting, cipher, kind, standin, pipeline, in_place, stream
     for t in {id(x): x for x in ts + outs + backs}.values():
         t.free()
     c.close()
+    print("ran: %s (%d tensors)" % (label, len(ts)))
 
 
 def torch_like(crypto, standin, probe, rng):
