@@ -409,19 +409,34 @@ class TensorCipher:
         groups = collections.OrderedDict()
         for i, b in enumerate(bufs):
             groups.setdefault(b.gpu, []).append(i)
-        failed = []
-        for gpu, idx in groups.items():
-            s = self._stream_for(bufs[idx[0]], stream) if gpu is not None else (0, False)
-            if self.pipelined:
-                piped = [i for i in idx if 0 < bufs[i].nbytes <= UPDATE_BYTES]
-                single = [i for i in idx if not 0 < bufs[i].nbytes <= UPDATE_BYTES]
-                for k in range(0, len(piped), MAX_PIPES):
-                    group = piped[k:k + MAX_PIPES]
-                    failed += self._pipeline(enc, group, bufs, outs, aads, nonces, tags, gpu, s)
-            else:
-                single = idx
-            if single:
-                failed += self._messages_one_by_one(enc, single, bufs, outs, aads, nonces, tags, gpu, s)
+        failed, pending = [], []
+        try:
+            for gpu, idx in groups.items():
+                s = self._stream_for(bufs[idx[0]], stream) if gpu is not None else (0, False)
+                if self.pipelined:
+                    piped = [i for i in idx if 0 < bufs[i].nbytes <= UPDATE_BYTES]
+                    single = [i for i in idx if not 0 < bufs[i].nbytes <= UPDATE_BYTES]
+                    for k in range(0, len(piped), MAX_PIPES):
+                        group = piped[k:k + MAX_PIPES]
+                        failed += self._pipeline(enc, group, bufs, outs, aads, nonces, tags, gpu, s, pending)
+                else:
+                    single = idx
+                if single:
+                    failed += self._messages_one_by_one(enc, single, bufs, outs, aads, nonces, tags, gpu, s)
+        except BaseException:
+            for finish in pending:
+                finish(abandon=True)
+            raise
+        # Encrypting, each pipeline's tags are read once every group is queued: in stream-ordered
+        # mode that read waits for its group's work, and the groups behind it are already queued.
+        first_error = None
+        for finish in pending:
+            try:
+                finish()
+            except GpuprovError as e:
+                first_error = first_error or e
+        if first_error:
+            raise first_error
         return failed
 
     def _stream_for(self, b, stream):
@@ -499,7 +514,10 @@ class TensorCipher:
             crypto.EVP_CIPHER_CTX_free(ctx)
         return failed
 
-    def _pipeline(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s):
+    def _pipeline(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s, pending):
+        """One pipeline sequence over the tensors idx (at most 32). Decrypting: the indices whose
+        tag failed. Encrypting: [], and a function that reads the tags and frees the context
+        appended to pending (finish(abandon=True) only frees it)."""
         crypto, np_ = self._crypto, len(idx)
         ptrs, sizes = ctypes.c_void_p * np_, ctypes.c_size_t * np_
         nonce_bufs = [ctypes.create_string_buffer(nonces[i], NONCE_BYTES) for i in idx]
@@ -515,6 +533,19 @@ class TensorCipher:
         tag_param[0] = _Param(b"pipeline-tag", _PARAM_OCTET_PTR, ctypes.addressof(tagp_ref), TAG_BYTES, 0)
         init = crypto.EVP_CipherPipelineEncryptInit if enc else crypto.EVP_CipherPipelineDecryptInit
         ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
+
+        def finish(abandon=False):
+            try:
+                if not abandon and crypto.EVP_CIPHER_CTX_get_params(ctx, tag_param) != 1:
+                    self._fail("pipeline tags")
+                for k, i in enumerate(idx):
+                    tags[i] = tag_bufs[k].raw
+            finally:
+                crypto.EVP_CIPHER_CTX_free(ctx)
+                del keep[:]
+
+        keep = [nonce_bufs, aad_bufs, tagp, tagp_ref]   # what the context's tag read points at
+        handed = False
         try:
             if init(ctx, self._cipher, self._key, KEY_BYTES, np_, ivs, NONCE_BYTES) != 1:
                 self._fail("pipeline init")
@@ -530,10 +561,9 @@ class TensorCipher:
                     self._fail("pipeline final")
                 return [idx[p] for p in _failed_pipes(_openssl_errors(crypto), np_)]
             if enc:
-                if crypto.EVP_CIPHER_CTX_get_params(ctx, tag_param) != 1:
-                    self._fail("pipeline tags")
-                for k, i in enumerate(idx):
-                    tags[i] = tag_bufs[k].raw
+                pending.append(finish)
+                handed = True
         finally:
-            crypto.EVP_CIPHER_CTX_free(ctx)
+            if not handed:
+                crypto.EVP_CIPHER_CTX_free(ctx)
         return []
