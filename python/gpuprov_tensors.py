@@ -422,13 +422,14 @@ class TensorCipher:
                 else:
                     single = idx
                 if single:
-                    failed += self._messages_one_by_one(enc, single, bufs, outs, aads, nonces, tags, gpu, s)
+                    failed += self._messages_one_by_one(enc, single, bufs, outs, aads, nonces, tags, gpu, s,
+                                                        pending)
         except BaseException:
             for finish in pending:
                 finish(abandon=True)
             raise
-        # Encrypting, each pipeline's tags are read once every group is queued: in stream-ordered
-        # mode that read waits for its group's work, and the groups behind it are already queued.
+        # Encrypting, the tags of pipelines (and of stream-ordered messages) are read once every
+        # group is queued: such a read waits for its own work, and the work behind it is queued.
         first_error = None
         for finish in pending:
             try:
@@ -478,17 +479,22 @@ class TensorCipher:
         errs = _openssl_errors(self._crypto)
         raise GpuprovError("%s %s through %s failed: %s" % (self.cipher_name, what, self.provider, errs))
 
-    def _messages_one_by_one(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s):
+    def _messages_one_by_one(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s, pending):
+        """One EVP message per tensor; decrypting: the indices whose tag failed. Encrypting in
+        stream-ordered mode each message gets a context of its own, whose tag is read (a wait)
+        after every message is queued (pending, as _pipeline's); otherwise one context serves all."""
         crypto, n = self._crypto, _INT()
-        ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
-        failed = []
+        failed, ctx, own = [], None, False
+        scratch, tagbuf = ctypes.create_string_buffer(32), ctypes.create_string_buffer(TAG_BYTES)
         try:
-            if crypto.EVP_CipherInit_ex2(ctx, self._cipher, self._key, None, enc, None) != 1:
-                self._fail("init")
-            self._device_params(ctx, gpu, s, bufs[idx[0]])
-            scratch, tagbuf = ctypes.create_string_buffer(32), ctypes.create_string_buffer(TAG_BYTES)
             for i in idx:
                 b, o = bufs[i], outs[i]
+                if ctx is None:
+                    ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
+                    if crypto.EVP_CipherInit_ex2(ctx, self._cipher, self._key, None, enc, None) != 1:
+                        self._fail("init")
+                    self._device_params(ctx, gpu, s, b)
+                    own = bool(enc and gpu is not None and s[0] and not (s[1] and self._stream_refused))
                 ok = crypto.EVP_CipherInit_ex2(ctx, None, None, nonces[i], enc, None) == 1
                 ok = ok and (not aads[i] or crypto.EVP_CipherUpdate(ctx, None, ctypes.byref(n), aads[i],
                                                                      len(aads[i])) == 1)
@@ -505,14 +511,32 @@ class TensorCipher:
                         self._fail("final")
                     _openssl_errors(crypto)
                     failed.append(i)
-                    continue
-                if enc:
+                elif own:
+                    pending.append(self._tag_reader(ctx, i, tags))
+                    ctx = None
+                elif enc:
                     if crypto.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tagbuf) != 1:
                         self._fail("tag")
                     tags[i] = tagbuf.raw
         finally:
-            crypto.EVP_CIPHER_CTX_free(ctx)
+            if ctx:
+                crypto.EVP_CIPHER_CTX_free(ctx)
         return failed
+
+    def _tag_reader(self, ctx, i, tags):
+        """finish(): tags[i] from ctx (GET_TAG waits for its message), then ctx freed."""
+        crypto = self._crypto
+
+        def finish(abandon=False):
+            try:
+                buf = ctypes.create_string_buffer(TAG_BYTES)
+                if not abandon:
+                    if crypto.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, buf) != 1:
+                        self._fail("tag")
+                    tags[i] = buf.raw
+            finally:
+                crypto.EVP_CIPHER_CTX_free(ctx)
+        return finish
 
     def _pipeline(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s, pending):
         """One pipeline sequence over the tensors idx (at most 32). Decrypting: the indices whose
