@@ -38,7 +38,9 @@ What it does with the tensors:
   stream is synchronised first and the calls are synchronous.
 - Decryption checks every tag. If one fails, every output of the call is zeroed (no plaintext is
   left behind, the tensors that did verify included) and AuthenticationError names the tensors
-  whose tag failed. Other failures raise GpuprovError with OpenSSL's error strings.
+  whose tag failed. Other failures raise GpuprovError with OpenSSL's error strings; an encryption
+  in place that fails part-way (a GPU failure: device memory has no CPU fallback) may leave some
+  tensors encrypted, so encrypt out of place where the plaintext must survive any failure.
 """
 
 import collections
