@@ -316,7 +316,7 @@ static int executor_usable(gp_engine *e, const gp_executor *x)
  * the cpu executor where a GPU works; auto is plain cpu where none does. Once the GPU side has
  * failed, new messages go to the cpu executor.
  */
-static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
+static const gp_executor *preferred_executor(gp_engine *e, int new_msg, uint32_t alg)
 {
     const gp_executor *got, *gpu_side;
     gp_backend b = e->knobs.backend;
@@ -337,7 +337,11 @@ static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
                 gpu_side = got;
             break;
         case GP_BACKEND_AUTO:
-            if (gp_warm_gpu(&e->policy) != NULL && !gp_warm_start(&e->policy, new_msg && gp_warm_demand(&e->policy)))
+            /* A new message of alg where the process shows demand starts the warm-up, unless the
+             * numbers known already keep alg on the CPU for every caller and size. */
+            if (gp_warm_gpu(&e->policy) != NULL
+                && !gp_warm_start(&e->policy, new_msg && gp_warm_demand(&e->policy)
+                                                  && gp_warm_worth_opening(&e->policy, alg, GP_LEN_UNKNOWN, 0)))
                 /* Not remembered: asked again until the warm-up is over. */
                 return executor_usable(e, &gp_exec_cpu) ? &gp_exec_cpu : &gp_exec_host;
             /* fall through */
@@ -380,7 +384,7 @@ static const gp_executor *preferred_executor(gp_engine *e, int new_msg)
 
 const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keylen, uint64_t last_bytes)
 {
-    const gp_executor *x = preferred_executor(e, 1);
+    const gp_executor *x = preferred_executor(e, 1, alg);
 
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed)) {
         /* Rule 1 of the hybrid policy holds for every caller: a context whose last message was
@@ -398,10 +402,15 @@ const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e)
     return &e->route_epoch;
 }
 
-void gp_engine_note_large(gp_engine *e, size_t len)
+void gp_engine_note_large(gp_engine *e, uint32_t alg, size_t len)
 {
-    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && gp_warm_gpu(&e->policy) != NULL)
-        (void)gp_warm_start(&e->policy, 1);   /* later messages this large may go to the GPU */
+    gp_policy *p = &e->policy;
+
+    /* Later messages this large may go to the GPU, unless the numbers known already keep them on
+     * the CPU (a lone caller's stream, by a cached measurement: the GPU is not opened for it). */
+    if (len >= GP_DEMAND_BYTES && e->knobs.backend == GP_BACKEND_AUTO && gp_warm_gpu(p) != NULL
+        && !gp_warm_start(p, 0) && gp_warm_worth_opening(p, alg, len, gp_warm_lone_caller(p)))
+        (void)gp_warm_start(p, 1);
 }
 
 int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
@@ -418,7 +427,7 @@ int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
              * (persisted, or the prior) send it there: an AEAD message cannot move later. A stream
              * in progress goes on where it runs and moves once the warm-up is over. */
             if (!first || !gp_hybrid_prior(&e->policy, gpu, alg, len, gp_warm_lone_caller(&e->policy))) {
-                gp_engine_note_large(e, len);
+                gp_engine_note_large(e, alg, len);
                 return 0;
             }
             gp_warm_urge(&e->policy);
@@ -426,7 +435,7 @@ int gp_engine_move_to_gpu(gp_engine *e, uint32_t alg, size_t len, int first)
             if (!gp_warm_wait(&e->policy))
                 return 0;
         }
-        (void)preferred_executor(e, 1);   /* the warm-up is over: the policy's mode, resolved */
+        (void)preferred_executor(e, 1, alg);   /* the warm-up is over: the policy's mode, resolved */
         if (!atomic_load_explicit(&e->hybrid, memory_order_relaxed))
             return 0;
     }
@@ -445,7 +454,7 @@ void gp_engine_count_lane(gp_engine *e, uint64_t calls, uint64_t bytes)
 
 const char *gp_engine_backend_name(gp_engine *e)
 {
-    const char *name = preferred_executor(e, 0)->name;
+    const char *name = preferred_executor(e, 0, 0)->name;
 
     return atomic_load_explicit(&e->hybrid, memory_order_relaxed) ? "hybrid" : name;
 }
@@ -531,7 +540,7 @@ static void end_ordered(gp_msg *m)
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
     /* Device mode: straight to the executor that reads device memory; no routing, no lane. */
-    const gp_executor *x = m->devmem ? devmem_executor(m->engine) : preferred_executor(m->engine, 1);
+    const gp_executor *x = m->devmem ? devmem_executor(m->engine) : preferred_executor(m->engine, 1, k->alg);
 
     if (ivlen > sizeof(m->iv) || x == NULL)
         return 0;
@@ -583,7 +592,7 @@ static size_t route_len(const gp_request *r)
  * (gp_hybrid_route_batch). */
 static const gp_executor *route_pick(gp_engine *e, const gp_key *k, size_t each, size_t total)
 {
-    const gp_executor *x = preferred_executor(e, 1);
+    const gp_executor *x = preferred_executor(e, 1, k->alg);
 
     if (atomic_load_explicit(&e->hybrid, memory_order_relaxed))
         x = gp_hybrid_route_batch(&e->policy, x, k->alg, k->keylen, each, total);
@@ -772,7 +781,7 @@ static int submit_ready(gp_msg *m, gp_request *r)
         }
     }
     if (m->exec == NULL || m->exec == &gp_exec_cpu) {
-        gp_engine_note_large(m->engine, r->len);
+        gp_engine_note_large(m->engine, m->key->alg, r->len);
         return 1;
     }
     if (hold_aad(m, r))
@@ -861,7 +870,7 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
          * (gp_engine_note_large): backend auto opens and measures it for the calls that follow. */
         total += reqs[i].kind == GP_REQ_CRYPT ? reqs[i].len : 0;
         if (i == n - 1 && n > 1)
-            gp_engine_note_large(e, total);
+            gp_engine_note_large(e, reqs[i].msg->key->alg, total);
     }
     for (size_t i = 0; i < n; i++) {
         gp_msg *m = reqs[i].msg;

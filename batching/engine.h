@@ -112,8 +112,9 @@ const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keyle
  * executor failed): a context on the lane asks gp_engine_cpu_lane again at its next message. Read
  * it relaxed; it lives as long as the engine. */
 const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e);
-/* A lane update of `len` bytes (>= GP_DEMAND_BYTES): the process shows demand for the GPU. */
-void gp_engine_note_large(gp_engine *e, size_t len);
+/* A lane update of `len` bytes of alg: from GP_DEMAND_BYTES the process shows demand for the GPU,
+ * where the numbers known before it opens would send such a message there (or none are known). */
+void gp_engine_note_large(gp_engine *e, uint32_t alg, size_t len);
 /*
  * A data request of `len` bytes (>= GP_DEMAND_BYTES) of a message that runs on the CPU (the cpu
  * lane, or the engine's cpu executor: gp_msg_on_cpu): should the message go on as a new engine

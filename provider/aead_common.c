@@ -865,7 +865,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
     gp_cipher_ctx *ctx = vctx;
     size_t all = 0, tls = 0;   /* TLS1_AAD and TLS1_IV_FIXED reach the lane their own way */
     const OSSL_PARAM *stream = NULL;
-    int ok = 1, tags_only = 1;
+    int ok = 1, tags_only = 1, tag = 0;
 
     if (params == NULL)
         return 1;
@@ -874,6 +874,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
 
         if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
             ok = set_tag(ctx, p);
+            tag = 1;
             continue;
         }
         if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0) {
@@ -901,7 +902,7 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
         ok = gp_cipher_set_stream(ctx, stream);
     if (ok && ctx->lane.d != NULL && tls != all) {
         ok = gp_lane_set_params(ctx, params, tls);
-        if (ok && OSSL_PARAM_locate_const(params, OSSL_CIPHER_PARAM_AEAD_TAG) != NULL)
+        if (ok && tag)   /* the loop has seen it: no second search of the list (every SET_TAG) */
             ctx->lane.tag_synced = ctx->tag_expected;
     }
     /* A tag (SET_TAG before each decryption) changes nothing the shortcuts stand for. */

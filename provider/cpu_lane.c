@@ -326,7 +326,7 @@ int gp_lane_update(gp_cipher_ctx *ctx, unsigned char *out, size_t *outl, size_t 
 {
     int ok;
 
-    gp_engine_note_large(ctx->provctx->engine, inl);
+    gp_engine_note_large(ctx->provctx->engine, ctx->info->alg, inl);
     if (ctx->lane.count) {
         ctx->lane.calls++;
         ctx->lane.bytes += inl;

@@ -529,6 +529,19 @@ int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t l
     return !lone && len >= GP_DEMAND_BYTES;
 }
 
+int gp_hybrid_known(gp_policy *p, const gp_executor *gpu, uint32_t alg)
+{
+    gp_hybrid_alg known = { 0 };
+    int have;
+
+    if (gpu == NULL || alg >= 5)
+        return 0;
+    pthread_mutex_lock(&p->hy.lock);
+    have = !p->knobs->calib_refresh && from_known(p, gpu, alg, &known) != GP_SRC_NONE;
+    pthread_mutex_unlock(&p->hy.lock);
+    return have || p->knobs->min_gpu_bytes != GP_KNOB_CALIBRATE;
+}
+
 int gp_hybrid_cpu_only(gp_policy *p, uint32_t alg)
 {
     const gp_hybrid_alg *h = &p->hy.alg[alg < 5 ? alg : 0];

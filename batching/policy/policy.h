@@ -121,6 +121,16 @@ typedef struct gp_warm {
      * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
      * before `done`. */
     uint64_t open_ns, open_cpu_ns, calib_ns, calib_cpu_ns;
+    /* gp_warm_worth_opening: by alg, the fork generation + 1 of the process where the numbers
+     * known before the GPU opens send none of alg's messages to the GPU, whatever the caller. */
+    _Atomic unsigned cpu_only_gen[5];
+    /* What this process showed that those numbers kept on the CPU (the stats line says why the
+     * GPU was not opened): its fork generation + 1 (0: nothing), and the largest such message
+     * (GP_LEN_UNKNOWN: a message start, of any size), of which algorithm, from a lone caller. */
+    _Atomic unsigned kept_gen;
+    _Atomic uint32_t kept_alg;
+    _Atomic size_t kept_len;
+    _Atomic int kept_lone;
 } gp_warm;
 
 /* This process's part in the machine-wide counts of its GPU (share.c): a shared-memory segment per
@@ -169,6 +179,11 @@ int gp_hybrid_gpu_eligible(gp_policy *p, uint32_t alg, size_t len);
  * be a lone synchronous one), else by the prior: large messages (>= GP_DEMAND_BYTES) from callers
  * that are not lone go to the GPU. */
 int gp_hybrid_prior(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t len, int lone);
+/* Does the policy have numbers for alg before measuring in this process: the user's or the
+ * machine's persisted ones for `gpu` (calib_cache.c), this host's class's priors (priors.c), or
+ * the knobs (min_gpu_bytes set)? Where it has none (or knob calib_refresh asks to measure again),
+ * gp_hybrid_prior's answer is the rule of thumb, not numbers. */
+int gp_hybrid_known(gp_policy *p, const gp_executor *gpu, uint32_t alg);
 /* 1 when alg's numbers are known in this process and send no message of any size to the GPU. */
 int gp_hybrid_cpu_only(gp_policy *p, uint32_t alg);
 /* Messages of alg shorter than this always run on the CPU (rule 1; 0 until measured). Lock-free. */
@@ -195,6 +210,17 @@ int gp_warm_start(gp_policy *p, int start);
 /* Does this process show work the GPU could win? Asked at each new message until the warm-up
  * starts. */
 int gp_warm_demand(gp_policy *p);
+/* The length of work shown before its size is known (a message's start). */
+#define GP_LEN_UNKNOWN SIZE_MAX
+/*
+ * Is opening the GPU worth it for what this process shows: a message of alg whose data request
+ * is `len` bytes (GP_LEN_UNKNOWN: any size), from a lone synchronous caller or not? 0 where the
+ * numbers known before the GPU opens (the persisted measurement or the knobs, gp_hybrid_prior)
+ * keep such a message on the CPU: then the warm-up must not start for it, no CUDA context is
+ * made, and the stats line says why (gp_warm_print). 1 where they would send it to the GPU, and
+ * where there are no numbers for alg yet (the warm-up measures them) or alg is not known (0).
+ */
+int gp_warm_worth_opening(gp_policy *p, uint32_t alg, size_t len, int lone);
 /* A caller is about to wait for the warm-up (gp_warm_wait): its look at the CPUs comes at once. */
 void gp_warm_urge(gp_policy *p);
 /* The engine is being freed: stop the warm-up and wait for it a while. 1: no warm-up thread is

@@ -148,7 +148,7 @@ static void *warmup_main(void *v)
 
 /*
  * Does this process show work the GPU could win (hybrid.c's rules)? A message started inside an
- * async job, or by a second thread. A single-threaded synchronous process (an nginx worker,
+ * async job, or by a second thread (the engine then asks gp_warm_worth_opening for its algorithm). A single-threaded synchronous process (an nginx worker,
  * `openssl speed` without -async_jobs, each child of `speed -multi`) would route every message of
  * up to lone_gpu_bytes to the cpu executor anyway, so it never opens CUDA: creating a context and
  * calibrating beside the work would only take CPU from it. Large messages are the third sign
@@ -175,6 +175,43 @@ int gp_warm_demand(gp_policy *p)
     return 1;
 }
 
+/*
+ * Opening the GPU costs a process 290-370 ms of thread CPU in the driver (cuInit and the primary
+ * context, bench/RESULTS.md "The default configuration at 1 and 16 MiB") and holds a context on
+ * the GPU for the process's life. Where the numbers the policy will route by are already known
+ * (an earlier process's measurement on this machine, or the knobs), a process whose work they keep
+ * on the CPU gains nothing from it: its messages would run on the cpu executor after the opening
+ * as before it. Without numbers the opening is how they are measured, once per machine.
+ */
+int gp_warm_worth_opening(gp_policy *p, uint32_t alg, size_t len, int lone)
+{
+    gp_warm *w = &p->warm;
+    const gp_executor *gpu = gp_warm_gpu(p);
+    const unsigned gen1 = gp_fork_generation() + 1;
+    size_t had;
+
+    if (gpu == NULL || alg == 0 || alg >= 5)
+        return 1;
+    if (atomic_load_explicit(&w->cpu_only_gen[alg], memory_order_relaxed) != gen1) {
+        if (!gp_hybrid_known(p, gpu, alg))
+            return 1;
+        if (!gp_hybrid_prior(p, gpu, alg, GP_LEN_UNKNOWN, 0))   /* no size, no caller goes */
+            atomic_store_explicit(&w->cpu_only_gen[alg], gen1, memory_order_relaxed);
+        else if (len == GP_LEN_UNKNOWN || gp_hybrid_prior(p, gpu, alg, len, lone))
+            return 1;
+    }
+    /* Kept on the CPU: remembered for the stats line (the largest; racing writers may mix two
+     * messages' fields, which only the line reads). */
+    if (atomic_exchange_explicit(&w->kept_gen, gen1, memory_order_relaxed) != gen1)
+        atomic_store_explicit(&w->kept_len, 0, memory_order_relaxed);
+    had = atomic_load_explicit(&w->kept_len, memory_order_relaxed);
+    if (had == 0 || (had != GP_LEN_UNKNOWN && len > had)) {
+        atomic_store_explicit(&w->kept_alg, alg, memory_order_relaxed);
+        atomic_store_explicit(&w->kept_len, len, memory_order_relaxed);
+        atomic_store_explicit(&w->kept_lone, lone, memory_order_relaxed);
+    }
+    return 0;
+}
 
 /*
  * backend=auto where the cuda executor is built: once this process shows demand, the GPU opens
@@ -279,11 +316,27 @@ int gp_warm_finish(gp_policy *p)
 
 void gp_warm_print(gp_policy *p)
 {
-    const gp_warm *w = &p->warm;
+    static const char *const alg_names[5] = { "?", "aes-ctr", "aes-gcm", "chacha20", "chacha20-poly1305" };
+    gp_warm *w = &p->warm;
+    const unsigned gen = gp_fork_generation();
+    const uint32_t alg = atomic_load_explicit(&w->kept_alg, memory_order_relaxed);
+    const size_t len = atomic_load_explicit(&w->kept_len, memory_order_relaxed);
+    char size[48];
 
-    if (w->started && atomic_load_explicit(&w->done, memory_order_acquire)
-        && w->gen == gp_fork_generation() && w->open_ns != 0)
-        gp_log_line("gpuprov warm-up: open %.1f ms (thread cpu %.1f ms), measure %.1f ms (thread cpu"
-                    " %.1f ms)\n", w->open_ns / 1e6, w->open_cpu_ns / 1e6,
-                    w->calib_ns / 1e6, w->calib_cpu_ns / 1e6);
+    if (atomic_load_explicit(&w->started_gen, memory_order_acquire) == gen + 1) {
+        if (atomic_load_explicit(&w->done, memory_order_acquire) && w->gen == gen && w->open_ns != 0)
+            gp_log_line("gpuprov warm-up: open %.1f ms (thread cpu %.1f ms), measure %.1f ms (thread cpu"
+                        " %.1f ms)\n", w->open_ns / 1e6, w->open_cpu_ns / 1e6,
+                        w->calib_ns / 1e6, w->calib_cpu_ns / 1e6);
+        return;
+    }
+    if (atomic_load_explicit(&w->kept_gen, memory_order_relaxed) != gen + 1)
+        return;
+    if (len == GP_LEN_UNKNOWN)
+        snprintf(size, sizeof(size), "of any size");
+    else
+        snprintf(size, sizeof(size), "of %zu B", len);
+    gp_log_line("gpuprov warm-up: gpu not opened: the calibration keeps every message shown on the cpu"
+                " (the largest: %s %s, %s caller)\n", alg_names[alg < 5 ? alg : 0], size,
+                atomic_load_explicit(&w->kept_lone, memory_order_relaxed) ? "a lone" : "not a lone");
 }

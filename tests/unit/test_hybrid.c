@@ -1204,6 +1204,189 @@ static void test_system_calibration(void **state)
     cache_rmdir(sys);
 }
 
+/* ---- the GPU opened only for work the known numbers could send there (batching/policy/warm.c) ---- */
+
+/* An auto engine with the host executor as its GPU side and its persisted numbers in `dir`. */
+static void setup_auto_cached(fixture *f, const char *dir)
+{
+    gp_knobs k;
+
+    gp_knobs_load(&k, NULL, NULL);
+    k.backend = GP_BACKEND_AUTO;
+    k.hybrid_gpu_host = 1;
+    k.stats = 1;
+    snprintf(k.calib_cache, sizeof(k.calib_cache), "%s", dir);
+    f->lib = OSSL_LIB_CTX_new();
+    f->dflt = OSSL_PROVIDER_load(f->lib, "default");
+    f->e = gp_engine_new(&k, f->lib);
+    assert_non_null(f->e);
+    gptest_rand_bytes(f->raw, sizeof(f->raw));
+    f->key = gp_key_new(f->e, GP_ALG_AES_GCM, f->raw, 32);
+    assert_non_null(f->key);
+}
+
+/* The numbers an earlier process measured, as calib_cache.c keeps them: AES-256-GCM goes to the
+ * GPU from 4 KiB when callers are not lone and never for a lone one (lone_gpu_bytes `lone`),
+ * ChaCha20-Poly1305 never. */
+static void write_numbers(const char *dir, size_t lone)
+{
+    fixture f;
+    gp_calib_numbers c[5] = { 0 };
+
+    setup_auto_cached(&f, dir);
+    c[GP_ALG_AES_GCM] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL), .cpu_gbps = 9,
+                                            .gpu_gbps = 20, .gpu_rt_us = 30, .min_gpu_bytes = 4096,
+                                            .lone_gpu_bytes = lone, .gpu_share = 0.6 };
+    c[GP_ALG_CHACHA20_POLY1305] = (gp_calib_numbers){ .have = 1, .keylen = 32, .at = (long long)time(NULL),
+                                                      .cpu_gbps = 3, .gpu_gbps = 2, .gpu_rt_us = 30,
+                                                      .min_gpu_bytes = GP_KNOB_CALIBRATE,
+                                                      .lone_gpu_bytes = GP_KNOB_CALIBRATE, .gpu_share = 0.4 };
+    assert_true(gp_calib_cache_write(&f.e->policy, &gp_exec_host, c));
+    teardown(&f);
+}
+
+/* One message of `len` bytes under key k, encrypted through f->e and checked against the default
+ * provider where k is f->key. */
+static void message_of(fixture *f, gp_key *k, size_t len)
+{
+    uint8_t iv[12] = { 1 }, tag[16], ref_tag[16];
+    uint8_t *in = calloc(1, len), *out = malloc(len), *ref = malloc(len);
+    gp_msg *m = gp_msg_new(f->e);
+
+    assert_non_null(m);
+    assert_true(gp_msg_start(m, k, iv, 12, 1));
+    assert_true(gp_msg_crypt(m, in, out, len));
+    assert_true(gp_msg_tag(m, tag));
+    if (k == f->key) {
+        reference(f, iv, NULL, 0, in, len, ref, ref_tag);
+        assert_memory_equal(out, ref, len);
+        assert_memory_equal(tag, ref_tag, 16);
+    }
+    gp_msg_free(m);
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static gp_key *chacha_key;
+
+static int chacha_job_main(void *arg)
+{
+    message_of(*(fixture **)arg, chacha_key, 2048);
+    return 1;
+}
+
+static int gcm_job_main(void *arg)
+{
+    fixture *f = *(fixture **)arg;
+
+    message_of(f, f->key, 2048);
+    return 1;
+}
+
+static int host_opened(fixture *f)
+{
+    int o;
+
+    pthread_mutex_lock(&f->e->open_lock);
+    o = f->e->opened[GP_EXEC_HOST];
+    pthread_mutex_unlock(&f->e->open_lock);
+    return o;
+}
+
+/* The stats line gp_warm_print writes (stderr caught in a file), malloc'd. */
+static char *warm_line(fixture *f)
+{
+    char path[] = "/tmp/gpuprov-warmline-XXXXXX", *text;
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    gp_warm_print(&f->e->policy);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    close(fd);
+    text = read_text(path);
+    unlink(path);
+    return text;
+}
+
+/*
+ * backend auto, numbers cached: a process whose messages the numbers keep on the CPU never opens
+ * the GPU side (here the host executor standing in for it): a lone thread's 1 MiB AES-256-GCM
+ * messages (the cache's lone_gpu_bytes: never), ChaCha20-Poly1305 even inside async jobs (the GPU
+ * never wins it). The stats line says why. Work the numbers would send there opens it: an
+ * AES-256-GCM message in an async job, or a lone 1 MiB one where the lone threshold is 512 KiB.
+ * Without numbers a large message opens it as before, so that the warm-up measures them.
+ */
+static void test_gpu_opened_only_for_gpu_work(void **state)
+{
+    fixture f;
+    char dir[64], *line;
+    unsigned gen1 = gp_fork_generation() + 1;
+
+    (void)state;
+    atomic_store(&gp_test_cpus_saturated, 0);
+    cache_tmpdir(dir, sizeof(dir));
+    write_numbers(dir, GP_KNOB_CALIBRATE);
+    setup_auto_cached(&f, dir);
+    for (int i = 0; i < 3; i++)
+        message_of(&f, f.key, 1 << 20);   /* the cpu executor: each a large request, lone */
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 0);   /* a first request */
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 0), 0);   /* a stream */
+    gp_engine_note_large(f.e, GP_ALG_AES_GCM, 4 << 20);                            /* a lane update */
+    assert_int_equal(warm_started(&f), 0);
+    assert_int_equal(host_opened(&f), 0);
+    assert_int_equal(atomic_load(&f.e->policy.warm.kept_gen), gen1);
+    assert_int_equal(atomic_load(&f.e->policy.warm.kept_alg), GP_ALG_AES_GCM);
+    assert_int_equal(atomic_load(&f.e->policy.warm.kept_len), 4 << 20);
+    assert_int_equal(atomic_load(&f.e->policy.warm.kept_lone), 1);
+    line = warm_line(&f);
+    assert_non_null(strstr(line, "gpuprov warm-up: gpu not opened: the calibration keeps every message shown on "
+                                 "the cpu (the largest: aes-gcm of 4194304 B, a lone caller)"));
+    free(line);
+    /* ChaCha20-Poly1305 in async jobs: demand, but never the GPU's. */
+    chacha_key = gp_key_new(f.e, GP_ALG_CHACHA20_POLY1305, f.raw, 32);
+    assert_non_null(chacha_key);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(run_in_job(&f, chacha_job_main), 1);
+    assert_int_equal(warm_started(&f), 0);
+    assert_int_equal(host_opened(&f), 0);
+    line = warm_line(&f);
+    assert_non_null(strstr(line, "gpu not opened: the calibration keeps every message shown on the cpu (the largest:"
+                                 " chacha20-poly1305 of any size, not a lone caller)"));
+    free(line);
+    /* AES-256-GCM in an async job: the numbers send such messages to the GPU from 4 KiB. */
+    assert_int_equal(run_in_job(&f, gcm_job_main), 1);
+    assert_int_equal(warm_started(&f), 1);
+    assert_int_equal(warm_finished(&f), 1);
+    assert_int_equal(host_opened(&f), 1);
+    assert_string_equal(gp_engine_backend_name(f.e), "hybrid");
+    line = warm_line(&f);
+    assert_non_null(strstr(line, "gpuprov warm-up: open "));
+    free(line);
+    gp_key_free(chacha_key);
+    teardown(&f);
+
+    /* A lone 1 MiB message where lone callers go to the GPU from 512 KiB. */
+    write_numbers(dir, 512 << 10);
+    setup_auto_cached(&f, dir);
+    assert_int_equal(gp_engine_move_to_gpu(f.e, GP_ALG_AES_GCM, 1 << 20, 1), 1);
+    assert_int_equal(warm_started(&f), 1);
+    assert_int_equal(host_opened(&f), 1);
+    teardown(&f);
+    cache_rmdir(dir);
+
+    /* No numbers (the cache off): a large message starts the warm-up, which measures them. */
+    setup_auto_cached(&f, "off");
+    message_of(&f, f.key, 1 << 20);
+    assert_int_equal(warm_started(&f), 1);
+    assert_int_equal(atomic_load(&f.e->policy.warm.kept_gen), 0);
+    teardown(&f);
+    atomic_store(&gp_test_cpus_saturated, -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1223,6 +1406,7 @@ int main(void)
         cmocka_unit_test(test_prior),
         cmocka_unit_test(test_priors),
         cmocka_unit_test(test_system_calibration),
+        cmocka_unit_test(test_gpu_opened_only_for_gpu_work),
     };
 
     gptest_rand_seed();
