@@ -40,7 +40,7 @@ if ! command -v nginx >/dev/null 2>&1 && [ -n "${GPU_NGINX_DEB:-}" ]; then
 fi
 
 status=0
-steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench pipeline memcheck-pipeline pipeline-bench}   # a subset saves device time
+steps=${GPU_STEPS:-setup build gpu-suite memcheck memcheck-multi memcheck-engine racecheck kernel-bench speed evp-bench devmem-bench pipeline memcheck-pipeline pipeline-bench checkpoint-bench}   # a subset saves device time
 step() {   # step NAME COMMAND...: run, log to $out/NAME.log, remember failures
   local name=$1; shift
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
@@ -57,7 +57,7 @@ step gpu-suite meson test -C "$build" --suite gpu --print-errorlogs --num-proces
 step multi meson test -C "$build" --suite multi --print-errorlogs --num-processes "${GPU_SUITE_JOBS:-1}"
 # Device mode alone (a subset of gpu-suite, for GPU_STEPS): the tests and both examples.
 step devmem meson test -C "$build" devmem-cuda devmem-cuda-auto devmem-cuda-all devmem-cuda-fault stream-cuda stream-cuda-all \
-  devmem-threads-cuda example-gpu-encrypt example-python-gpu \
+  devmem-threads-cuda example-gpu-encrypt example-python-gpu python-checkpoint-demo-gpu \
   --print-errorlogs --num-processes 1
 step trust meson test -C "$build" --suite trust --print-errorlogs --num-processes 1
 cat "$out/trust.log" 2>/dev/null | grep -E '^ *[0-9]+/[0-9]+ ' || true
@@ -108,5 +108,11 @@ step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pip
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 step pipeline-bench with35 env GPUPROV_STATS=1 "$build/bench/pipeline_bench" --module-dir "$build/provider"
 grep -E "^pipeline_bench|GB/s|gpuprov (stats|hybrid)" "$out/pipeline-bench.log" 2>/dev/null
+# python/gpuprov_tensors.py with PyTorch (else CuPy; neither: it says so and passes): the
+# checkpoint example's demo, and bench/checkpoint_bench.py's ResNet-50 and LLM-like sets through
+# pipeline and per-tensor calls against .cpu() + the default provider, under the 3.5 libcrypto.
+step checkpoint-bench with35 env OPENSSL_MODULES="$build/provider" sh -c \
+  "python3 python/examples/encrypted_checkpoint.py demo && python3 bench/checkpoint_bench.py --csv '$out/checkpoint.csv'"
+grep -E "^checkpoint_bench|^encrypted_checkpoint|^[a-z0-9]+: |GB/s|not available" "$out/checkpoint-bench.log" 2>/dev/null
 [ $status -eq 0 ] && echo "gpu: all steps passed" || echo "gpu: some steps FAILED"
 exit $status
