@@ -529,12 +529,22 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
         return gp_aead_final(vctx, out, outl, outsize);
     /* ChaCha20-Poly1305's cipher call for 0 bytes: in TLS record mode it is a record shorter than
      * its tag (RFC 7905 §2: payload || tag), refused with the record left pending; otherwise it
-     * does nothing, as its update (closing the AAD there would let two AADs share one Poly1305
-     * input, RFC 8439 §2.8 pads the AAD once, after all of it). */
+     * processes nothing, as its update (closing the AAD there would let two AADs share one
+     * Poly1305 input, RFC 8439 §2.8 pads the AAD once, after all of it), but with a key and an IV
+     * it begins the message: the default provider makes the message's one-time Poly1305 key there
+     * (RFC 8439 §2.6), so a nonce set afterwards (TLS1_IV_FIXED) no longer applies to this message
+     * and is refused until a new one starts (found by fuzz_evp_diff). */
     if (inl == 0 && !is_gcm(ctx)) {
         *outl = 0;
         if (ctx->tls_aad_len != 0)
             return gp_chachapoly_tls_record(ctx, out, outl, outsize, in, 0);
+        if (ctx->key != NULL && (ctx->iv_state == GP_IV_STARTED || ctx->iv_state == GP_IV_BUFFERED)) {
+            int ok = ensure_started(ctx);
+
+            ctx->begun |= ok;
+            aead_rearm(ctx);
+            return ok;
+        }
         return 1;
     }
     /* GCM's cipher call for 0 bytes does what one for more does before it touches data (its update

@@ -124,7 +124,7 @@ typedef struct gp_cipher_ctx {
                                  * iv_state, so that a message's start sets both with one store */
     int taglen_full;            /* GCM: AEAD_TAGLEN reads 16 (an encrypt Final or a TLS record ran
                                  * since the last SET_TAG, as the default provider reports it) */
-    int begun;                  /* GCM: a 0-byte EVP_Cipher began the message (it counts no bytes) */
+    int begun;                  /* a 0-byte EVP_Cipher began the message (it counts no bytes) */
     uint8_t iv[128];            /* the IV the next/current message starts from */
     size_t ivlen;
     uint8_t oiv[16];            /* CTR/ChaCha20: the IV as given (OSSL_CIPHER_PARAM_IV) */

@@ -944,6 +944,10 @@ static int data_update(fz *f, reader *r, enum op op)
             note_random_iv(f);
             after_started(f);
         }
+        /* ChaCha20-Poly1305's, with a key and an IV, makes the message's Poly1305 key: begun */
+        if (len == 0 && via_cipher && f->ai->kind == K_CCP && f->key_set && !f->tls_pending
+            && (f->msg == MSG_BUFFERED || f->msg == MSG_STARTED))
+            after_started(f);
         if (len > 0) {
             note_random_iv(f);
             if (!f->nondet && !compare_bytes(f, "data update output", ob[0], ob[1],
