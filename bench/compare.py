@@ -19,6 +19,8 @@ set against the bytes it encrypted: "CPU s/GB". A speed-up bought with helper th
 
 Configurations:
   default       plain `openssl speed` with OPENSSL_CONF=/dev/null (the default provider)
+  default-aa    the same again in every cell (--aa): its ratio to the first is the A/A column,
+                the noise an A/B ratio of that cell is to be read against
   gpuprov       gpuprov as a user gets it: OPENSSL_CONF=config/gpuprov.cnf, backend=auto (hybrid)
   gpuprov-cuda  the same with GPUPROV_BACKEND=cuda (forced); only on a host with an NVIDIA GPU
   gpuprov-host, gpuprov-cpu   forced executors, on request (--configs)
@@ -62,7 +64,10 @@ MULTI = [1]
 QUICK_SIZES = [16, 16384, 1048576]
 TARGET_VS_BEST = 0.9   # gpuprov (default configuration) / max(default, gpuprov-cuda), per cell
 FORCED = {"gpuprov-cuda": "cuda", "gpuprov-host": "host", "gpuprov-cpu": "cpu"}
-KNOWN_CONFIGS = ["default", "gpuprov"] + list(FORCED)
+# default-aa: the default provider again, beside itself in the same cell (the run's noise floor: an
+# A/B ratio means something only where the A/A one is close to 1).
+DEFAULTS = ("default", "default-aa")
+KNOWN_CONFIGS = ["default", "gpuprov"] + list(FORCED) + ["default-aa"]
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 PRETTY = {"aes-256-gcm": "AES-256-GCM", "aes-128-ctr": "AES-128-CTR",
           "chacha20-poly1305": "ChaCha20-Poly1305"}
@@ -109,7 +114,7 @@ def speed_env(config, build, stats, openssl, cache_dir=None):
         # The hybrid policy's persisted measurements (docs/config.md, calib_cache): a directory of
         # the comparison's own, so that the user's cache neither helps nor hurts it.
         env["GPUPROV_CALIB_CACHE"] = str(cache_dir)
-    if config == "default":
+    if config in DEFAULTS:
         env["OPENSSL_CONF"] = "/dev/null"
         env.pop("OPENSSL_MODULES", None)
     else:
@@ -176,7 +181,7 @@ def run_speed(cipher, size, async_jobs, multi, config, seconds, build, stats, op
 def check_gpuprov(config, res, stats_on):
     """The proof that gpuprov served the run: None when fine, else what is wrong."""
     st = res["stats"]
-    if config == "default":
+    if config in DEFAULTS:
         return "gpuprov stats line in a default-provider run" if st else None
     if not stats_on:
         return None
@@ -246,7 +251,7 @@ def prepare_cache(args, configs, outdir):
     warm: one priming run (not recorded) lets the warm-up measure and write it, so every recorded
     run starts with the numbers a second process on this host has; fresh: emptied before each
     gpuprov run, so each starts as the first process on a host does."""
-    if args.calib_cache == "user" or not any(c != "default" for c in configs):
+    if args.calib_cache == "user" or not any(c not in DEFAULTS for c in configs):
         return None, ""
     cache_dir = outdir / "calib-cache"
     if cache_dir.exists():
@@ -287,7 +292,7 @@ def measure(args, host, configs, csv_path):
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         for k, (cipher, size, async_jobs, multi, config, rep) in enumerate(runs, 1):
-            if args.calib_cache == "fresh" and config != "default":
+            if args.calib_cache == "fresh" and config not in DEFAULTS:
                 for f in cache_files(cache_dir):
                     f.unlink()
             res = run_speed(cipher, size, async_jobs, multi, config, args.seconds, args.build,
@@ -321,7 +326,7 @@ def measure(args, host, configs, csv_path):
                        cpu_s_per_gb=("%.4f" % (res["cpu_s"] / gb)) if gb > 0 else "",
                        cores_busy="%.2f" % (res["cpu_s"] / res["wall_s"]),
                        ratio_vs_default=("%.3f" % ratio) if ratio is not None else "",
-                       calib_cache=args.calib_cache if config != "default" else "",
+                       calib_cache=args.calib_cache if config not in DEFAULTS else "",
                        warm_open_ms=res["warm_open_ms"], warm_measure_ms=res["warm_measure_ms"],
                        note=problem or "")
             row.update(stats_fields(res["stats"]))
@@ -349,7 +354,7 @@ def measure(args, host, configs, csv_path):
 def verify_loading(args, configs):
     """--no-stats: prove once per (cipher, gpuprov config) that gpuprov serves the cipher."""
     for config in configs:
-        if config == "default":
+        if config in DEFAULTS:
             continue
         for cipher in args.ciphers:
             res = run_speed(cipher, 1024, 0, 1, config, 1, args.build, True, args.openssl)
@@ -514,10 +519,11 @@ def ratio_table(rows):
     ix = aggregate(rows)
     combos = sorted({(int(r["multi"]), int(r["async_jobs"])) for r in rows})
     forced = [c for c in FORCED if any(r["config"] == c and r["status"] == "ok" for r in rows)]
+    aa = any(r["config"] == "default-aa" and r["status"] == "ok" for r in rows)
     head = ["cipher", "size"]
     for m, a in combos:
         tag = "a%d m%d" % (a, m)
-        head += ["default GB/s %s" % tag, "gpuprov %s" % tag]
+        head += ["default GB/s %s" % tag, "gpuprov %s" % tag] + (["A/A %s" % tag] if aa else [])
         head += ["%s %s" % (c.replace("gpuprov-", ""), tag) for c in forced]
         if "gpuprov-cuda" in forced:
             head.append("vs best %s" % tag)
@@ -532,6 +538,9 @@ def ratio_table(rows):
                 x = ratio_of(g)
                 cells.append(("%.2f%s" % (x, "*" if g and g.get("routed_gpu_runs") else ""))
                              if x is not None else "-")
+                if aa:
+                    x = ratio_of(ix.get((cipher, size, a, m, "default-aa")))
+                    cells.append("%.2f" % x if x is not None else "-")
                 for c in forced:
                     x = ratio_of(ix.get((cipher, size, a, m, c)))
                     cells.append("%.2f" % x if x is not None else "-")
@@ -661,7 +670,7 @@ def draw_plots(rows, meta, outdir, keep_existing=False):
         return [], ("skipped (matplotlib is not importable here). Draw them later with "
                     "`bench/compare --plot-only %s` where it is (see `bench/compare --help` for "
                     "installing it from wheels without network)." % meta["csv"])
-    colors = {"default": "black", "gpuprov": "tab:blue", "gpuprov-cuda": "tab:green",
+    colors = {"default": "black", "default-aa": "tab:gray", "gpuprov": "tab:blue", "gpuprov-cuda": "tab:green",
               "gpuprov-host": "tab:orange", "gpuprov-cpu": "tab:purple"}
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D"]
@@ -772,6 +781,9 @@ def main():
     ap.add_argument("--configs", type=csv_list(str), default=["default", "gpuprov", "gpuprov-cuda"],
                     help="of %s (default: default,gpuprov,gpuprov-cuda; gpuprov-cuda is dropped "
                     "without a GPU)" % ",".join(KNOWN_CONFIGS))
+    ap.add_argument("--aa", action="store_true",
+                    help="add default-aa: the default provider run again in every cell, its ratio to "
+                    "the first default run (the A/A column) beside gpuprov's")
     ap.add_argument("--forced-everywhere", action="store_true",
                     help="run forced executors in every cell, not only at the largest "
                     "async_jobs with -multi 1")
@@ -834,7 +846,7 @@ def main():
 
     args.openssl = OpenSSL(args.openssl)
     host = host_info(args.openssl)
-    configs = list(dict.fromkeys(args.configs))
+    configs = list(dict.fromkeys(args.configs + (["default-aa"] if args.aa else [])))
     warnings = args.openssl.warnings(args.build)
     notes = list(warnings)
     if args.openssl.prefix:
