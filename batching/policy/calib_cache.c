@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The hybrid policy's measurements persisted between processes, keyed by GPU, CPU, build and OpenSSL. */
+/* The hybrid policy's measurements persisted between processes, keyed by GPU, driver, CPU, build and OpenSSL. */
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,17 +27,19 @@
  * `openssl speed` streams one message) would keep all of them on the CPU. With the numbers of an
  * earlier process on the same machine the first message is routed as a measured one would be.
  *
- * What may be reused: numbers measured with the same GPU(s), CPU, gpuprov build, OpenSSL and the
- * knobs that shape the GPU path (device, streams). All of them are in the key, which the file
- * holds in full (its name carries only the key's hash); a file whose key differs, that is not a
- * regular file of this user, that fails any range check, or whose entry is older than
- * GP_CALIB_MAX_AGE_S is ignored, and the policy measures again and rewrites it. Nothing read from
+ * What may be reused: numbers measured with the same GPU(s) and driver, CPU and cores' code class,
+ * gpuprov build, OpenSSL and the knobs that shape the GPU path (device, streams). All of them are
+ * in the key, which the file holds in full (its name carries only the key's hash); a file whose key
+ * differs, whose writer is not trusted (trusted()), that fails any range check, or whose entry is
+ * older than GP_CALIB_MAX_AGE_S (the user's own) is ignored, and the policy measures again and
+ * rewrites the user's. The machine's file (gpuprov-calibrate --system) is read where the user's has
+ * no entry for an algorithm, and only ever written by that tool. Nothing read from
  * the file can do more than set numbers a measurement could have set (each is range-checked).
  * Writing is a temp file renamed over the old one (rename(2) is atomic within a directory), so a
  * reader sees a whole file or the previous one; any failure to write is silent.
  */
 
-/* Measurements older than this are measured again (a driver or firmware update, a changed BIOS
+/* Measurements older than this are measured again (a firmware update, a changed BIOS
  * setting, a card that moved: none of them changes the key). */
 #define GP_CALIB_MAX_AGE_S (7 * 24 * 3600)
 /* A file longer than this is no cache of ours. */
