@@ -13,6 +13,8 @@
 #include <openssl/provider.h>
 #include <openssl/rand.h>
 
+#include "batching/settings.h"
+
 /*
  * What it does: loads gpuprov with the knobs that make it measure (calib_refresh: whatever is
  * persisted or known is measured anew; backend hybrid: the GPU opens at the first message, and each
@@ -86,20 +88,18 @@ static int newest_file(const char *dir, time_t since, char *path, size_t n)
     return best != 0;
 }
 
-/* The user's cache directory as gpuprov finds it (docs/config.md, calib_cache). */
+/* The user's cache directory as gpuprov finds it: the knob calib_cache (batching/settings.h), read
+ * through the settings registry as the module reads it. */
 static int user_dir(char *out, size_t n)
 {
-    const char *v = getenv("GPUPROV_CALIB_CACHE"), *base;
+    gp_knobs k;
 
-    if (v != NULL && v[0] == '/')
-        return snprintf(out, n, "%s", v) < (int)n;
-    if (v != NULL && strcmp(v, "off") == 0)
+    gp_settings_load(&k, NULL, NULL);
+    if (strcmp(k.calib_cache, "off") == 0)
         return 0;
-    if ((base = getenv("XDG_CACHE_HOME")) != NULL && base[0] == '/')
-        return snprintf(out, n, "%s/gpuprov", base) < (int)n;
-    if ((base = getenv("HOME")) != NULL && base[0] == '/')
-        return snprintf(out, n, "%s/.cache/gpuprov", base) < (int)n;
-    return 0;
+    if (k.calib_cache[0] == '/')
+        return snprintf(out, n, "%s", k.calib_cache) < (int)n;
+    return gp_settings_user_cache_dir(out, n);
 }
 
 static void usage(void)

@@ -182,11 +182,9 @@ static int is_long(const gp_request *r, size_t slice)
 
 /*
  * The bytes past the last 64-byte text boundary of a large data request (kernels/units.h
- * gp_job_plan: the finisher's tail), which run here as a request of their own after the rest.
- * Why: a ChaCha20-Poly1305 request of this size whose text ends 22 bytes into a block came back
- * with those 22 bytes wrong on an H200 (the gpu suite's diff-cuda-large, seed 1365981784651376:
- * bench/history/2026-11-wave3.md, "A wrong tail on the GPU"), under every copy, launch and slice
- * setting, and right on the host executor; until the cause is found, no large request ends in a
+ * gp_job_plan: the finisher's tail), which run here as a request of their own after the rest: a
+ * large request's tail came back wrong from the GPU where the host executor's was right
+ * (docs/limitations.md, "An open defect"), so until its cause is found no large request ends in a
  * tail on the GPU. 0: none to split off.
  */
 #define TAIL_SPLIT_MIN ((size_t)1 << 20)
