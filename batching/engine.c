@@ -397,6 +397,12 @@ const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keyle
     return gp_cpu_direct_for(e, alg, keylen);
 }
 
+void gp_engine_open_named_gpu(gp_engine *e)
+{
+    if (e->knobs.backend == GP_BACKEND_CUDA || e->knobs.backend == GP_BACKEND_HYBRID)
+        (void)preferred_executor(e, 0, 0);
+}
+
 const _Atomic unsigned *gp_engine_route_epoch(gp_engine *e)
 {
     return &e->route_epoch;

@@ -108,6 +108,10 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n);
  * when the process shows demand for it.
  */
 const gp_cpu_direct *gp_engine_cpu_lane(gp_engine *e, uint32_t alg, size_t keylen, uint64_t last_bytes);
+/* A cipher context is being made: where the backend knob names the GPU side (cuda, hybrid) it
+ * opens now, once per process, so that no message waits for the opening (docs/config.md,
+ * "backend"). auto opens only on demand (batching/policy/warm.c), cpu and host never. */
+void gp_engine_open_named_gpu(gp_engine *e);
 /* A word that changes whenever where messages go may have changed (the warm-up finished, an
  * executor failed): a context on the lane asks gp_engine_cpu_lane again at its next message. Read
  * it relaxed; it lives as long as the engine. */

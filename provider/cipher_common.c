@@ -31,6 +31,7 @@ void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info)
         OPENSSL_free(ctx);
         return NULL;
     }
+    gp_engine_open_named_gpu(pc->engine);
     return ctx;
 }
 

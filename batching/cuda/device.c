@@ -412,12 +412,23 @@ static void unreg_host(void *arg, void *base, size_t len)
     gp_cuda_device_leave(saved);
 }
 
+/* The time since *since goes to step; *since becomes now. */
+static void open_step_end(gp_cuda *c, gp_open_step step, uint64_t *since)
+{
+    const uint64_t now = gp_now_ns();
+
+    c->open_ns[step] += now - *since;
+    *since = now;
+}
+
 int gp_cuda_open(gp_engine *e)
 {
     gp_cuda *c;
     int n = 0, first, ngpus, per_gpu;
     const char *what = NULL;
+    const uint64_t t_start = gp_now_ns();
     cudaError_t err = cudaGetDeviceCount(&n);
+    uint64_t t_step = gp_now_ns();
 
     if (err != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
@@ -451,6 +462,7 @@ int gp_cuda_open(gp_engine *e)
 #endif
     c->stage_device = first;
     c->ngpus = ngpus;
+    c->open_ns[GP_OPEN_RUNTIME] = t_step - t_start;
     c->open_gen = gp_fork_generation();
     c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange", 3020);
     c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
@@ -466,14 +478,19 @@ int gp_cuda_open(gp_engine *e)
         (void)gp_reg_cache_open(&reg, (size_t)e->knobs.reg_cache_mib << 20);
     }
     e->cuda = c;
+    open_step_end(c, GP_OPEN_OBJECTS, &t_step);
     for (int i = 0; i < ngpus * per_gpu; i++) {
         gp_cuda_slot *sl = &c->slots[i];
 
         pthread_mutex_init(&sl->lock, NULL);
         c->nslots = i + 1;
         sl->device = first + i / per_gpu;
-        if (!setup_step(cudaSetDevice(sl->device), "cudaSetDevice", &err, &what)
-            || !setup_step(gp_kernel_prepare(&sl->shape, sl->device), "the kernel's attributes", &err, &what)
+        int ok = setup_step(cudaSetDevice(sl->device), "cudaSetDevice", &err, &what);
+
+        open_step_end(c, GP_OPEN_CONTEXTS, &t_step);
+        ok = ok && setup_step(gp_kernel_prepare(&sl->shape, sl->device), "the kernel's attributes", &err, &what);
+        open_step_end(c, GP_OPEN_KERNELS, &t_step);
+        if (!ok
             || !setup_step(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
             || !setup_step(cudaStreamCreateWithFlags(&sl->ahead, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
             || !setup_step(cudaStreamCreateWithFlags(&sl->back, cudaStreamNonBlocking), "cudaStreamCreate", &err, &what)
@@ -510,6 +527,7 @@ int gp_cuda_open(gp_engine *e)
         if (i % per_gpu == 0 && c->ctx_current != NULL && c->primary != NULL
             && c->ctx_current(&c->primary[i / per_gpu]) != CUDA_SUCCESS)
             c->mem_range = NULL;
+        open_step_end(c, GP_OPEN_OBJECTS, &t_step);
     }
     /* The queue may now flush a batch while others run (queue.c). */
     atomic_store(&e->max_inflight, c->nslots);
@@ -541,6 +559,11 @@ void gp_cuda_close(gp_engine *e)
                      (double)atomic_load(&c->st_ns_step[0]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[1]) / nb / 1e3,
                      (double)atomic_load(&c->st_ns_step[2]) / nb / 1e3, (double)atomic_load(&c->st_ns_step[3]) / nb / 1e3,
                      (double)atomic_load(&c->st_ns_step[4]) / nb / 1e3);
+        gp_log_line("gpuprov cuda: opened in %.1f ms: runtime %.1f, contexts %.1f, kernels %.1f, streams, events, memory and threads %.1f\n",
+                    (double)(c->open_ns[GP_OPEN_RUNTIME] + c->open_ns[GP_OPEN_CONTEXTS] + c->open_ns[GP_OPEN_KERNELS]
+                             + c->open_ns[GP_OPEN_OBJECTS]) / 1e6,
+                    (double)c->open_ns[GP_OPEN_RUNTIME] / 1e6, (double)c->open_ns[GP_OPEN_CONTEXTS] / 1e6,
+                    (double)c->open_ns[GP_OPEN_KERNELS] / 1e6, (double)c->open_ns[GP_OPEN_OBJECTS] / 1e6);
         gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f%s; arena growths=%.0f taking %.1f ms\n",
                     (double)atomic_load(&c->st_ns_issue) / nb / 1e3, steps, (double)atomic_load(&c->st_grows),
                     (double)atomic_load(&c->st_ns_grow) / 1e6);

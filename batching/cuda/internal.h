@@ -106,6 +106,11 @@ typedef struct gp_cuda_keys {
     cudaEvent_t wiped;           /* recorded after each such clear */
 } gp_cuda_keys;
 
+/* The steps of the opening (gp_cuda_open) whose time the stats report: the runtime's start
+ * (cudaGetDeviceCount loads the driver), each GPU's context (its first cudaSetDevice), the kernels'
+ * attributes (the module's loading), and the rest: streams, events, memory and threads. */
+typedef enum gp_open_step { GP_OPEN_RUNTIME, GP_OPEN_CONTEXTS, GP_OPEN_KERNELS, GP_OPEN_OBJECTS, GP_OPEN_STEPS } gp_open_step;
+
 typedef struct gp_cuda {
     gp_cuda_slot *slots;
     int nslots;
@@ -154,6 +159,7 @@ typedef struct gp_cuda {
                                             * context (NULL: the mode is not offered) */
     CUcontext *primary;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
+    uint64_t open_ns[GP_OPEN_STEPS];   /* the opening's time by step (gp_open_step), for stats */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
 } gp_cuda;
 
