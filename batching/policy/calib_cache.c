@@ -218,14 +218,19 @@ static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now,
 {
     unsigned alg, keylen;
     long long at;
-    double cpu, gpu, rt, share;
+    double cpu, gpu, rt, share, batch = 0;
     char mn[32], lone[32];
-    int used = -1;
+    int used = -1, more = -1;
     gp_calib_numbers c = { 0 };
 
     if (sscanf(line, "alg %u keylen %u at %lld cpu_gbps %lf gpu_gbps %lf rt_us %lf min_gpu_bytes %31s "
                      "lone_gpu_bytes %31s gpu_share %lf%n", &alg, &keylen, &at, &cpu, &gpu, &rt, mn, lone,
-               &share, &used) != 9 || used < 0 || line[used] != '\0')
+               &share, &used) != 9 || used < 0)
+        return 0;
+    /* batch_gbps, last: absent from files written before it was measured (then not known). */
+    if (line[used] != '\0'
+        && (sscanf(line + used, " batch_gbps %lf%n", &batch, &more) != 1 || more < 0 || line[used + more] != '\0'
+            || !isfinite(batch) || batch < 0 || batch > 1e4))   /* 0: not known */
         return 0;
     if (alg < 1 || alg > 4 || out[alg].have || !(keylen == 16 || keylen == 24 || keylen == 32))
         return 0;
@@ -245,6 +250,7 @@ static int parse_alg_line(const char *line, gp_calib_numbers out[5], time_t now,
     c.gpu_gbps = gpu;
     c.gpu_rt_us = rt;
     c.gpu_share = share;
+    c.batch_gbps = batch;
     out[alg] = c;
     return 1;
 }
@@ -395,8 +401,8 @@ int gp_calib_cache_write(gp_policy *p, const gp_executor *gpu, const gp_calib_nu
         put_size(lone, sizeof(lone), in[a].lone_gpu_bytes);
         /* %.17g: a double read back is the double written */
         fprintf(f, "alg %d keylen %zu at %lld cpu_gbps %.17g gpu_gbps %.17g rt_us %.17g min_gpu_bytes %s "
-                "lone_gpu_bytes %s gpu_share %.17g\n", a, in[a].keylen, (long long)in[a].at, in[a].cpu_gbps,
-                in[a].gpu_gbps, in[a].gpu_rt_us, mn, lone, in[a].gpu_share);
+                "lone_gpu_bytes %s gpu_share %.17g batch_gbps %.17g\n", a, in[a].keylen, (long long)in[a].at,
+                in[a].cpu_gbps, in[a].gpu_gbps, in[a].gpu_rt_us, mn, lone, in[a].gpu_share, in[a].batch_gbps);
     }
     fprintf(f, "end\n");
     ok = fflush(f) == 0 && !ferror(f);

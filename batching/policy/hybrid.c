@@ -22,7 +22,15 @@
  *   1. len < min_gpu_bytes                                  -> cpu (even batched, the GPU loses)
  *   2. a lone synchronous caller: len < lone_gpu_bytes      -> cpu (it would wait a round trip),
  *      else gpu: its messages come one after another, so they go where one alone runs faster
- *      (unless the gpu_share knob asks for a split: then rules 3 and 4 as for any caller)
+ *      (unless the gpu_share knob asks for a split: then rules 3 and 4 as for any caller).
+ *      Messages that start together (a pipeline call) run as one batch on one side, the caller
+ *      waiting for all of it, so nothing of theirs runs on the CPU and the GPU at once: the batch
+ *      goes where it is expected to finish sooner, the GPU's time being the round trip and then
+ *      its bytes at the rate of a batch of 16 KiB messages (batch_gbps: copies, transfers and
+ *      kernel of many short messages, which go across with none of a large message's overlap)
+ *      against its bytes at the CPU's rate. Where batch_gbps is not known (the knob
+ *      lone_gpu_bytes is set, or numbers written before it was measured), or each message alone
+ *      would go (each >= lone_gpu_bytes), the batch's bytes count as one message's.
  *   3m. the machine's other processes hold the GPU full (share.c: as many batches in flight there
  *      as it runs at once) -> cpu, for every caller, lone or in a job: the numbers above were
  *      measured with the GPU to this process alone, and beyond what it runs at once more work only
@@ -250,6 +258,17 @@ size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const dou
     }
 }
 
+int gp_hybrid_lone_batch_gpu(const gp_hybrid_alg *h, size_t each, size_t total)
+{
+    double t_gpu, t_cpu;
+
+    if (each >= total || each >= h->lone_gpu_bytes || !(h->batch_gbps > 0) || !(h->cpu_gbps > 0))
+        return total >= h->lone_gpu_bytes;
+    t_gpu = h->gpu_rt_us * 1000.0 + (double)total / h->batch_gbps;   /* ns: GB/s is bytes a ns */
+    t_cpu = (double)total / h->cpu_gbps;
+    return t_gpu < t_cpu;
+}
+
 /* Measure one algorithm (with the key length of the message that asks). 0 if a run failed. */
 static int calibrate(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen, gp_hybrid_alg *h)
 {
@@ -307,6 +326,13 @@ static int calibrate(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t 
             h->gpu_gbps = h->min_gpu_bytes != GP_KNOB_CALIBRATE && h->min_gpu_bytes <= big
                               ? (double)big / t_big : (double)large / t_large;
             h->gpu_share = h->gpu_gbps / (h->gpu_gbps + h->cpu_gbps);
+            /* A lone caller's batch of messages (rule 2): the batch of `big` ones past its round
+             * trip (the lone message's); not known where noise puts the round trip above it. */
+            {
+                const double past = t_big * (double)nmsgs - t_lone[0];
+
+                h->batch_gbps = past > 0 ? (double)(nmsgs * big) / past : 0;
+            }
             ok = 1;
         }
     }
@@ -404,6 +430,7 @@ static int from_known(gp_policy *p, const gp_executor *gpu, uint32_t alg, gp_hyb
     h->min_gpu_bytes = c->min_gpu_bytes;
     h->lone_gpu_bytes = c->lone_gpu_bytes;
     h->gpu_share = c->gpu_share;
+    h->batch_gbps = c->batch_gbps;
     return p->hy.known_source[alg];
 }
 
@@ -416,7 +443,7 @@ static void to_cache(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t 
     hy->cache[alg] = (gp_calib_numbers){
         .have = 1, .keylen = keylen, .at = (long long)time(NULL), .cpu_gbps = h->cpu_gbps,
         .gpu_gbps = h->gpu_gbps, .gpu_rt_us = h->gpu_rt_us, .min_gpu_bytes = h->min_gpu_bytes,
-        .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share,
+        .lone_gpu_bytes = h->lone_gpu_bytes, .gpu_share = h->gpu_share, .batch_gbps = h->batch_gbps,
     };
     {
         cache_call cc = { p, gpu, NULL };
@@ -450,7 +477,7 @@ static gp_hybrid_alg *numbers(gp_policy *p, const gp_executor *gpu, uint32_t key
                       && k->gpu_share >= 0;
         calib_call cc = { p, gpu, key_alg, keylen, h };
 
-        h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = 0;
+        h->cpu_gbps = h->gpu_gbps = h->gpu_rt_us = h->batch_gbps = 0;
         hy->source[alg] = GP_SRC_NONE;
         if (all_set) {
             /* the knobs below decide */
@@ -466,8 +493,10 @@ static gp_hybrid_alg *numbers(gp_policy *p, const gp_executor *gpu, uint32_t key
         }
         if (k->min_gpu_bytes != GP_KNOB_CALIBRATE)
             h->min_gpu_bytes = k->min_gpu_bytes;
-        if (k->lone_gpu_bytes != GP_KNOB_CALIBRATE)
+        if (k->lone_gpu_bytes != GP_KNOB_CALIBRATE) {
             h->lone_gpu_bytes = k->lone_gpu_bytes;
+            h->batch_gbps = 0;   /* the knob decides for batches too (rule 2) */
+        }
         if (k->gpu_share >= 0)
             h->gpu_share = k->gpu_share;
         atomic_store_explicit(&h->ready, 1, memory_order_release);
@@ -567,7 +596,8 @@ const gp_executor *gp_hybrid_route(gp_policy *p, const gp_executor *gpu, uint32_
 }
 
 /* Rule 1 weighs each message (`each`: what the batched measurement models per message), rule 2
- * the batch as a whole (`total`): a lone caller waits one round trip for all of it. */
+ * the batch as a whole (`total`): a lone caller waits for all of it, on one side
+ * (gp_hybrid_lone_batch_gpu). */
 const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, uint32_t alg, size_t keylen,
                                          size_t each, size_t total)
 {
@@ -579,7 +609,7 @@ const gp_executor *gp_hybrid_route_batch(gp_policy *p, const gp_executor *gpu, u
         return cpu;
     in_job = ASYNC_get_current_job() != NULL;
     lone = !in_job && p->ops->queue_idle(p->e);
-    if (lone && total < h->lone_gpu_bytes)                                        /* rule 2 */
+    if (lone && !gp_hybrid_lone_batch_gpu(h, each, total))                       /* rule 2 */
         return cpu;
     if (gp_share_full(p))                                                         /* rule 3m */
         return cpu;
@@ -630,7 +660,7 @@ void gp_hybrid_print(gp_policy *p)
         print_size(mn, sizeof(mn), h->min_gpu_bytes);
         print_size(lone, sizeof(lone), h->lone_gpu_bytes);
         if (h->cpu_gbps > 0) {
-            char from[160];
+            char from[160], batch[48];
 
             switch (p->hy.source[i]) {
             case GP_SRC_USER_CACHE: snprintf(from, sizeof(from), "from the cache:"); break;
@@ -638,9 +668,17 @@ void gp_hybrid_print(gp_policy *p)
             case GP_SRC_PRIOR: snprintf(from, sizeof(from), "from the priors of %s:", p->hy.prior_name); break;
             default: snprintf(from, sizeof(from), "measured"); break;
             }
-            gp_log_line("gpuprov hybrid: %s %s cpu %.2f GB/s, gpu %.2f GB/s batched, round trip"
-                        " %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s, gpu_share %.2f\n", alg_names[i],
-                        from, h->cpu_gbps, h->gpu_gbps, h->gpu_rt_us, mn, lone, h->gpu_share);
+            if (h->batch_gbps > 0)
+                snprintf(batch, sizeof(batch), "%.2f GB/s", h->batch_gbps);
+            else
+                snprintf(batch, sizeof(batch), "not known");
+            /* gpu: the rate gpu_share weighs, at the sizes the GPU takes (a batch of 16 KiB
+             * messages where min_gpu_bytes is below that, else large messages several batches in
+             * flight); one batch: a lone caller's batch of 16 KiB messages past its round trip. */
+            gp_log_line("gpuprov hybrid: %s %s cpu %.2f GB/s, gpu %.2f GB/s at the sizes it takes, one batch"
+                        " of 16 KiB messages %s past a round trip of %.1f us -> min_gpu_bytes %s, lone_gpu_bytes %s,"
+                        " gpu_share %.2f\n", alg_names[i], from, h->cpu_gbps, h->gpu_gbps, batch, h->gpu_rt_us, mn,
+                        lone, h->gpu_share);
         } else {
             gp_log_line("gpuprov hybrid: %s from knobs: min_gpu_bytes %s, lone_gpu_bytes %s,"
                         " gpu_share %.2f\n", alg_names[i], mn, lone, h->gpu_share);

@@ -75,6 +75,13 @@ void gp_share_print(gp_policy *p);
 #define GP_LONE_POINTS 4
 size_t gp_hybrid_lone_crossing(const size_t *len, const double *t_gpu, const double *t_cpu, int n, double b_floor);
 
+/* Rule 2 for a lone synchronous caller's messages that start together and run as one batch (`each`
+ * bytes each on average, `total` in all; one message: each == total): 1 where they go to the GPU
+ * side, 0 the CPU. By expected time where h's batch_gbps is known (the round trip, then `total`
+ * at batch_gbps, against `total` at cpu_gbps), else as one message of `total` bytes against
+ * lone_gpu_bytes. */
+int gp_hybrid_lone_batch_gpu(const gp_hybrid_alg *h, size_t each, size_t total);
+
 /* The warm-up should stop at its next step (engine freed, or process exiting). Here, not in
  * warm.c, so that hybrid.c's measuring asks it without calling back into the warm-up. */
 static inline int gp_warm_stopping(gp_policy *p)

@@ -56,6 +56,8 @@ typedef struct gp_hybrid_alg {
     _Atomic int ready;           /* calibrated (or set by knobs) in this process */
     double cpu_gbps, gpu_gbps;   /* one CPU thread; the GPU path, batched, at the sizes it takes */
     double gpu_rt_us;            /* a lone small request's round trip */
+    double batch_gbps;           /* one batch of 16 KiB messages from one thread, its bytes past the
+                                  * round trip (0: not known; hybrid.c, rule 2 for batches) */
     size_t min_gpu_bytes;        /* smaller messages stay on the CPU */
     size_t lone_gpu_bytes;       /* smaller messages of a lone synchronous caller stay on the CPU */
     double gpu_share;            /* fraction of eligible messages sent to the GPU */
@@ -70,6 +72,7 @@ typedef struct gp_calib_numbers {
     double cpu_gbps, gpu_gbps, gpu_rt_us;
     size_t min_gpu_bytes, lone_gpu_bytes;
     double gpu_share;
+    double batch_gbps;           /* 0: not known (a file written before it was measured) */
 } gp_calib_numbers;
 
 typedef struct gp_hybrid {

@@ -189,6 +189,66 @@ static void test_batch_routes_together(void **state)
     teardown(&f);
 }
 
+/*
+ * Rule 2 for a lone caller's batch (a pipeline call: one batch, on one side): the side where it is
+ * expected to finish sooner. The numbers are the H200 priors' for ChaCha20-Poly1305 on VAES +
+ * AVX-512 cores (priors.c): cpu 2.505 GB/s, a batch of 16 KiB messages 3.76 GB/s past a round trip
+ * of 18.4 us, lone_gpu_bytes 116200. 32 x 16 KiB: GPU 18.4 + 139.4 us against CPU 209.3 us;
+ * 8 x 16 KiB: GPU 18.4 + 34.9 us against CPU 52.3 us (the CPU, though 128 KiB is above
+ * lone_gpu_bytes, which rule 2 used to weigh a batch's bytes by, as one message's).
+ */
+static void test_batch_rule(void **state)
+{
+    gp_hybrid_alg h = { .cpu_gbps = 2.505, .gpu_gbps = 3.53, .gpu_rt_us = 18.4, .batch_gbps = 3.76,
+                        .min_gpu_bytes = 5765, .lone_gpu_bytes = 116200, .gpu_share = 0.575 };
+    fixture f;
+    gp_hybrid_alg *hp;
+    const uint32_t ccp = GP_ALG_CHACHA20_POLY1305;
+
+    (void)state;
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 32 * 16384), 1);
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 8 * 16384), 0);
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 2 * 16384), 0);
+    /* one message: lone_gpu_bytes decides, whatever the batch's rate */
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 131072, 131072), 1);
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 65536, 65536), 0);
+    /* messages each of which would go alone: the batch goes too */
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 200000, 400000), 1);
+    /* a faster batch (18 GB/s): 8 x 16 KiB GPU 18.4 + 7.3 us < 52.3; 2 x 16 KiB 18.4 + 1.8 > 13.1 */
+    h.batch_gbps = 18.0;
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 8 * 16384), 1);
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 2 * 16384), 0);
+    /* not known: the batch's bytes against lone_gpu_bytes, as one message's */
+    h.batch_gbps = 0;
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 8 * 16384), 1);
+    assert_int_equal(gp_hybrid_lone_batch_gpu(&h, 16384, 4 * 16384), 0);
+
+    /* The same through the routing of a lone caller (host as the GPU side; numbers set in place). */
+    setup(&f, 0, 1024, 65536, 1.0);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 16384), &gp_exec_cpu);
+    hp = &f.e->policy.hy.alg[ccp];
+    assert_true(atomic_load(&hp->ready));
+    hp->cpu_gbps = 2.505;
+    hp->gpu_rt_us = 18.4;
+    hp->batch_gbps = 3.76;
+    hp->min_gpu_bytes = 5765;
+    hp->lone_gpu_bytes = 116200;
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 32 * 16384), &gp_exec_host);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 8 * 16384), &gp_exec_cpu);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 4096, 32 * 4096), &gp_exec_cpu);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 2048, 32 * 2048), &gp_exec_cpu);
+    /* not lone (another submitter): rule 2 does not apply */
+    atomic_store(&f.e->queue.active, 1);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 8 * 16384), &gp_exec_host);
+    atomic_store(&f.e->queue.active, 0);
+    /* the knob lone_gpu_bytes set: it decides for batches too (65536 here) */
+    teardown(&f);
+    setup(&f, 0, 1024, 65536, 1.0);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 8 * 16384), &gp_exec_host);
+    assert_true(f.e->policy.hy.alg[ccp].batch_gbps == 0);
+    teardown(&f);
+}
+
 /* Rules 1 and 2 with fixed knobs: small -> cpu, lone mid-size -> cpu, large -> the GPU side. */
 static void test_size_rules(void **state)
 {
@@ -757,7 +817,7 @@ static void test_cache_written_and_read(void **state)
     assert_int_equal(gp_calib_cache_read(&f.e->policy, &gp_exec_host, got), 1);
     assert_true(got[GP_ALG_AES_GCM].have && got[GP_ALG_AES_GCM].cpu_gbps == first.cpu_gbps
                 && got[GP_ALG_AES_GCM].gpu_gbps == first.gpu_gbps && got[GP_ALG_AES_GCM].gpu_rt_us == first.gpu_rt_us
-                && got[GP_ALG_AES_GCM].gpu_share == first.gpu_share
+                && got[GP_ALG_AES_GCM].gpu_share == first.gpu_share && got[GP_ALG_AES_GCM].batch_gbps == first.batch_gbps
                 && got[GP_ALG_AES_GCM].min_gpu_bytes == first.min_gpu_bytes
                 && got[GP_ALG_AES_GCM].lone_gpu_bytes == first.lone_gpu_bytes);
     teardown(&f);
@@ -822,6 +882,8 @@ static void test_cache_rejects(void **state)
         "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 2000000000000 gpu_share 1",
         "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1.5",
         "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1 extra",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1 batch_gbps -1",
+        "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1 batch_gbps 3 x",
         "alg 9 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
         "alg 2 keylen 31 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4096 lone_gpu_bytes 65536 gpu_share 1",
         "alg 2 keylen 32 at %lld cpu_gbps 4 gpu_gbps 20 rt_us 30 min_gpu_bytes 4k lone_gpu_bytes 65536 gpu_share 1",
@@ -1138,6 +1200,28 @@ static void test_priors(void **state)
     cache_rmdir(dir);
 }
 
+/* A fresh H200-class host routes a lone caller's pipeline calls of ChaCha20-Poly1305 by the
+ * priors' batch rate: 32 x 16 KiB to the GPU, 2 x 16 KiB to the CPU (on either class of cores). */
+static void test_batch_rule_priors(void **state)
+{
+    fixture f;
+    char dir[64];
+    const uint32_t ccp = GP_ALG_CHACHA20_POLY1305;
+
+    (void)state;
+    if (strcmp(gp_machine_cpu_class(), "other") == 0)
+        skip();   /* cores without AVX2: no class covers them */
+    cache_tmpdir(dir, sizeof(dir));
+    setup_known(&f, dir, "off", "NVIDIA H200", 0);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 32 * 16384), &gp_exec_host);
+    assert_int_equal(f.e->policy.hy.source[ccp], GP_SRC_PRIOR);
+    assert_true(f.e->policy.hy.alg[ccp].batch_gbps > 0);
+    assert_ptr_equal(gp_hybrid_route_batch(&f.e->policy, &gp_exec_host, ccp, 32, 16384, 2 * 16384), &gp_exec_cpu);
+    gp_hybrid_print(&f.e->policy);
+    teardown(&f);
+    cache_rmdir(dir);
+}
+
 /* The machine's calibration (gpuprov-calibrate --system): written readable by all, read where the
  * user's cache has nothing, refused when others could have written it; the user's own wins; and
  * knob calib_refresh measures whatever is known and rewrites it. */
@@ -1392,6 +1476,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size_rules),
         cmocka_unit_test(test_batch_routes_together),
+        cmocka_unit_test(test_batch_rule),
+        cmocka_unit_test(test_batch_rule_priors),
         cmocka_unit_test(test_async_is_not_lone),
         cmocka_unit_test(test_share),
         cmocka_unit_test(test_dup_holds_aad),
