@@ -196,20 +196,20 @@ static __device__ __noinline__ void batch_span_fold(const batch_ptrs &p, unsigne
 }
 
 /* A lead or body unit done on its lane group: counted, and the last of its request's units
- * finishes the request as a group. With spans, an element is counted on its span's counter first,
- * and the last of a span folds the span and counts that on `done` (as does the last unit, which is no
- * element). Not `counted` (gp_lone_kernel, whose requests have no spans): the launch finishes its
- * requests after a cluster barrier instead (batch_lone_finishes). */
+ * finishes the request as a group (kernels/units.h, gp_counts_on_span). With spans, an element is
+ * counted on its span's counter first, and the last of a span folds the span and counts that on
+ * `done` (as does the last unit, which is no element). Not `counted` (gp_lone_kernel, whose
+ * requests have no spans): the launch finishes its requests after a cluster barrier instead
+ * (batch_lone_finishes). */
 static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsigned int lane, unsigned int mask,
                                                        bool counted, uint32_t unit)
 {
     gp_work *w = p.w;
-    const uint32_t nspans = w->job.nspans;
     unsigned int done = 0;
 
     if (!counted)
         return;
-    if (nspans != 0 && unit != w->job.nunits - 1) {   /* uniform over the group */
+    if (gp_counts_on_span(&w->job, unit)) {   /* uniform over the group */
         const uint32_t s = gp_span_of_ref(&w->job, unit);
 
         if (lane == 0) {
@@ -228,7 +228,7 @@ static __device__ __forceinline__ void batch_ref_count(const batch_ptrs &p, unsi
     }
     done = __shfl_sync(mask, done, 0, GP_UNIT_LANES);
     GP_PROBE(GP_PROBE_COUNTED);
-    if (done != (nspans != 0 ? nspans : w->job.nunits))
+    if (done != gp_done_at_finish(&w->job))
         return;
     /* The last of the request's units: finish it as a group. */
     __threadfence();

@@ -89,6 +89,24 @@ GP_KFN uint32_t gp_span_of_ref(const gp_job *j, uint32_t unit)
     return (j->nunits - 1 - k) / GP_SPAN_UNITS;
 }
 
+/*
+ * The GPU's count of a request's refs (kernels/batch_kernel.cu, batch_ref_count): with spans, every
+ * ref but the last unit is an element, counted on its span's counter first, and the one counted
+ * last in its span (the old count gp_span_size - 1) folds the span and counts it on `done`; the last
+ * unit counts on `done` alone. Without spans every ref counts on `done`. The count that finds `done`
+ * at gp_done_at_finish finishes the request; the planner may have counted an idle lead already
+ * (gp_work_plan_lead).
+ */
+GP_KFN int gp_counts_on_span(const gp_job *j, uint32_t unit)
+{
+    return j->nspans != 0 && unit != j->nunits - 1;
+}
+
+GP_KFN uint32_t gp_done_at_finish(const gp_job *j)
+{
+    return j->nspans != 0 ? j->nspans : j->nunits;
+}
+
 /* Bytes of a request's partial MACs: a partial per unit, then a value per span. */
 GP_KFN uint64_t gp_partials_bytes(const gp_job *j)
 {
@@ -156,15 +174,29 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
 }
 
 /*
+ * Whether E_0, the lead, is the only element of its span (nunits = 1 mod GP_SPAN_UNITS, above
+ * GP_SPAN_UNITS). Such a lead is never idle: a span is folded only by the ref counted last in it
+ * (gp_counts_on_span), and with the lead left out and counted by the planner, no ref would fold
+ * that span or count it on `done`, so the finish would never run: no tail written, the state sent
+ * back as it came (docs/limitations.md, "A wrong tail on the GPU").
+ */
+GP_KFN int gp_lead_alone_in_span(const gp_job *j)
+{
+    return j->nspans != 0 && gp_span_size(j, gp_span_of_ref(j, GP_UNIT_LEAD)) == 1;
+}
+
+/*
  * Whether request j's lead, on state st, would only mark the text begun (in_text): a data request
  * with body units, no carried AAD, no head (the text starts or goes on at a 64-byte boundary, so no
  * keystream or MAC block is half used) and no AAD bytes waiting to be padded. Its planner then
  * makes that one change to the state itself and leaves the lead out (gp_lead_skip): the GPU saves
  * a ref per request, a warp that would claim it, load the state and store it back for nothing.
+ * Not a lead alone in its span (gp_lead_alone_in_span): its ref is what folds that span.
  */
 GP_KFN int gp_lead_idle(const gp_job *j, const gp_msg_state *st)
 {
-    return j->nunits > 0 && j->aad_len == 0 && j->head_len == 0 && st->mac_pend_len == 0;
+    return j->nunits > 0 && j->aad_len == 0 && j->head_len == 0 && st->mac_pend_len == 0
+           && !gp_lead_alone_in_span(j);
 }
 
 /* What an idle lead (gp_lead_idle) would have done. */

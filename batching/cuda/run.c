@@ -180,44 +180,6 @@ static int is_long(const gp_request *r, size_t slice)
     return r->kind == GP_REQ_CRYPT && !staged_on_gpu(r) && !r->devmem && r->len > slice;
 }
 
-/*
- * The bytes past the last 64-byte text boundary of a large data request (kernels/units.h
- * gp_job_plan: the finisher's tail), which run here as a request of their own after the rest: a
- * large request's tail came back wrong from the GPU where the host executor's was right
- * (docs/limitations.md, "An open defect"), so until its cause is found no large request ends in a
- * tail on the GPU. 0: none to split off.
- */
-#define TAIL_SPLIT_MIN ((size_t)1 << 20)
-
-static size_t tail_to_split(const gp_request *r)
-{
-    size_t tail;
-
-    if (r->kind != GP_REQ_CRYPT || staged_on_gpu(r) || r->len < TAIL_SPLIT_MIN)
-        return 0;
-    tail = (size_t)((r->msg->st.text_len + r->len) % 64);
-    return tail < r->len ? tail : 0;
-}
-
-/* r's text up to its last 64-byte boundary as a wave of its own on this slot; `r` is left as the
- * tail. On a failure `r` is what is left to do, as run_leading_slices leaves it. */
-static int run_body_before_tail(gp_engine *e, gp_cuda_slot *c, gp_request *r, size_t tail)
-{
-    static const size_t first = 0;
-    gp_request body = *r;
-
-    body.len = r->len - tail;
-    body.status = GP_REQ_FAILED;
-    if (!run_wave(e, c, &body, &first, 1))
-        return 0;
-    r->in += body.len;
-    r->out += body.len;
-    r->len = tail;
-    r->aad = NULL;
-    r->aad_len = 0;
-    return 1;
-}
-
 /* One wave of a batch, its long requests' leading slices first (the caller's view of each request
  * is restored once the wave has run: the engine counts its bytes). */
 static int run_wave_sliced(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, const size_t *idx, size_t m)
@@ -228,20 +190,16 @@ static int run_wave_sliced(gp_engine *e, gp_cuda_slot *c, gp_request *reqs, cons
     int ok = 1;
 
     for (size_t i = 0; i < m; i++)
-        nlong += is_long(&reqs[idx[i]], slice) || tail_to_split(&reqs[idx[i]]) != 0;
+        nlong += is_long(&reqs[idx[i]], slice);
     if (nlong == 0 || (whole = OPENSSL_malloc(nlong * sizeof(*whole))) == NULL)
         return run_wave(e, c, reqs, idx, m);   /* no memory: the long ones in one wave, arenas grown */
     for (size_t i = 0; i < m && ok; i++) {
         gp_request *r = &reqs[idx[i]];
-        size_t tail;
 
-        if (is_long(r, slice) || tail_to_split(r) != 0) {
+        if (is_long(r, slice)) {
             whole[k].at = idx[i];
             whole[k++].r = *r;
-            if (is_long(r, slice))
-                ok = run_leading_slices(e, c, r, slice);
-            if (ok && (tail = tail_to_split(r)) != 0)
-                ok = run_body_before_tail(e, c, r, tail);
+            ok = run_leading_slices(e, c, r, slice);
         }
     }
     if (ok && (ok = run_wave(e, c, reqs, idx, m)))

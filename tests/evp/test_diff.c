@@ -1136,6 +1136,58 @@ static void test_upper_state_clean(void **state)
 }
 
 /*
+ * An AEAD data request of more than GP_SPAN_UNITS body units (kernels/units.h, "Spans") whose lead
+ * is E_0 alone in its span, from a 64-byte text boundary without AAD: the planner keeps that lead
+ * as a ref (gp_lead_alone_in_span); left out, nothing folded its span on the GPU and the request
+ * never finished (docs/limitations.md). First updates of 1025 units (2 MiB + 1728 bytes, then a
+ * 22-byte tail) and 2049 (4 MiB + 64: no tail, the word-only finish), out of place; then a short
+ * update, which starts where the first left the state, and the tag; both ways.
+ */
+static void test_lead_alone_in_span(void **state)
+{
+    static const char *const names[] = { "ChaCha20-Poly1305", "AES-256-GCM" };
+    static const size_t firsts[] = { (2u << 20) + 1728 + 22, (4u << 20) + 64 };
+    const size_t second = 1000;
+    unsigned char key[32], iv[12], tag[16], rtag[16];
+
+    (void)state;
+    for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++)
+        for (size_t f = 0; f < sizeof(firsts) / sizeof(firsts[0]); f++) {
+            const int idx = evp_cipher_index(names[n]);
+            const size_t len = firsts[f] + second;
+            unsigned char *pt = malloc(len), *ct = malloc(len), *back = malloc(len), *ref = malloc(len + 32);
+            duo e, dd;
+
+            assert_true(idx >= 0 && pt != NULL && ct != NULL && back != NULL && ref != NULL);
+            gptest_rand_bytes(key, sizeof(key));
+            gptest_rand_bytes(iv, sizeof(iv));
+            gptest_rand_bytes(pt, len);
+            duo_new(&e, g_env, idx);
+            duo_init(&e, 1, key, iv, 1);
+            duo_update(&e, pt, firsts[f], 0, 1, ct);
+            duo_update(&e, pt + firsts[f], second, 0, 6, ct + firsts[f]);
+            duo_final(&e, 1);
+            duo_tag(&e, tag, 16);
+            ref_oneshot(g_env, idx, 1, key, iv, sizeof(iv), NULL, 0, pt, len, ref, rtag, 16);
+            assert_memory_equal(ct, ref, len);
+            assert_memory_equal(tag, rtag, 16);
+            duo_free(&e);
+            duo_new(&dd, g_env, idx);
+            duo_init(&dd, 1, key, iv, 0);
+            duo_set_tag(&dd, tag, 16);
+            duo_update(&dd, ct, firsts[f], 0, 1, back);
+            duo_update(&dd, ct + firsts[f], second, 0, 6, back + firsts[f]);
+            duo_final(&dd, 1);
+            assert_memory_equal(back, pt, len);
+            duo_free(&dd);
+            free(pt);
+            free(ct);
+            free(back);
+            free(ref);
+        }
+}
+
+/*
  * Large in-place updates: a GPU wave hands such an output back piece by piece into the caller's
  * buffer, which is also its input (batching/cuda/shape.h back_in_pieces). With GPTEST_DIFF_BIG_MAX
  * of 1 MiB and up, each cipher encrypts a message of two in-place updates (a quarter of the big
@@ -1224,6 +1276,7 @@ int main(void)
         cmocka_unit_test(test_counter_edges),
         cmocka_unit_test(test_upper_state_clean),
         cmocka_unit_test(test_large_in_place),
+        cmocka_unit_test(test_lead_alone_in_span),
     };
     const char *only = getenv("GPTEST_DIFF_ONLY");   /* one test by name (cmocka's filter) */
 

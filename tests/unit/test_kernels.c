@@ -897,6 +897,96 @@ static void test_unit_lanes(void **state)
             }
 }
 
+/*
+ * The GPU's count of a request's refs (kernels/batch_kernel.cu batch_ref_count, by the rules of
+ * gp_counts_on_span and gp_done_at_finish) from the counters its planner leaves (gp_work_plan_lead),
+ * the refs counted in order, in reverse and shuffled: every span folded once, before the one count
+ * that finishes the request. Returns whether the lead ran as a ref.
+ */
+static int count_refs_case(uint32_t alg, uint64_t text_len, uint64_t len, int order)
+{
+    gp_msg_state st;
+    gp_work w;
+    uint32_t *span_done, *folded, *refs, n = 0, finished = 0, lead;
+
+    memset(&st, 0, sizeof(st));
+    memset(&w, 0, sizeof(w));
+    st.alg = alg;
+    st.text_len = text_len;
+    st.in_text = text_len != 0;
+    gp_job_plan(&w.job, &st, GP_OP_ENCRYPT, len, 0);
+    assert_true(w.job.nunits > 0);
+    span_done = calloc(w.job.nspans + 1, sizeof(*span_done));
+    folded = calloc(w.job.nspans + 1, sizeof(*folded));
+    refs = calloc(w.job.nunits + 1, sizeof(*refs));
+    assert_true(span_done != NULL && folded != NULL && refs != NULL);
+    lead = (uint32_t)gp_work_plan_lead(&w, &st, span_done);
+    if (lead)
+        refs[n++] = GP_UNIT_LEAD;
+    for (uint32_t u = 0; u < w.job.nunits; u++)
+        refs[n++] = u;
+    for (uint32_t i = 0; i < n && order != 0; i++) {   /* 1: reversed; 2: shuffled */
+        const uint32_t k = order == 1 ? n - 1 - i : i + (uint32_t)gptest_rand_range(0, n - 1 - i), t = refs[i];
+
+        if (order == 1 && k <= i)
+            break;
+        refs[i] = refs[k];
+        refs[k] = t;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t unit = refs[i];
+
+        if (gp_counts_on_span(&w.job, unit)) {
+            const uint32_t sp = gp_span_of_ref(&w.job, unit);
+
+            if (span_done[sp]++ != gp_span_size(&w.job, sp) - 1)
+                continue;
+            folded[sp]++;
+        }
+        if (w.done++ == gp_done_at_finish(&w.job)) {
+            for (uint32_t sp = 0; sp < w.job.nspans; sp++)
+                assert_int_equal(folded[sp], 1);
+            finished++;
+        }
+    }
+    if (finished != 1)
+        fail_msg("alg %u, text at %llu, %llu bytes (%u units, %u spans, lead %s): finished %u times", alg,
+                 (unsigned long long)text_len, (unsigned long long)len, w.job.nunits, w.job.nspans,
+                 lead ? "ran" : "idle", finished);
+    free(span_done);
+    free(folded);
+    free(refs);
+    return (int)lead;
+}
+
+/* Every request reaches its finish once: units of every count about the span boundaries (a lead
+ * alone in its span, gp_lead_alone_in_span, among them: the planner kept it as a ref), from a
+ * 64-byte boundary (an idle lead) or not, ending there or not. */
+static void test_refs_counted(void **state)
+{
+    static const uint32_t algs[] = { GP_ALG_AES_GCM, GP_ALG_CHACHA20_POLY1305, GP_ALG_CHACHA20 };
+    static const uint32_t units[] = { 1, 31, 1023, 1024, 1025, 1026, 2047, 2048, 2049, 3072, 3073, 7169 };
+    int alone = 0;
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++)
+            for (int order = 0; order < 3; order++) {
+                /* a body of units[u] units whose last is short, then a tail */
+                const uint64_t body = (uint64_t)(units[u] - 1) * GP_UNIT_BYTES + 1728;
+
+                for (uint64_t at = 0; at <= 128; at += 64) {
+                    const int lead = count_refs_case(algs[a], at, body + 22, order);
+
+                    alone += lead && at % 64 == 0 && gp_alg_is_aead(algs[a]) && units[u] % GP_SPAN_UNITS == 1
+                             && units[u] > GP_SPAN_UNITS;
+                    (void)count_refs_case(algs[a], at, body, order);
+                }
+                (void)count_refs_case(algs[a], 5, 59 + body + 22, order);   /* a head: the lead runs */
+            }
+    assert_true(alone > 0);
+}
+
 /* A whole request through lead, units and finish from random starting offsets, against the serial
  * gp_msg_run: output, state and the tag after it. */
 static void test_units_vs_serial(void **state)
@@ -1193,6 +1283,7 @@ int main(void)
         cmocka_unit_test(test_mac_pows),
         cmocka_unit_test(test_unit_lanes),
         cmocka_unit_test(test_units_vs_serial),
+        cmocka_unit_test(test_refs_counted),
         cmocka_unit_test(test_ghash_mma_table),
         cmocka_unit_test(test_ghash_mma_fragments),
     };
