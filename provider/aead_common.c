@@ -882,29 +882,29 @@ int gp_aead_set_ctx_params(void *vctx, const OSSL_PARAM params[])
     for (const OSSL_PARAM *p = params; ok && p->key != NULL; p++, all++) {
         const char *k = p->key;
 
-        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TAG) == 0) {
+        if (gp_param_key_is(k, OSSL_CIPHER_PARAM_AEAD_TAG)) {
             ok = set_tag(ctx, p);
             tag = 1;
             continue;
         }
-        if (strcmp(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG) == 0) {
+        if (gp_param_key_is(k, OSSL_CIPHER_PARAM_PIPELINE_AEAD_TAG)) {
             ok = gp_pipe_set_tags(ctx, p);
             continue;
         }
         tags_only = 0;
-        if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD) == 0)
+        if (gp_param_key_is(k, OSSL_CIPHER_PARAM_AEAD_TLS1_AAD))
             ok = set_tls_aad(ctx, p), tls++;
-        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_IVLEN) == 0)
+        else if (gp_param_key_is(k, OSSL_CIPHER_PARAM_AEAD_IVLEN))
             ok = set_ivlen(ctx, p);
-        else if (strcmp(k, OSSL_CIPHER_PARAM_KEYLEN) == 0)
+        else if (gp_param_key_is(k, OSSL_CIPHER_PARAM_KEYLEN))
             ok = gp_cipher_set_keylen(ctx, params);
-        else if (strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED) == 0)
+        else if (gp_param_key_is(k, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED))
             ok = set_tls_iv_fixed(ctx, p), tls++;
-        else if (is_gcm(ctx) && strcmp(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV) == 0)
+        else if (is_gcm(ctx) && gp_param_key_is(k, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV))
             ok = gp_gcm_set_iv_inv(ctx, p);
-        else if (strcmp(k, GP_CIPHER_PARAM_MEMORY) == 0)
+        else if (gp_param_key_is(k, GP_CIPHER_PARAM_MEMORY))
             ok = gp_cipher_set_memory(ctx, p);
-        else if (strcmp(k, GP_CIPHER_PARAM_CUDA_STREAM) == 0)
+        else if (gp_param_key_is(k, GP_CIPHER_PARAM_CUDA_STREAM))
             stream = p;   /* after the loop: the memory mode first, wherever the caller put it */
         /* PADDING, TLS_VERSION, TLS_MAC_SIZE and unknown keys: accepted with no effect. */
     }

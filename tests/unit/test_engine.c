@@ -726,6 +726,38 @@ static void test_cpu_unusable_falls_back_to_host(void **state)
     OSSL_LIB_CTX_free(lib);
 }
 
+/* gp_key_matches (a per-op init with the same key keeps the schedules): equal for the same bytes
+ * only, a difference in any byte of every key size found, a length other than the key's refused. */
+static void test_key_matches(void **state)
+{
+    gp_knobs knobs = knobs_zeroed(GP_BACKEND_HOST);
+    gp_engine *e = gp_engine_new(&knobs, NULL);
+    static const size_t lens[] = { 16, 24, 32 };
+
+    (void)state;
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        uint8_t key[32], other[33];
+        gp_key *k;
+
+        for (size_t i = 0; i < sizeof(key); i++)
+            key[i] = (uint8_t)(0x5a + 7 * i);
+        k = gp_key_new(e, lens[li] == 32 ? GP_ALG_CHACHA20_POLY1305 : GP_ALG_AES_GCM, key, lens[li]);
+        assert_non_null(k);
+        memcpy(other + 1, key, sizeof(key));   /* unaligned, as a caller's key may be */
+        assert_true(gp_key_matches(k, other + 1, lens[li]));
+        assert_false(gp_key_matches(k, other + 1, lens[li] - 8));
+        for (size_t i = 0; i < lens[li]; i++)
+            for (unsigned bit = 0; bit < 8; bit++) {
+                other[1 + i] ^= (uint8_t)(1u << bit);
+                assert_false(gp_key_matches(k, other + 1, lens[li]));
+                other[1 + i] ^= (uint8_t)(1u << bit);
+            }
+        assert_false(gp_key_matches(NULL, key, lens[li]));
+        gp_key_free(k);
+    }
+    gp_engine_free(e);
+}
+
 /* GCM's E_K(J0) at message start: the default provider's AES (the path taken) and the kernel AES
  * (the fallback, and what the GPU would compute) agree for every key size. */
 static void test_ekj0_aesni_matches_kernel(void **state)
@@ -1020,6 +1052,7 @@ int main(void)
         cmocka_unit_test(test_verify_statuses),
         cmocka_unit_test(test_cpu_direct_matches_evp),
         cmocka_unit_test(test_cpu_unusable_falls_back_to_host),
+        cmocka_unit_test(test_key_matches),
         cmocka_unit_test(test_ekj0_aesni_matches_kernel),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_knobs_from_env),
