@@ -504,7 +504,7 @@ static const gp_executor *devmem_executor(gp_engine *e)
     int gpu = -1;
 
     /* Production builds' host executor has no mem_check: the hook is not compiled there. */
-    if (gp_exec_host.mem_check != NULL && gp_exec_host.mem_check(e, NULL, 0, &gpu, NULL, NULL) != GP_MEM_NO_EXECUTOR)
+    if (gp_exec_host.mem_check != NULL && gp_exec_host.mem_check(e, NULL, 0, &gpu) != GP_MEM_NO_EXECUTOR)
         return executor_usable(e, &gp_exec_host) ? &gp_exec_host : NULL;
     if (executors[GP_EXEC_CUDA] == NULL || e->knobs.backend == GP_BACKEND_CPU || e->knobs.backend == GP_BACKEND_HOST)
         return NULL;
@@ -533,15 +533,6 @@ void gp_msg_set_stream(gp_msg *m, uint64_t stream)
     m->stream = stream;
 }
 
-/* What the device checks learnt of the message's buffers and stream (gp_msg_check_device). */
-static void dev_forget(gp_msg *m)
-{
-    memset(m->dev_ranges, 0, sizeof(m->dev_ranges));
-    m->dev_next = 0;
-    m->stream_ok = 0;
-    m->stream_ok_gpu = -1;
-}
-
 /* The stream-ordered state of the message that ends (a new start): released by its executor once
  * the stream has run what it queued (gp_executor.msg_clear); the engine forgets it now. */
 static void end_ordered(gp_msg *m)
@@ -560,7 +551,6 @@ int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
     if (ivlen > sizeof(m->iv) || x == NULL)
         return 0;
     end_ordered(m);
-    dev_forget(m);
     gp_msg_fold_cpu_calls(m);
     m->key = k;
     m->enc = enc;
@@ -958,45 +948,6 @@ int gp_msg_crypt(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
     return submit_one(m, &r) == GP_REQ_OK;
 }
 
-/*
- * Device mode's checks of [p, p + len) for m, remembered for the rest of the message: a buffer
- * inside an allocation the executor's mem_check vouched for since the message started is taken
- * without asking again (a driver query is ~1 us, a stream-ordered update's whole budget is a few;
- * a pointer that leaves every remembered range is asked about again). The executor's answer is the
- * allocation as it was at that moment: an allocation freed and another made at the same address
- * within one message would be taken on the old one's word (its GPU, its size, device memory at
- * all). A GPU kernel on such a buffer faults (the context's error, every later call of the
- * message failing) or, where a new allocation of the same context and GPU covers less, reads or
- * writes past it. That is the caller's error the docs name (docs/config.md: buffers stay
- * allocated while a message uses them), bounded to the message that makes it: every start
- * forgets (dev_forget), so the next message asks the driver afresh.
- */
-static int dev_check(gp_msg *m, const gp_executor *x, const uint8_t *p, size_t len, int *gpu)
-{
-    const uintptr_t a = (uintptr_t)p;
-    uintptr_t base = 0;
-    size_t size = 0;
-    int st;
-
-    for (unsigned int i = 0; i < GP_MSG_DEV_RANGES; i++) {
-        const uintptr_t b = m->dev_ranges[i].base;
-        const size_t n = m->dev_ranges[i].size;
-
-        if (n != 0 && a >= b && a - b < n && len <= n - (a - b)) {
-            *gpu = m->dev_ranges[i].gpu;
-            return GP_MEM_OK;
-        }
-    }
-    if ((st = x->mem_check(m->engine, p, len, gpu, &base, &size)) == GP_MEM_OK && size != 0) {
-        const unsigned int k = m->dev_next++ % GP_MSG_DEV_RANGES;
-
-        m->dev_ranges[k].base = base;
-        m->dev_ranges[k].size = size;
-        m->dev_ranges[k].gpu = *gpu;
-    }
-    return st;
-}
-
 int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, int *gpu)
 {
     const gp_executor *x = m->exec;
@@ -1005,21 +956,15 @@ int gp_msg_check_device(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len, 
     if (x == NULL || x->mem_check == NULL || !m->devmem)
         return GP_MEM_NO_EXECUTOR;
     /* In place: one check. */
-    if ((st = dev_check(m, x, in, len, &gpu_in)) != GP_MEM_OK
-        || (out != in && (st = dev_check(m, x, out, len, &gpu_out)) != GP_MEM_OK))
+    if ((st = x->mem_check(m->engine, in, len, &gpu_in)) != GP_MEM_OK
+        || (out != in && (st = x->mem_check(m->engine, out, len, &gpu_out)) != GP_MEM_OK))
         return st;
     if (out != in && gpu_in != gpu_out)
         return GP_MEM_SPLIT;
-    /* Stream-ordered: the stream must be one of the GPU that holds the data (devmem.c); asked once
-     * a message for each GPU its data is on (the stream is fixed for the message). */
-    if (m->stream_now != 0 && !(m->stream_ok == m->stream_now && m->stream_ok_gpu == gpu_in)) {
-        if (x->stream_check == NULL)
-            return GP_MEM_NO_EXECUTOR;
-        if ((st = x->stream_check(m->engine, m->stream_now, gpu_in)) != GP_MEM_OK)
-            return st;
-        m->stream_ok = m->stream_now;
-        m->stream_ok_gpu = gpu_in;
-    }
+    /* Stream-ordered: the stream must be one of the GPU that holds the data (devmem.c). */
+    if (m->stream_now != 0
+        && (x->stream_check == NULL || (st = x->stream_check(m->engine, m->stream_now, gpu_in)) != GP_MEM_OK))
+        return x->stream_check == NULL ? GP_MEM_NO_EXECUTOR : st;
     *gpu = gpu_in;
     return GP_MEM_OK;
 }
@@ -1043,7 +988,7 @@ int gp_msg_is_host_memory(gp_msg *m, const uint8_t *p, size_t len)
     const gp_executor *x = m->exec;
     int gpu = -1;
 
-    return x == NULL || x->mem_check == NULL || x->mem_check(m->engine, p, len, &gpu, NULL, NULL) == GP_MEM_NOT_DEVICE;
+    return x == NULL || x->mem_check == NULL || x->mem_check(m->engine, p, len, &gpu) == GP_MEM_NOT_DEVICE;
 }
 
 int gp_msg_tag(gp_msg *m, uint8_t tag[16])

@@ -158,16 +158,6 @@ static test_devmem test_devmem_table[TEST_DEVMEM_MAX];
 
 __attribute__((visibility("default"))) void *gpuprov_test_devmem_alloc(size_t size, int gpu);
 __attribute__((visibility("default"))) void gpuprov_test_devmem_free(void *p);
-/* How many pointers the stand-in's mem_check was asked about (the engine remembers ranges within a
- * message: engine.c, gp_msg_check_device). */
-__attribute__((visibility("default"))) unsigned long gpuprov_test_devmem_checks(void);
-__attribute__((visibility("default"))) void gpuprov_test_devmem_to_host(void *p);
-static _Atomic unsigned long test_devmem_checks;
-
-unsigned long gpuprov_test_devmem_checks(void)
-{
-    return atomic_load(&test_devmem_checks);
-}
 
 void *gpuprov_test_devmem_alloc(size_t size, int gpu)
 {
@@ -189,44 +179,29 @@ void *gpuprov_test_devmem_alloc(size_t size, int gpu)
     return NULL;
 }
 
-static void test_devmem_drop(void *p, int release)
+void gpuprov_test_devmem_free(void *p)
 {
     pthread_mutex_lock(&test_devmem_lock);
     for (int i = 0; i < TEST_DEVMEM_MAX; i++) {
         if (p != NULL && test_devmem_table[i].base == p) {
             OPENSSL_cleanse(p, test_devmem_table[i].size);
-            if (release)
-                free(p);
+            free(p);
             test_devmem_table[i].base = NULL;
         }
     }
     pthread_mutex_unlock(&test_devmem_lock);
 }
 
-void gpuprov_test_devmem_free(void *p)
-{
-    test_devmem_drop(p, 1);
-}
-
-/* The allocation forgotten and its memory left to the caller (free() it): host memory now, at the
- * address a device buffer had, as after cudaFree and a host allocation that reuses the address. */
-void gpuprov_test_devmem_to_host(void *p)
-{
-    test_devmem_drop(p, 0);
-}
-
 /* gp_executor.mem_check of the stand-in: the allocation that holds p, as gp_cuda_mem_check asks
  * the driver; GP_MEM_NO_EXECUTOR without the hook (the engine asks with p NULL whether it stands
  * in). */
-static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu, uintptr_t *base, size_t *size)
+static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     const uint8_t *b = p;
     int st = GP_MEM_NOT_DEVICE;
 
     if (!e->knobs.test.host_devmem)
         return GP_MEM_NO_EXECUTOR;
-    if (p != NULL)
-        atomic_fetch_add(&test_devmem_checks, 1);
     pthread_mutex_lock(&test_devmem_lock);
     for (int i = 0; i < TEST_DEVMEM_MAX && st == GP_MEM_NOT_DEVICE; i++) {
         const test_devmem *a = &test_devmem_table[i];
@@ -236,10 +211,6 @@ static int host_mem_check(gp_engine *e, const void *p, size_t len, int *gpu, uin
         *gpu = a->gpu;
         st = a->gpu >= TEST_DEVMEM_OPEN_GPUS ? GP_MEM_GPU_NOT_OPEN
              : len > a->size - (size_t)(b - a->base) ? GP_MEM_PAST_END : GP_MEM_OK;
-        if (st == GP_MEM_OK && base != NULL && size != NULL) {
-            *base = (uintptr_t)a->base;
-            *size = a->size;
-        }
     }
     pthread_mutex_unlock(&test_devmem_lock);
     return st;

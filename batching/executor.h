@@ -44,11 +44,9 @@ typedef struct gp_executor {
      * NULL: nothing kept. May run on an async job's stack. */
     void (*key_forget)(gp_engine *e, gp_key *k);
     /* Device mode (engine.h): may this executor take [p, p + len) as device memory? enum
-     * gp_mem_status; *gpu: the GPU that holds it; with GP_MEM_OK, *base and *size (where not
-     * NULL): the allocation that holds it, which the engine remembers for the rest of the message
-     * (core.h gp_msg.dev_ranges; *size 0: do not). GP_MEM_NO_EXECUTOR (p NULL included): it takes
+     * gp_mem_status; *gpu: the GPU that holds it. GP_MEM_NO_EXECUTOR (p NULL included): it takes
      * none in this engine now; NULL: it never takes any. */
-    int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu, uintptr_t *base, size_t *size);
+    int (*mem_check)(gp_engine *e, const void *p, size_t len, int *gpu);
     /*
      * Stream-ordered device mode (engine.h, gp_msg_set_stream). stream_check: may requests on data
      * of GPU `gpu` be ordered on `stream` (a cudaStream_t's value)? enum gp_mem_status; NULL: the

@@ -50,8 +50,6 @@ typedef struct gp_exec_fault {
 
 /* AAD a hybrid message holds until its first data request picks the executor (TLS: 5 or 13 B). */
 #define GP_MSG_AAD_HOLD 64
-/* Device allocations a message remembers (in and out, and one more for a pipeline's spans). */
-#define GP_MSG_DEV_RANGES 4
 
 struct gp_msg {
     gp_engine *engine;
@@ -69,17 +67,6 @@ struct gp_msg {
     void *ordered;               /* its executor's state of the mode (NULL: none yet); released by the
                                   * executor's msg_clear */
     int ordered_tag;             /* a tag is queued: ordered_wait gives it (gp_msg_tag_wait) */
-    /* Device mode: what the executor's checks said of this message's buffers and stream, so that
-     * its later requests ask nothing of the driver while their pointers stay inside (engine.c,
-     * gp_msg_check_device). Forgotten at every start: a range is trusted for one message only. */
-    struct {
-        uintptr_t base;
-        size_t size;             /* 0: none */
-        int gpu;
-    } dev_ranges[GP_MSG_DEV_RANGES];
-    unsigned int dev_next;       /* the entry the next range replaces */
-    uint64_t stream_ok;          /* stream_check said GP_MEM_OK for this stream and GPU (0: none) */
-    int stream_ok_gpu;
     uint8_t iv[128];
     size_t ivlen;
     gp_msg_state st;             /* host/cuda: the kernel state */

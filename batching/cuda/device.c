@@ -168,20 +168,6 @@ int gp_cuda_device_enter(int dev, int *saved)
     return cudaSetDevice(dev) == cudaSuccess;
 }
 
-int gp_cuda_enter_primary(const gp_cuda *g, int dev, int *saved)
-{
-    CUcontext current = NULL;
-
-    (void)pthread_once(&ctx_get_current_once, ctx_get_current_find);
-    if (ctx_get_current != NULL && g->primary != NULL && dev >= g->stage_device && dev < g->stage_device + g->ngpus
-        && g->primary[dev - g->stage_device] != NULL && ctx_get_current(&current) == CUDA_SUCCESS
-        && current == g->primary[dev - g->stage_device]) {
-        *saved = -1;   /* already there: nothing to set, nothing to put back */
-        return 1;
-    }
-    return gp_cuda_device_enter(dev, saved);
-}
-
 void gp_cuda_device_leave(int saved)
 {
     if (saved >= 0)
@@ -480,7 +466,6 @@ int gp_cuda_open(gp_engine *e)
     c->open_gen = gp_fork_generation();
     c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange", 3020);
     c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
-    c->ptr_attrs = (PFN_cuPointerGetAttributes_v7000)driver_call("cuPointerGetAttributes", 7000);
     c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
     c->stream_ctx = (PFN_cuStreamGetCtx_v9020)driver_call("cuStreamGetCtx", 9020);
     if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)

@@ -21,56 +21,7 @@ typedef struct mem_query {
     const void *p;
     size_t len;
     int gpu;
-    uintptr_t base;              /* GP_MEM_OK: the allocation, for the engine to remember */
-    size_t size;
 } mem_query;
-
-/*
- * The common case in one driver call (cuPointerGetAttributes answers for any pointer, CUDA's or
- * not, without a context current, and without an error for a pointer it does not know): memory
- * type, managed or not, GPU, owning context, memory pool and the allocation's bounds. -1 where it
- * cannot say for certain, and the long way below decides: the call failed, managed memory (the
- * runtime's answer decides it), or an allocation whose "range" may be wider than what is mapped
- * (a VMM mapping, no context: a reserved range; a stream-ordered pool's block: the pool's range,
- * which cuMemGetAddressRange narrows to the allocation).
- */
-static int mem_query_fast(mem_query *q)
-{
-    CUpointer_attribute at[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT,
-                                 CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE };
-    /* Each answer in a zeroed 8-byte word: whatever width the driver writes (bool, int, pointer),
-     * the word reads it (little-endian). */
-    uint64_t v[sizeof(at) / sizeof(at[0])];
-    void *data[sizeof(at) / sizeof(at[0])];
-    const uintptr_t at_p = (uintptr_t)q->p;
-    int dev;
-
-    memset(v, 0, sizeof(v));
-    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
-        data[i] = &v[i];
-    if (q->g->ptr_attrs == NULL
-        || q->g->ptr_attrs((unsigned int)(sizeof(at) / sizeof(at[0])), at, data, (CUdeviceptr)at_p) != CUDA_SUCCESS)
-        return -1;
-    if (v[1] != 0)
-        return -1;   /* managed */
-    if (v[0] == 0 || v[0] == CU_MEMORYTYPE_HOST)
-        return GP_MEM_NOT_DEVICE;   /* not CUDA's (freed, never allocated), or pinned host memory */
-    if (v[0] != CU_MEMORYTYPE_DEVICE || v[3] == 0 || v[4] != 0)
-        return -1;
-    dev = (int)(int32_t)(uint32_t)v[2];
-    q->gpu = dev;
-    if (dev < q->g->stage_device || dev >= q->g->stage_device + q->g->ngpus)
-        return GP_MEM_GPU_NOT_OPEN;
-    if ((CUcontext)(uintptr_t)v[3] != q->g->primary[dev - q->g->stage_device])
-        return GP_MEM_NOT_DEVICE;   /* another context's: the GPU would fault on it in ours */
-    if (at_p < v[5] || at_p - v[5] > v[6] || q->len > v[6] - (at_p - v[5]))
-        return GP_MEM_PAST_END;
-    q->base = (uintptr_t)v[5];
-    q->size = (size_t)v[6];
-    return GP_MEM_OK;
-}
 
 static int mem_query_run(void *arg)
 {
@@ -81,8 +32,6 @@ static int mem_query_run(void *arg)
     size_t size = 0;
     int saved, st;
 
-    if ((st = mem_query_fast(q)) >= 0)
-        return st;
     memset(&a, 0, sizeof(a));
     if (cudaPointerGetAttributes(&a, q->p) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -93,26 +42,22 @@ static int mem_query_run(void *arg)
     q->gpu = a.device;
     if (a.device < q->g->stage_device || a.device >= q->g->stage_device + q->g->ngpus)
         return GP_MEM_GPU_NOT_OPEN;
-    if (!gp_cuda_enter_primary(q->g, a.device, &saved) || q->g->mem_range(&base, &size, at) != CUDA_SUCCESS)
+    if (!gp_cuda_device_enter(a.device, &saved) || q->g->mem_range(&base, &size, at) != CUDA_SUCCESS)
         st = GP_MEM_NOT_DEVICE;
     else if (q->g->ptr_attr(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, at) == CUDA_SUCCESS && owner != NULL
              && owner != q->g->primary[a.device - q->g->stage_device])
         st = GP_MEM_NOT_DEVICE;   /* another context's: the GPU would fault on it in ours */
     else
-        st = at < base || at - base > size || q->len > size - (size_t)(at - base) ? GP_MEM_PAST_END : GP_MEM_OK;
-    if (st == GP_MEM_OK) {
-        q->base = (uintptr_t)base;
-        q->size = size;
-    }
+        st = at - base > size || q->len > size - (size_t)(at - base) ? GP_MEM_PAST_END : GP_MEM_OK;
     (void)cudaGetLastError();
     gp_cuda_device_leave(saved);
     return st;
 }
 
-int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu, uintptr_t *base, size_t *size)
+int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     gp_cuda *g = e->cuda;
-    mem_query q = { g, p, len, -1, 0, 0 };
+    mem_query q = { g, p, len, -1 };
     int st;
 
     if (g == NULL || g->mem_range == NULL || g->ptr_attr == NULL || g->ctx_current == NULL
@@ -120,10 +65,6 @@ int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu, uintptr
         return GP_MEM_NO_EXECUTOR;
     st = gp_async_in_job() ? gp_call_off_job_stack(mem_query_run, &q) : mem_query_run(&q);
     *gpu = q.gpu;
-    if (st == GP_MEM_OK && base != NULL && size != NULL) {
-        *base = q.base;
-        *size = q.size;
-    }
     return st;
 }
 
@@ -151,7 +92,7 @@ static int stream_query_run(void *arg)
 
     if (q->gpu < q->g->stage_device || q->gpu >= q->g->stage_device + q->g->ngpus)
         return GP_MEM_GPU_NOT_OPEN;
-    if (!gp_cuda_enter_primary(q->g, q->gpu, &saved))
+    if (!gp_cuda_device_enter(q->gpu, &saved))
         return GP_MEM_BAD_STREAM;
     st = q->g->stream_ctx((CUstream)(uintptr_t)q->stream, &owner) == CUDA_SUCCESS
          && owner == q->g->primary[q->gpu - q->g->stage_device] ? GP_MEM_OK : GP_MEM_BAD_STREAM;

@@ -154,7 +154,6 @@ typedef struct gp_cuda {
      * where the slots' streams live (ngpus entries). */
     PFN_cuMemGetAddressRange_v3020 mem_range;
     PFN_cuPointerGetAttribute_v4000 ptr_attr;
-    PFN_cuPointerGetAttributes_v7000 ptr_attrs;   /* NULL: every check takes the long way (devmem.c) */
     PFN_cuCtxGetCurrent_v4000 ctx_current;
     PFN_cuStreamGetCtx_v9020 stream_ctx;   /* stream-ordered device mode: the caller's stream's
                                             * context (NULL: the mode is not offered) */
@@ -259,9 +258,6 @@ int gp_cuda_arena_reserve(gp_engine *e, gp_cuda_slot *c, size_t need);
 int gp_cuda_scratch_reserve(gp_cuda_slot *c, size_t n);
 int gp_cuda_piece_events(gp_cuda_slot *c, size_t n);
 int gp_cuda_device_enter(int dev, int *saved);
-/* As gp_cuda_device_enter, with no call past cuCtxGetCurrent where the thread has the GPU's
- * primary context current already (a device-mode caller's thread, usually). */
-int gp_cuda_enter_primary(const gp_cuda *g, int dev, int *saved);
 void gp_cuda_device_leave(int saved);
 gp_cuda_keys *gp_cuda_keys_of(gp_cuda *g, const gp_cuda_slot *sl);
 void gp_cuda_key_forget(gp_engine *e, gp_key *k);
@@ -273,7 +269,7 @@ int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
 void gp_cuda_ordered_release(gp_msg *m);
 
 /* devmem.c: device mode. */
-int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu, uintptr_t *base, size_t *size);
+int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu);
 int gp_cuda_stream_check(gp_engine *e, uint64_t stream, int gpu);
 
 /* plan.c: a wave's plan, layout and fill. */

@@ -60,7 +60,7 @@ typedef struct cuda_ordered {
     uint8_t *dev;                /* the block (cudaMallocAsync on `stream`) */
     size_t dev_cap;
     gp_stage_chunk *chunk;       /* mapped pinned: tag and state back */
-    cudaEvent_t last;            /* behind the last state copy back (a tag's, or a wait's) */
+    cudaEvent_t last;            /* after the message's last queued request (and its tag, state) */
     int state_back;              /* the state copy behind `last` is current */
     int failed;
     gp_msg_state shadow;         /* the state the requests queued so far will leave */
@@ -301,7 +301,7 @@ static int ordered_run_here(void *arg)
         if (j.nunits > 0 && ((gpu_addr(r->in + j.head_len) & 15) != 0 || (gpu_addr(r->out + j.head_len) & 15) != 0))
             return ordered_give_back(c->e, m);
     }
-    if (!gp_cuda_enter_primary(c->e->cuda, gpu, &saved))
+    if (!gp_cuda_device_enter(gpu, &saved))
         return GP_REQ_FAILED;
     if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
         gp_cuda_device_leave(saved);
@@ -341,7 +341,8 @@ static int ordered_run_here(void *arg)
             off += n;
         } while (off < r->len && err == cudaSuccess);
     }
-    /* No event behind a data or AAD request: a wait records its own (ordered_wait_here). */
+    if (err == cudaSuccess && op != GP_OP_TAG)
+        err = cudaEventRecord(o->last, o->stream);
     gp_cuda_device_leave(saved);
     return err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);
 }
@@ -365,7 +366,7 @@ static int ordered_wait_here(void *arg)
         return GP_REQ_OK;   /* nothing queued: the state is the message's own */
     if (o->failed)
         return GP_REQ_FAILED;
-    if (!gp_cuda_enter_primary(o->g, o->gpu, &saved))
+    if (!gp_cuda_device_enter(o->gpu, &saved))
         return GP_REQ_FAILED;
     /* Behind a tag the state is on its way already; else (a copy of the context mid-message) it is
      * fetched now, and the wait covers what the caller queued since too. */
@@ -408,7 +409,7 @@ static int ordered_release_here(void *arg)
     int saved;
 
     m->ordered = NULL;
-    if (gp_cuda_enter_primary(o->g, o->gpu, &saved)) {
+    if (gp_cuda_device_enter(o->gpu, &saved)) {
         /* The block cleared (state, key, powers, partials) and freed behind the message's work,
          * then the chunk back. An event may be destroyed before it completes. */
         if ((err = cudaMemsetAsync(o->dev, 0, o->dev_cap, o->stream)) == cudaSuccess

@@ -80,8 +80,6 @@ void evp_raw_get(const gptest_env *env, int gp, const char *name, evp_raw *raw);
 typedef struct {
     void *(*alloc)(size_t size, int gpu);
     void (*free)(void *p);
-    unsigned long (*checks)(void);   /* pointers the stand-in's mem_check was asked about */
-    void (*to_host)(void *p);        /* forget p's allocation, leaving its memory host memory */
 } evp_standin;
 void evp_standin_find(evp_standin *s);
 

@@ -568,62 +568,6 @@ static void test_bad_pointers(void **state)
     }
 }
 
-#ifndef DEVMEM_TEST_CUDA
-/*
- * The engine remembers, for the rest of a message, the allocations the executor's check vouched
- * for (batching/engine.c, gp_msg_check_device): later updates inside them ask nothing, a pointer
- * or length that leaves them is asked about again, and each start forgets them, so that a host
- * buffer made where a freed device buffer was is refused in the next message. Counted through the
- * stand-in's mem_check.
- */
-static void test_range_memory(void **state)
-{
-    (void)state;
-    for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
-        EVP_CIPHER_CTX *ctx = device_ctx(idx, 1);
-        unsigned char pt[1024], ref[1024], got[1024], tag[16], dtag[16], key[32] = { 1 }, iv[16] = { 2 };
-        unsigned char *in = dm_alloc(sizeof(pt), data_gpu), *out = dm_alloc(sizeof(pt), data_gpu), *host;
-        unsigned long c0;
-        int outl = 0;
-
-        gptest_rand_bytes(pt, sizeof(pt));
-        dm_put(in, pt, sizeof(pt));
-        c0 = standin.checks();
-        for (size_t off = 0; off < sizeof(pt); off += 256)
-            assert_int_equal(EVP_EncryptUpdate(ctx, out + off, &outl, in + off, 256), 1);
-        assert_int_equal(EVP_EncryptFinal_ex(ctx, NULL, &outl), 1);
-        /* in and out once each; the other three updates fell inside what was learnt */
-        assert_int_equal(standin.checks() - c0, 2);
-        reference(idx, 1, key, iv, NULL, 0, pt, sizeof(pt), ref, tag);
-        dm_get(got, out, sizeof(got));
-        assert_memory_equal(got, ref, sizeof(got));
-        if (is_aead(idx)) {
-            assert_int_equal(evp_get_tag(ctx, dtag, 16), 1);
-            assert_memory_equal(dtag, tag, 16);
-        }
-        /* A new message asks again; a length past the allocation leaves the range and is refused. */
-        assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
-        c0 = standin.checks();
-        assert_int_equal(EVP_EncryptUpdate(ctx, out, &outl, in, 256), 1);
-        assert_int_equal(standin.checks() - c0, 2);
-        expect_error(EVP_EncryptUpdate(ctx, out + 256, &outl, in + 256, (int)sizeof(pt)), "an input past its end",
-                     "past the end");
-        assert_int_equal(EVP_EncryptFinal_ex(ctx, NULL, &outl), 1);
-        /* The input's allocation gone and host memory at its address (cudaFree, then a host
-         * allocation that reuses the address): the next message refuses it. */
-        standin.to_host(in);
-        host = in;
-        memcpy(host, pt, sizeof(pt));
-        assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
-        expect_error(EVP_EncryptUpdate(ctx, out, &outl, host, 256), "host memory where the input was",
-                     "not CUDA device");
-        free(host);
-        dm_free(out);
-        EVP_CIPHER_CTX_free(ctx);
-    }
-}
-#endif
-
 /* The mode changes between messages only; a refused change leaves the message as it was. */
 static void test_mid_message(void **state)
 {
@@ -1114,9 +1058,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_bad_pointers),
-#ifndef DEVMEM_TEST_CUDA
-        cmocka_unit_test(test_range_memory),
-#endif
         cmocka_unit_test(test_mid_message),
         cmocka_unit_test(test_reinit),
         cmocka_unit_test(test_async_jobs),
