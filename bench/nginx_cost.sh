@@ -70,24 +70,4 @@ EOC
   python3 "$root/bench/callgrind_sum.py" --functions "$NGX_TMP/$3" > "$NGX_TMP/$3.fn"
 }
 serve default $n1 d1; serve default $n2 d2; serve gpuprov $n1 g1; serve gpuprov $n2 g2
-python3 - "$NGX_TMP" $((n2 - n1)) "$top" "$suite $body B" <<'PY'
-import sys
-tmp, n, top, what = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-def load(name):
-    d = {}
-    for line in open(f"{tmp}/{name}.fn"):
-        c, o, f = line.rstrip("\n").split(" ", 2)
-        d[(o, f)] = d.get((o, f), 0) + int(c)
-    return d
-d1, d2, g1, g2 = (load(x) for x in ("d1", "d2", "g1", "g2"))
-keys = set(d1) | set(d2) | set(g1) | set(g2)
-dd = {k: (d2.get(k, 0) - d1.get(k, 0)) / n for k in keys}
-gg = {k: (g2.get(k, 0) - g1.get(k, 0)) / n for k in keys}
-td, tg = sum(dd.values()), sum(gg.values())
-own = sum(v for k, v in gg.items() if k[0] == "gpuprov.so")
-print(f"nginx_cost: {what}: default {td:.0f} instructions a response, gpuprov {tg:.0f} ({100 * (tg - td) / td:+.2f}%), "
-      f"of them {own:.0f} in gpuprov.so")
-for k in sorted(keys, key=lambda k: -abs(gg[k] - dd[k]))[:top]:
-    if abs(gg[k] - dd[k]) >= 1:
-        print(f"{dd[k]:10.1f} {gg[k]:10.1f} {gg[k] - dd[k]:+9.1f}  {k[0]} {k[1]}")
-PY
+python3 "$root/bench/callgrind_diff.py" "$NGX_TMP" $((n2 - n1)) "$top" nginx_cost "$suite $body B" "a response"
