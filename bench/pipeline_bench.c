@@ -39,7 +39,8 @@
  *     LD_LIBRARY_PATH=$P/lib build/bench/pipeline_bench --module-dir build/provider
  * GPUPROV_STATS=1 adds gpuprov's stats lines at exit (mean_batch: the requests per batch; a pipeline
  * call of 32 on the GPU side is one batch of 32). Options: --part host|device|all, --seconds,
- * --repeats. Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default,
+ * --repeats; --calls N --side gpuprov|default runs N untimed calls of one host side (32 messages
+ * each), for instruction counts (bench/pipeline_cost.sh). Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default,
  * AES-256-GCM >= 0.97x; device 1,024 x 16 KiB >= 30 GB/s; ResNet-50 set >= 100 GB/s.
  */
 
@@ -55,6 +56,8 @@ static double seconds = 0.5;
 static int repeats = 5;
 static size_t host_msg = MSG;   /* --msg-bytes: the host cells' message length */
 static char host_ciphers[128] = "ChaCha20-Poly1305,AES-256-GCM";   /* --ciphers: the host cells' */
+static long fixed_calls;        /* --calls N: N calls of one side, untimed (instruction counts) */
+static const char *fixed_side = "gpuprov";   /* --side gpuprov|default: which side --calls runs */
 
 static void die(const char *what)
 {
@@ -198,6 +201,18 @@ static void bench_host(const char *cipher)
         if (memcmp(ref, out[i], host_msg) != 0 || memcmp(rtag, tags[i], 16) != 0)
             die("a pipe differs from the default provider");
     }
+    if (fixed_calls > 0) {
+        /* Instruction counts (bench/pipeline_cost.sh): N calls of one side, no clock, no warm-up. */
+        for (long c = 0; c < fixed_calls; c++) {
+            if (strcmp(fixed_side, "default") == 0)
+                for (int i = 0; i < NPIPES; i++)
+                    one_msg(dc, in[i], out[i], host_msg, k++, tags[i]);
+            else
+                pipe_call(pc, gp, key, NPIPES, in, out, len, k += NPIPES, tags, NULL);
+        }
+        printf("PIPE_CALLS,%s,%s,%ld\n", cipher, fixed_side, fixed_calls);
+        goto done;
+    }
     /* Warm: under backend auto the GPU opens and is measured meanwhile (the calls' demand). */
     for (t0 = now_s(); now_s() - t0 < 1.0;)
         pipe_call(pc, gp, key, NPIPES, in, out, len, k += NPIPES, tags, NULL);
@@ -220,6 +235,7 @@ static void bench_host(const char *cipher)
                "ratio %.2fx\n", cipher, NPIPES, host_msg / 1024, g, d, g / d);
         printf("PIPE_HOST,%s,%d,%zu,%.3f,%.3f,%.3f\n", cipher, NPIPES, host_msg, g, d, g / d);
     }
+done:
     for (int i = 0; i < NPIPES; i++) {
         free(in[i]);
         free(out[i]);
@@ -440,6 +456,7 @@ int main(int argc, char **argv)
         { "module-dir", required_argument, NULL, 'm' }, { "seconds", required_argument, NULL, 's' },
         { "repeats", required_argument, NULL, 'r' },    { "part", required_argument, NULL, 'p' },
         { "msg-bytes", required_argument, NULL, 'b' },  { "ciphers", required_argument, NULL, 'c' },
+        { "calls", required_argument, NULL, 'n' },      { "side", required_argument, NULL, 'd' },
         { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
@@ -455,9 +472,12 @@ int main(int argc, char **argv)
         case 'p': part = optarg; break;
         case 'b': host_msg = strtoul(optarg, NULL, 10); break;
         case 'c': snprintf(host_ciphers, sizeof(host_ciphers), "%s", optarg); break;
+        case 'n': fixed_calls = atol(optarg); break;
+        case 'd': fixed_side = optarg; break;
         default:
             fprintf(stderr, "usage: pipeline_bench [--module-dir DIR] [--seconds 0.5] [--repeats 5] "
-                            "[--part host|device|all] [--msg-bytes 16384] [--ciphers A,B (host)]\n");
+                            "[--part host|device|all] [--msg-bytes 16384] [--ciphers A,B (host)]\n"
+                            "                      [--calls N --side gpuprov|default (host: N untimed calls)]\n");
             return 2;
         }
     }
