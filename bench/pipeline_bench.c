@@ -97,10 +97,14 @@ static void fill(unsigned char *p, size_t n, uint64_t seed)
     }
 }
 
-/* A 12-byte IV unique to message k. */
-static void iv_for(unsigned char iv[12], uint64_t k)
+/* The cipher of the cells that run: its key and IV lengths, and whether it makes tags (AES-256-GCM
+ * and ChaCha20-Poly1305 by default; --ciphers may name AES-128-CTR or ChaCha20 for the host cells). */
+static int key_len = 32, iv_len = 12, aead = 1;
+
+/* An IV (iv_len bytes, 12 or 16) unique to message k; a 16-byte counter block starts at 0. */
+static void iv_for(unsigned char iv[16], uint64_t k)
 {
-    memset(iv, 0, 12);
+    memset(iv, 0, 16);
     memcpy(iv + 4, &k, sizeof(k));
 }
 
@@ -121,7 +125,7 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
                       unsigned char *const *in, unsigned char *const *out, const size_t *len, uint64_t first,
                       unsigned char tags[][16], int *device)
 {
-    unsigned char ivs[NPIPES][12], *tagp[NPIPES], **tp = tagp;
+    unsigned char ivs[NPIPES][16], *tagp[NPIPES], **tp = tagp;
     const unsigned char *ivp[NPIPES];
     size_t outl[NPIPES], outsize[NPIPES];
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
@@ -134,7 +138,7 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
     }
     /* The cipher only at the context's first init: given again, OpenSSL 3.5's EVP resets the
      * context (EVP_CIPHER_CTX_reset) after taking numpipes, and frees gpuprov's pipeline with it. */
-    if (api.encrypt_init(ctx, EVP_CIPHER_CTX_get0_cipher(ctx) == NULL ? c : NULL, key, 32, n, ivp, 12) != 1)
+    if (api.encrypt_init(ctx, EVP_CIPHER_CTX_get0_cipher(ctx) == NULL ? c : NULL, key, (size_t)key_len, n, ivp, (size_t)iv_len) != 1)
         die("pipeline init failed");
     if (device != NULL && *device) {
         p[0] = OSSL_PARAM_construct_utf8_string("gpuprov-memory", "device", 0);
@@ -148,6 +152,8 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
         outsize[i] = 0;
     if (api.final(ctx, (unsigned char **)out, outl, outsize) != 1)
         die("pipeline Final failed");
+    if (!aead)
+        return;
     p[0] = pipe_tag_param(&tp, 16);
     if (EVP_CIPHER_CTX_get_params(ctx, p) != 1)
         die("pipeline tags failed");
@@ -157,14 +163,14 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
 static void one_msg(EVP_CIPHER_CTX *ctx, const unsigned char *in, unsigned char *out, size_t len, uint64_t k,
                     unsigned char tag[16])
 {
-    unsigned char iv[12], fin[16];
+    unsigned char iv[16], fin[16];
     int outl;
 
     iv_for(iv, k);
     if (EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL) != 1
         || (len > 0 && EVP_EncryptUpdate(ctx, out, &outl, in, (int)len) != 1)
         || EVP_EncryptFinal_ex(ctx, fin, &outl) != 1
-        || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1)
+        || (aead && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1))
         die("a message failed");
 }
 
@@ -183,6 +189,13 @@ static void bench_host(const char *cipher)
         die("out of memory");
     if (!api.can_pipeline(gp, 1))
         die("gpuprov's cipher does not pipeline (passthrough: backend auto on a host without a GPU)");
+    key_len = EVP_CIPHER_get_key_length(gp);
+    iv_len = EVP_CIPHER_get_iv_length(gp);
+    aead = (EVP_CIPHER_get_flags(gp) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
+    if (key_len > 32 || (iv_len != 12 && iv_len != 16))
+        die("a cipher of another key or IV length");
+    memset(tags, 0, sizeof(tags));
+    memset(rtag, 0, sizeof(rtag));
     fill(key, sizeof(key), 1);
     for (int i = 0; i < NPIPES; i++) {
         in[i] = malloc(host_msg);
@@ -245,6 +258,7 @@ done:
     EVP_CIPHER_CTX_free(dc);
     EVP_CIPHER_free(gp);
     EVP_CIPHER_free(df);
+    key_len = 32, iv_len = 12, aead = 1;   /* the device cells' AES-256-GCM */
 }
 
 /* ---- device memory (a CUDA build) ---- */
