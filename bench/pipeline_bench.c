@@ -39,7 +39,8 @@
  *     LD_LIBRARY_PATH=$P/lib build/bench/pipeline_bench --module-dir build/provider
  * GPUPROV_STATS=1 adds gpuprov's stats lines at exit (mean_batch: the requests per batch; a pipeline
  * call of 32 on the GPU side is one batch of 32). Options: --part host|device|all, --seconds,
- * --repeats. Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default,
+ * --repeats; --calls N --side gpuprov|default runs N untimed calls of one host side (32 messages
+ * each), for instruction counts (bench/pipeline_cost.sh). Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default,
  * AES-256-GCM >= 0.97x; device 1,024 x 16 KiB >= 30 GB/s; ResNet-50 set >= 100 GB/s.
  */
 
@@ -55,6 +56,8 @@ static double seconds = 0.5;
 static int repeats = 5;
 static size_t host_msg = MSG;   /* --msg-bytes: the host cells' message length */
 static char host_ciphers[128] = "ChaCha20-Poly1305,AES-256-GCM";   /* --ciphers: the host cells' */
+static long fixed_calls;        /* --calls N: N calls of one side, untimed (instruction counts) */
+static const char *fixed_side = "gpuprov";   /* --side gpuprov|default: which side --calls runs */
 
 static void die(const char *what)
 {
@@ -94,10 +97,14 @@ static void fill(unsigned char *p, size_t n, uint64_t seed)
     }
 }
 
-/* A 12-byte IV unique to message k. */
-static void iv_for(unsigned char iv[12], uint64_t k)
+/* The cipher of the cells that run: its key and IV lengths, and whether it makes tags (AES-256-GCM
+ * and ChaCha20-Poly1305 by default; --ciphers may name AES-128-CTR or ChaCha20 for the host cells). */
+static int key_len = 32, iv_len = 12, aead = 1;
+
+/* An IV (iv_len bytes, 12 or 16) unique to message k; a 16-byte counter block starts at 0. */
+static void iv_for(unsigned char iv[16], uint64_t k)
 {
-    memset(iv, 0, 12);
+    memset(iv, 0, 16);
     memcpy(iv + 4, &k, sizeof(k));
 }
 
@@ -118,7 +125,7 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
                       unsigned char *const *in, unsigned char *const *out, const size_t *len, uint64_t first,
                       unsigned char tags[][16], int *device)
 {
-    unsigned char ivs[NPIPES][12], *tagp[NPIPES], **tp = tagp;
+    unsigned char ivs[NPIPES][16], *tagp[NPIPES], **tp = tagp;
     const unsigned char *ivp[NPIPES];
     size_t outl[NPIPES], outsize[NPIPES];
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
@@ -131,7 +138,7 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
     }
     /* The cipher only at the context's first init: given again, OpenSSL 3.5's EVP resets the
      * context (EVP_CIPHER_CTX_reset) after taking numpipes, and frees gpuprov's pipeline with it. */
-    if (api.encrypt_init(ctx, EVP_CIPHER_CTX_get0_cipher(ctx) == NULL ? c : NULL, key, 32, n, ivp, 12) != 1)
+    if (api.encrypt_init(ctx, EVP_CIPHER_CTX_get0_cipher(ctx) == NULL ? c : NULL, key, (size_t)key_len, n, ivp, (size_t)iv_len) != 1)
         die("pipeline init failed");
     if (device != NULL && *device) {
         p[0] = OSSL_PARAM_construct_utf8_string("gpuprov-memory", "device", 0);
@@ -145,6 +152,8 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
         outsize[i] = 0;
     if (api.final(ctx, (unsigned char **)out, outl, outsize) != 1)
         die("pipeline Final failed");
+    if (!aead)
+        return;
     p[0] = pipe_tag_param(&tp, 16);
     if (EVP_CIPHER_CTX_get_params(ctx, p) != 1)
         die("pipeline tags failed");
@@ -154,14 +163,14 @@ static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned c
 static void one_msg(EVP_CIPHER_CTX *ctx, const unsigned char *in, unsigned char *out, size_t len, uint64_t k,
                     unsigned char tag[16])
 {
-    unsigned char iv[12], fin[16];
+    unsigned char iv[16], fin[16];
     int outl;
 
     iv_for(iv, k);
     if (EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL) != 1
         || (len > 0 && EVP_EncryptUpdate(ctx, out, &outl, in, (int)len) != 1)
         || EVP_EncryptFinal_ex(ctx, fin, &outl) != 1
-        || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1)
+        || (aead && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1))
         die("a message failed");
 }
 
@@ -180,6 +189,13 @@ static void bench_host(const char *cipher)
         die("out of memory");
     if (!api.can_pipeline(gp, 1))
         die("gpuprov's cipher does not pipeline (passthrough: backend auto on a host without a GPU)");
+    key_len = EVP_CIPHER_get_key_length(gp);
+    iv_len = EVP_CIPHER_get_iv_length(gp);
+    aead = (EVP_CIPHER_get_flags(gp) & EVP_CIPH_FLAG_AEAD_CIPHER) != 0;
+    if (key_len > 32 || (iv_len != 12 && iv_len != 16))
+        die("a cipher of another key or IV length");
+    memset(tags, 0, sizeof(tags));
+    memset(rtag, 0, sizeof(rtag));
     fill(key, sizeof(key), 1);
     for (int i = 0; i < NPIPES; i++) {
         in[i] = malloc(host_msg);
@@ -197,6 +213,18 @@ static void bench_host(const char *cipher)
         one_msg(dc, in[i], ref, host_msg, (uint64_t)i, rtag);
         if (memcmp(ref, out[i], host_msg) != 0 || memcmp(rtag, tags[i], 16) != 0)
             die("a pipe differs from the default provider");
+    }
+    if (fixed_calls > 0) {
+        /* Instruction counts (bench/pipeline_cost.sh): N calls of one side, no clock, no warm-up. */
+        for (long c = 0; c < fixed_calls; c++) {
+            if (strcmp(fixed_side, "default") == 0)
+                for (int i = 0; i < NPIPES; i++)
+                    one_msg(dc, in[i], out[i], host_msg, k++, tags[i]);
+            else
+                pipe_call(pc, gp, key, NPIPES, in, out, len, k += NPIPES, tags, NULL);
+        }
+        printf("PIPE_CALLS,%s,%s,%ld\n", cipher, fixed_side, fixed_calls);
+        goto done;
     }
     /* Warm: under backend auto the GPU opens and is measured meanwhile (the calls' demand). */
     for (t0 = now_s(); now_s() - t0 < 1.0;)
@@ -220,6 +248,7 @@ static void bench_host(const char *cipher)
                "ratio %.2fx\n", cipher, NPIPES, host_msg / 1024, g, d, g / d);
         printf("PIPE_HOST,%s,%d,%zu,%.3f,%.3f,%.3f\n", cipher, NPIPES, host_msg, g, d, g / d);
     }
+done:
     for (int i = 0; i < NPIPES; i++) {
         free(in[i]);
         free(out[i]);
@@ -229,6 +258,7 @@ static void bench_host(const char *cipher)
     EVP_CIPHER_CTX_free(dc);
     EVP_CIPHER_free(gp);
     EVP_CIPHER_free(df);
+    key_len = 32, iv_len = 12, aead = 1;   /* the device cells' AES-256-GCM */
 }
 
 /* ---- device memory (a CUDA build) ---- */
@@ -440,6 +470,7 @@ int main(int argc, char **argv)
         { "module-dir", required_argument, NULL, 'm' }, { "seconds", required_argument, NULL, 's' },
         { "repeats", required_argument, NULL, 'r' },    { "part", required_argument, NULL, 'p' },
         { "msg-bytes", required_argument, NULL, 'b' },  { "ciphers", required_argument, NULL, 'c' },
+        { "calls", required_argument, NULL, 'n' },      { "side", required_argument, NULL, 'd' },
         { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
@@ -455,9 +486,12 @@ int main(int argc, char **argv)
         case 'p': part = optarg; break;
         case 'b': host_msg = strtoul(optarg, NULL, 10); break;
         case 'c': snprintf(host_ciphers, sizeof(host_ciphers), "%s", optarg); break;
+        case 'n': fixed_calls = atol(optarg); break;
+        case 'd': fixed_side = optarg; break;
         default:
             fprintf(stderr, "usage: pipeline_bench [--module-dir DIR] [--seconds 0.5] [--repeats 5] "
-                            "[--part host|device|all] [--msg-bytes 16384] [--ciphers A,B (host)]\n");
+                            "[--part host|device|all] [--msg-bytes 16384] [--ciphers A,B (host)]\n"
+                            "                      [--calls N --side gpuprov|default (host: N untimed calls)]\n");
             return 2;
         }
     }

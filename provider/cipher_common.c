@@ -57,6 +57,8 @@ void gp_cipher_pipe_end(gp_cipher_ctx *ctx)
         return;
     for (size_t i = 0; i < pl->numpipes; i++) {
         gp_msg_free(pl->pipes[i].msg);
+        if (pl->pipes[i].lane_ctx != NULL)
+            pl->lane_d->freectx(pl->pipes[i].lane_ctx);   /* the default cleanses its key schedule */
         OPENSSL_free(pl->pipes[i].spans);
     }
     /* IVs and tags: nothing of a message outlives it. */
@@ -82,6 +84,7 @@ static int pipe_dup(gp_cipher_ctx *d, const gp_cipher_ctx *src)
     memcpy(pl, s, size);
     for (size_t i = 0; i < s->numpipes; i++) {
         pl->pipes[i].msg = NULL;
+        pl->pipes[i].lane_ctx = NULL;
         pl->pipes[i].spans = NULL;
         pl->pipes[i].nspans = pl->pipes[i].cap = 0;
     }
@@ -92,6 +95,11 @@ static int pipe_dup(gp_cipher_ctx *d, const gp_cipher_ctx *src)
 
         if ((p->msg = gp_msg_dup(sp->msg, d->key)) == NULL)
             return 0;
+        /* The default's dupctx is a deep copy (key schedule, counter, GHASH/Poly1305 state); the
+         * copy takes its key again at its next message, as the cpu executor's copy does. */
+        if (sp->lane_ctx != NULL && (p->lane_ctx = s->lane_d->dupctx(sp->lane_ctx)) == NULL)
+            return 0;
+        p->lane_keyed = 0;
         if (sp->nspans > 0) {
             if ((p->spans = OPENSSL_memdup(sp->spans, sp->nspans * sizeof(sp->spans[0]))) == NULL)
                 return 0;
@@ -207,6 +215,8 @@ int gp_cipher_set_key(gp_cipher_ctx *ctx, const unsigned char *key, size_t keyle
     gp_key_free(ctx->key);
     ctx->key = k;
     ctx->lane.key_loaded = 0;   /* the lane's context takes the new key at its next init */
+    for (size_t i = 0; ctx->pipe != NULL && i < ctx->pipe->numpipes; i++)
+        ctx->pipe->pipes[i].lane_keyed = 0;   /* and each pipe's, at its next message */
     return 1;
 }
 
@@ -300,9 +310,12 @@ int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p)
         ctx->stream = 0;
         gp_msg_set_stream(ctx->msg, 0);
     }
-    /* A pipeline's messages start (again) in the new mode at their first update (pipeline.c). */
+    /* A pipeline's messages start (again) in the new mode at their first update (pipeline.c),
+     * where they now belong (device memory is never on the pipeline's lane). */
     for (size_t i = 0; ctx->pipe != NULL && i < ctx->pipe->numpipes; i++)
         ctx->pipe->pipes[i].started = 0;
+    if (ctx->pipe != NULL)
+        ctx->pipe->lane_asked = 0;
     /* A message begun but with nothing processed restarts from its IV where it now belongs. */
     if (ctx->iv_state == GP_IV_STARTED)
         ctx->iv_state = GP_IV_BUFFERED;

@@ -90,9 +90,13 @@ typedef struct gp_pipe_span {
     size_t len;
 } gp_pipe_span;
 
-/* One pipe of a pipeline (OpenSSL 3.5's EVP_CipherPipeline*): a message of its own on the engine. */
+/* One pipe of a pipeline (OpenSSL 3.5's EVP_CipherPipeline*): a message of its own on the engine,
+ * or on the pipeline's lane (provider/pipeline.c) its own default-provider context. */
 typedef struct gp_pipe {
     gp_msg *msg;
+    void *lane_ctx;             /* the lane: the default's context (made by the pipeline's lane_d) */
+    int lane_keyed;             /* lane_ctx holds the context's key (gp_cipher_set_key clears it) */
+    size_t lane_ivlen;          /* GCM: the IV length lane_ctx is set to */
     uint8_t iv[128];
     int started;                /* msg started from iv (the first update or Final starts it) */
     int failed;                 /* a request of it failed: the rest of its message is refused */
@@ -109,6 +113,9 @@ typedef struct gp_pipeline {
     size_t ivlen;
     int finished;               /* Final ran: a new pipeline init starts the next messages */
     size_t taglen;              /* decrypt: the length of the expected tags */
+    const gp_cpu_direct *lane;  /* this pipeline's messages on the default's functions; NULL: the engine */
+    int lane_asked;             /* `lane` chosen for the messages of the current init */
+    const gp_cpu_direct *lane_d;   /* what made the pipes' lane_ctx (frees them) */
     gp_pipe pipes[];
 } gp_pipeline;
 

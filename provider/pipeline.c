@@ -6,6 +6,7 @@
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/params.h>
 
 #include "aead.h"
@@ -27,6 +28,18 @@
  * error's data names it: "pipe 3"), and its output in host memory is cleared; the other pipes'
  * verdicts stand. One error per kind of failure names every pipe that failed so ("pipe 3",
  * "pipes 0, 5, 17"): OpenSSL's error queue keeps only its last 16 entries.
+ *
+ * The pipeline's lane. Where the engine runs the messages on the cpu executor anyway (no GPU side
+ * opened, or its measurement keeps the algorithm on the CPU: gp_engine_cpu_lane), each pipe's
+ * message goes straight to a default-provider context of its own, as a single-message context's
+ * lane does (cpu_lane.c): the IV (and the key where the context lacks it), each update and the tag
+ * are one call each into the default's functions, the calls EVP makes for the default provider's
+ * own messages one by one. The engine's path builds a request per pipe, starts each pipe's gp_msg
+ * (asking the engine where it belongs, per pipe) and routes the call's requests together only to
+ * run them one by one on the same functions. The lane is chosen once per init, for every message
+ * of it (messages stay where they began), and never for device memory; each call's bytes are
+ * noted as the engine's path notes them (gp_engine_note_large), so that backend auto still opens
+ * the GPU where the process's demand says so, and the next init asks again.
  */
 
 static int is_aead(const gp_cipher_ctx *ctx)
@@ -137,6 +150,7 @@ static int pipe_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
     pl->ivlen = ivlen;
     pl->finished = 0;
     pl->taglen = 0;
+    pl->lane_asked = 0;   /* where this init's messages run: asked at the first call (lane_for) */
     for (size_t i = 0; i < numpipes; i++) {
         gp_pipe *p = &pl->pipes[i];
 
@@ -194,6 +208,90 @@ static int pipe_start(gp_cipher_ctx *ctx, gp_pipe *p, size_t i)
     }
     p->started = 1;
     return 1;
+}
+
+/* The lane for the messages of this init (asked at the first call that starts one), or NULL. */
+static const gp_cpu_direct *lane_for(gp_cipher_ctx *ctx, gp_pipeline *pl)
+{
+    const gp_cpu_direct *d;
+
+    if (pl->lane_asked)
+        return pl->lane;
+    /* Pipes take their route by their batch (gp_hybrid_route_batch), not by a context's last
+     * message: no last length keeps them on the lane (UINT64_MAX). */
+    d = ctx->devmem ? NULL : gp_engine_cpu_lane(ctx->provctx->engine, ctx->info->alg, ctx->info->keylen, UINT64_MAX);
+    if (d != NULL && pl->lane_d != NULL && pl->lane_d != d) {
+        for (size_t i = 0; i < pl->numpipes; i++) {   /* another cipher's functions: not expected */
+            if (pl->pipes[i].lane_ctx != NULL)
+                pl->lane_d->freectx(pl->pipes[i].lane_ctx);
+            pl->pipes[i].lane_ctx = NULL;
+        }
+    }
+    if (d != NULL)
+        pl->lane_d = d;
+    pl->lane = d;
+    pl->lane_asked = 1;
+    return d;
+}
+
+/* Start pipe p's message on its lane context (made at its first message) from its IV: the IV
+ * length first where GCM's differs, the key only where the context lacks it. 0 on failure. */
+static int lane_start(gp_cipher_ctx *ctx, const gp_cpu_direct *d, gp_pipe *p)
+{
+    const size_t ivlen = ctx->pipe->ivlen;
+    int ok;
+
+    if (p->started)
+        return 1;
+    if (p->lane_ctx == NULL) {
+        if ((p->lane_ctx = d->newctx(d->provctx)) == NULL)
+            return 0;
+        p->lane_keyed = 0;
+        p->lane_ivlen = d->ivlen;
+    }
+    if (ctx->info->alg == GP_ALG_AES_GCM && p->lane_ivlen != ivlen) {
+        OSSL_PARAM q[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+        size_t len = ivlen;
+
+        q[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &len);
+        p->lane_ivlen = 0;   /* unknown until it took it */
+        if (!d->set_ctx_params(p->lane_ctx, q))
+            return 0;
+        p->lane_ivlen = ivlen;
+    }
+    ok = (ctx->enc ? d->einit : d->dinit)(p->lane_ctx, p->lane_keyed ? NULL : gp_key_bytes(ctx->key),
+                                          p->lane_keyed ? 0 : ctx->info->keylen, p->iv, ivlen, NULL);
+    gp_cpu_clean_upper_state();
+    p->lane_keyed = ok;
+    p->started = ok;
+    return ok;
+}
+
+/* Pipe p's tag (encrypt: into p->tag) or verdict (decrypt: against p->tag's taglen bytes) on its
+ * lane context: a GP_REQ_ status, as the cpu executor answers a tag request (exec_cpu.c). */
+static int lane_tag(const gp_cipher_ctx *ctx, const gp_cpu_direct *d, gp_pipe *p)
+{
+    OSSL_PARAM q[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    unsigned char none[16];
+    size_t outl = 0;
+    int ok;
+
+    if (ctx->enc) {
+        q[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, p->tag, sizeof(p->tag));
+        ok = d->final(p->lane_ctx, none, &outl, 0) && d->get_ctx_params(p->lane_ctx, q);
+        gp_cpu_clean_upper_state();
+        return ok ? GP_REQ_OK : GP_REQ_FAILED;
+    }
+    q[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, p->tag, ctx->pipe->taglen);
+    if (!d->set_ctx_params(p->lane_ctx, q))
+        return GP_REQ_FAILED;
+    /* The default compares with CRYPTO_memcmp (constant time); what it queues on a mismatch is
+     * dropped: the Final names the pipes itself. */
+    ERR_set_mark();
+    ok = d->final(p->lane_ctx, none, &outl, 0);
+    ERR_pop_to_mark();
+    gp_cpu_clean_upper_state();
+    return ok ? GP_REQ_OK : GP_REQ_BAD_TAG;
 }
 
 /* A device-mode buffer check's answer as the single-message path raises it (cipher_common.c). */
@@ -380,6 +478,53 @@ static int span_room(gp_pipe *p)
     return 1;
 }
 
+/* gp_pipe_update's calls on the lane, its arguments checked: every pipe started, then each one's
+ * AAD or data as one call into the default's update. */
+static int lane_update(gp_cipher_ctx *ctx, gp_pipeline *pl, unsigned char **out, size_t *outl,
+                       const unsigned char **in, const size_t *inl, int spans)
+{
+    const gp_cpu_direct *d = pl->lane;
+    size_t failed[GP_MAX_PIPES], nfailed = 0, calls = 0, bytes = 0;
+    const int aad = out == NULL;
+
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        if (inl[i] > 0 && !lane_start(ctx, d, &pl->pipes[i])) {
+            GP_RAISE_PIPE(GP_R_EXECUTOR_FAILURE, i);
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        gp_pipe *p = &pl->pipes[i];
+        size_t n = 0;
+        int ok;
+
+        if (inl[i] == 0)
+            continue;
+        /* Output size the input length, as EVP passes it for ciphers of block size 1. */
+        ok = d->update(p->lane_ctx, aad ? NULL : out[i], &n, inl[i], in[i], inl[i]) && (aad || n == inl[i]);
+        gp_cpu_clean_upper_state();
+        calls++;
+        bytes += inl[i];
+        if (!ok) {
+            p->failed = 1;
+            failed[nfailed++] = i;
+            continue;
+        }
+        outl[i] = inl[i];   /* AAD reports its length too, as on the engine's path */
+        if (aad) {
+            p->aad_bytes += inl[i];
+            continue;
+        }
+        p->text_bytes += inl[i];
+        if (spans)
+            p->spans[p->nspans++] = (gp_pipe_span){ out[i], inl[i] };
+    }
+    gp_engine_note_large(ctx->provctx->engine, ctx->info->alg, bytes);   /* the demand, as gp_msgs_submit notes it */
+    gp_engine_count_lane(ctx->provctx->engine, calls, bytes);
+    GP_RAISE_PIPES(GP_R_EXECUTOR_FAILURE, failed, nfailed);
+    return nfailed == 0;
+}
+
 int gp_pipe_update(void *vctx, size_t numpipes, unsigned char **out, size_t *outl, const size_t *outsize,
                    const unsigned char **in, const size_t *inl)
 {
@@ -407,6 +552,8 @@ int gp_pipe_update(void *vctx, size_t numpipes, unsigned char **out, size_t *out
         if (inl[i] > 0 && !aad && spans && !span_room(&pl->pipes[i]))
             return 0;
     }
+    if (lane_for(ctx, pl) != NULL)
+        return lane_update(ctx, pl, out, outl, in, inl, spans);
     /* One clearing of the requests (a compound literal per request cleared each with a `rep stos`
      * of its own, a visible share of a 16 KiB message's cost on the CPU). */
     memset(req, 0, numpipes * sizeof(req[0]));
@@ -459,6 +606,38 @@ static void clear_output(gp_pipe *p)
     p->nspans = 0;
 }
 
+/* gp_pipe_final of an AEAD on the lane, its arguments checked: every pipe started (an empty
+ * message's tag is still due), then each one's tag or verdict. */
+static int lane_final(gp_cipher_ctx *ctx, gp_pipeline *pl)
+{
+    const gp_cpu_direct *d = pl->lane;
+    size_t bad_tag[GP_MAX_PIPES], failed[GP_MAX_PIPES], nbad = 0, nfailed = 0;
+
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        if (!lane_start(ctx, d, &pl->pipes[i])) {
+            GP_RAISE_PIPE(GP_R_EXECUTOR_FAILURE, i);
+            return 0;
+        }
+    }
+    pl->finished = 1;
+    for (size_t i = 0; i < pl->numpipes; i++) {
+        gp_pipe *p = &pl->pipes[i];
+        const int st = lane_tag(ctx, d, p);
+
+        p->tag_ok = st == GP_REQ_OK && ctx->enc;
+        if (st == GP_REQ_BAD_TAG) {
+            clear_output(p);
+            bad_tag[nbad++] = i;
+        } else if (st != GP_REQ_OK) {
+            failed[nfailed++] = i;
+        }
+    }
+    gp_engine_count_lane(ctx->provctx->engine, pl->numpipes, 0);
+    GP_RAISE_PIPES(GP_R_TAG_MISMATCH, bad_tag, nbad);
+    GP_RAISE_PIPES(GP_R_EXECUTOR_FAILURE, failed, nfailed);
+    return nbad == 0 && nfailed == 0;
+}
+
 int gp_pipe_final(void *vctx, size_t numpipes, unsigned char **out, size_t *outl, const size_t *outsize)
 {
     gp_cipher_ctx *ctx = vctx;
@@ -489,6 +668,8 @@ int gp_pipe_final(void *vctx, size_t numpipes, unsigned char **out, size_t *outl
         pl->finished = 1;
         return 1;
     }
+    if (lane_for(ctx, pl) != NULL)
+        return lane_final(ctx, pl);
     memset(req, 0, numpipes * sizeof(req[0]));   /* once (gp_pipe_update) */
     for (size_t i = 0; i < numpipes; i++) {
         gp_pipe *p = &pl->pipes[i];
