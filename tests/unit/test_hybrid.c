@@ -191,9 +191,9 @@ static void test_batch_routes_together(void **state)
 
 /*
  * Rule 2 for a lone caller's batch (a pipeline call: one batch, on one side): the side where it is
- * expected to finish sooner. The numbers are the H200 priors' for ChaCha20-Poly1305 on VAES +
- * AVX-512 cores (priors.c): cpu 2.505 GB/s, a batch of 16 KiB messages 3.76 GB/s past a round trip
- * of 18.4 us, lone_gpu_bytes 116200. 32 x 16 KiB: GPU 18.4 + 139.4 us against CPU 209.3 us;
+ * expected to finish sooner. The numbers are of the kind the H200 priors hold for ChaCha20-Poly1305
+ * on VAES + AVX-512 cores (priors.c): cpu 2.505 GB/s, a batch of 16 KiB messages 3.76 GB/s past a
+ * round trip of 18.4 us, lone_gpu_bytes 116200. 32 x 16 KiB: GPU 18.4 + 139.4 us against CPU 209.3 us;
  * 8 x 16 KiB: GPU 18.4 + 34.9 us against CPU 52.3 us (the CPU, though 128 KiB is above
  * lone_gpu_bytes, which rule 2 used to weigh a batch's bytes by, as one message's).
  */
