@@ -4,7 +4,7 @@
 # usage: callgrind_diff.py DIR N TOP TOOL LABEL UNIT [--own] [--min X]
 #   DIR holds d1.fn, d2.fn (the default at N1 and N2 units) and g1.fn, g2.fn (gpuprov), each the output
 #   of `callgrind_sum.py --functions`; N = N2 - N1, so what the runs share (start-up) cancels.
-#   Prints "TOOL: LABEL: default X instructions UNIT, gpuprov Y (+Z%), of them W in gpuprov.so", then,
+#   Prints "TOOL: LABEL: default X instructions UNIT, gpuprov Y (+Z%, +D), of them W in gpuprov.so", then,
 #   with --own, gpuprov.so's own functions a unit, then the TOP functions whose cost differs most
 #   (default gpuprov difference object function), those differing by at least X (default 1).
 import argparse
@@ -33,7 +33,7 @@ def main(argv):
     gg = {k: (g2.get(k, 0) - g1.get(k, 0)) / n for k in keys}
     td, tg = sum(dd.values()), sum(gg.values())
     own = {k: v for k, v in gg.items() if k[0] == "gpuprov.so"}
-    print(f"{a.tool}: {a.label}: default {td:.0f} instructions {a.unit}, gpuprov {tg:.0f} ({100 * (tg - td) / td:+.2f}%), "
+    print(f"{a.tool}: {a.label}: default {td:.0f} instructions {a.unit}, gpuprov {tg:.0f} ({100 * (tg - td) / td:+.2f}%, {tg - td:+.0f}), "
           f"of them {sum(own.values()):.0f} in gpuprov.so")
     if a.own:
         print(f"gpuprov.so's own, {a.unit}:")

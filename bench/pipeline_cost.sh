@@ -30,29 +30,4 @@ run() {   # SIDE N OUT
 }
 run default $n1 d1; run default $n2 d2
 run gpuprov $n1 g1; run gpuprov $n2 g2
-python3 - "$tmp" $((32 * (n2 - n1))) "$top" "$cipher, 32 x $bytes B, $(head -1 "$tmp/d2.out" | sed 's/^pipeline_bench: //; s/ [0-9]* [A-Z][a-z][a-z] [0-9]*,.*//')" <<'PY'
-import sys
-tmp, n, top, what = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-def load(name):
-    d = {}
-    for line in open(f"{tmp}/{name}.fn"):
-        c, o, f = line.rstrip("\n").split(" ", 2)
-        d[(o, f)] = d.get((o, f), 0) + int(c)
-    return d
-d1, d2, g1, g2 = (load(x) for x in ("d1", "d2", "g1", "g2"))
-keys = set(d1) | set(d2) | set(g1) | set(g2)
-dd = {k: (d2.get(k, 0) - d1.get(k, 0)) / n for k in keys}
-gg = {k: (g2.get(k, 0) - g1.get(k, 0)) / n for k in keys}
-td, tg = sum(dd.values()), sum(gg.values())
-own = {k: v for k, v in gg.items() if k[0] == "gpuprov.so"}
-print(f"pipeline_cost: {what}: default one by one {td:.0f} instructions a message, gpuprov pipeline {tg:.0f} "
-      f"({100 * (tg - td) / td:+.2f}%, {tg - td:+.0f}), of them {sum(own.values()):.0f} in gpuprov.so")
-print("gpuprov.so's own, a message:")
-for k in sorted(own, key=lambda k: -own[k])[:top]:
-    if own[k] >= 0.5:
-        print(f"{own[k]:10.1f}  {k[1]}")
-print("differences (default gpuprov difference object function):")
-for k in sorted(keys, key=lambda k: -abs(gg[k] - dd[k]))[:top]:
-    if abs(gg[k] - dd[k]) >= 0.5:
-        print(f"{dd[k]:10.1f} {gg[k]:10.1f} {gg[k] - dd[k]:+9.1f}  {k[0]} {k[1]}")
-PY
+python3 "$root/bench/callgrind_diff.py" "$tmp" $((32 * (n2 - n1))) "$top" pipeline_cost "$cipher, 32 x $bytes B, $(head -1 "$tmp/d2.out" | sed 's/^pipeline_bench: //; s/ [0-9]* [A-Z][a-z][a-z] [0-9]*,.*//')" "a message" --own --min 0.5

@@ -478,6 +478,19 @@ static int span_room(gp_pipe *p)
     return 1;
 }
 
+/* Pipe p took `len` bytes of AAD or text in an update (either path): its counts, and a decryption's
+ * span of output (`spans`) to clear if its tag does not match. */
+static void pipe_took(gp_pipe *p, int aad, int spans, unsigned char *out, size_t len)
+{
+    if (aad) {
+        p->aad_bytes += len;
+        return;
+    }
+    p->text_bytes += len;
+    if (spans)
+        p->spans[p->nspans++] = (gp_pipe_span){ out, len };
+}
+
 /* gp_pipe_update's calls on the lane, its arguments checked: every pipe started, then each one's
  * AAD or data as one call into the default's update. */
 static int lane_update(gp_cipher_ctx *ctx, gp_pipeline *pl, unsigned char **out, size_t *outl,
@@ -510,14 +523,8 @@ static int lane_update(gp_cipher_ctx *ctx, gp_pipeline *pl, unsigned char **out,
             failed[nfailed++] = i;
             continue;
         }
-        outl[i] = inl[i];   /* AAD reports its length too, as on the engine's path */
-        if (aad) {
-            p->aad_bytes += inl[i];
-            continue;
-        }
-        p->text_bytes += inl[i];
-        if (spans)
-            p->spans[p->nspans++] = (gp_pipe_span){ out[i], inl[i] };
+        outl[i] = inl[i];
+        pipe_took(p, aad, spans, aad ? NULL : out[i], inl[i]);
     }
     gp_engine_note_large(ctx->provctx->engine, ctx->info->alg, bytes);   /* the demand, as gp_msgs_submit notes it */
     gp_engine_count_lane(ctx->provctx->engine, calls, bytes);
@@ -583,15 +590,8 @@ int gp_pipe_update(void *vctx, size_t numpipes, unsigned char **out, size_t *out
             failed[nfailed++] = i;
             continue;
         }
-        /* AAD reports its length too, as the default provider reports AAD updates. */
-        outl[i] = inl[i];
-        if (aad) {
-            p->aad_bytes += inl[i];
-            continue;
-        }
-        p->text_bytes += inl[i];
-        if (spans)
-            p->spans[p->nspans++] = (gp_pipe_span){ out[i], inl[i] };
+        outl[i] = inl[i];   /* AAD reports its length too, as the default provider reports AAD updates */
+        pipe_took(p, aad, spans, aad ? NULL : out[i], inl[i]);
     }
     GP_RAISE_PIPES(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE, failed, nfailed);
     return nfailed == 0;
@@ -606,12 +606,29 @@ static void clear_output(gp_pipe *p)
     p->nspans = 0;
 }
 
+/* A Final's verdicts: the pipes whose tag did not match and those whose request failed. */
+typedef struct pipe_verdicts {
+    size_t bad[GP_MAX_PIPES], failed[GP_MAX_PIPES], nbad, nfailed;
+} pipe_verdicts;
+
+/* Pipe p (index i) ended with status st (GP_REQ_*): a mismatched tag clears its output. */
+static void verdict_add(pipe_verdicts *v, const gp_cipher_ctx *ctx, gp_pipe *p, size_t i, int st)
+{
+    p->tag_ok = st == GP_REQ_OK && ctx->enc;
+    if (st == GP_REQ_BAD_TAG) {
+        clear_output(p);
+        v->bad[v->nbad++] = i;
+    } else if (st != GP_REQ_OK) {
+        v->failed[v->nfailed++] = i;
+    }
+}
+
 /* gp_pipe_final of an AEAD on the lane, its arguments checked: every pipe started (an empty
  * message's tag is still due), then each one's tag or verdict. */
 static int lane_final(gp_cipher_ctx *ctx, gp_pipeline *pl)
 {
     const gp_cpu_direct *d = pl->lane;
-    size_t bad_tag[GP_MAX_PIPES], failed[GP_MAX_PIPES], nbad = 0, nfailed = 0;
+    pipe_verdicts v = { .nbad = 0, .nfailed = 0 };
 
     for (size_t i = 0; i < pl->numpipes; i++) {
         if (!lane_start(ctx, d, &pl->pipes[i])) {
@@ -620,22 +637,12 @@ static int lane_final(gp_cipher_ctx *ctx, gp_pipeline *pl)
         }
     }
     pl->finished = 1;
-    for (size_t i = 0; i < pl->numpipes; i++) {
-        gp_pipe *p = &pl->pipes[i];
-        const int st = lane_tag(ctx, d, p);
-
-        p->tag_ok = st == GP_REQ_OK && ctx->enc;
-        if (st == GP_REQ_BAD_TAG) {
-            clear_output(p);
-            bad_tag[nbad++] = i;
-        } else if (st != GP_REQ_OK) {
-            failed[nfailed++] = i;
-        }
-    }
+    for (size_t i = 0; i < pl->numpipes; i++)
+        verdict_add(&v, ctx, &pl->pipes[i], i, lane_tag(ctx, d, &pl->pipes[i]));
     gp_engine_count_lane(ctx->provctx->engine, pl->numpipes, 0);
-    GP_RAISE_PIPES(GP_R_TAG_MISMATCH, bad_tag, nbad);
-    GP_RAISE_PIPES(GP_R_EXECUTOR_FAILURE, failed, nfailed);
-    return nbad == 0 && nfailed == 0;
+    GP_RAISE_PIPES(GP_R_TAG_MISMATCH, v.bad, v.nbad);
+    GP_RAISE_PIPES(GP_R_EXECUTOR_FAILURE, v.failed, v.nfailed);
+    return v.nbad == 0 && v.nfailed == 0;
 }
 
 int gp_pipe_final(void *vctx, size_t numpipes, unsigned char **out, size_t *outl, const size_t *outsize)
@@ -643,7 +650,8 @@ int gp_pipe_final(void *vctx, size_t numpipes, unsigned char **out, size_t *outl
     gp_cipher_ctx *ctx = vctx;
     gp_pipeline *pl = pipeline_open(ctx, numpipes);
     gp_request req[GP_MAX_PIPES];
-    size_t n = 0, bad_tag[GP_MAX_PIPES], failed[GP_MAX_PIPES], nbad = 0, nfailed = 0;
+    pipe_verdicts v = { .nbad = 0, .nfailed = 0 };
+    size_t n = 0;
 
     (void)out;   /* stream and AEAD modes output everything in update: Final writes no byte */
     (void)outsize;
@@ -689,21 +697,12 @@ int gp_pipe_final(void *vctx, size_t numpipes, unsigned char **out, size_t *outl
     }
     (void)gp_msgs_submit(ctx->provctx->engine, req, n);
     pl->finished = 1;
-    for (size_t i = 0; i < numpipes; i++) {
-        gp_pipe *p = &pl->pipes[i];
-
-        p->tag_ok = req[i].status == GP_REQ_OK && ctx->enc;
-        if (req[i].status == GP_REQ_BAD_TAG) {
-            clear_output(p);
-            bad_tag[nbad++] = i;
-        } else if (req[i].status != GP_REQ_OK) {
-            failed[nfailed++] = i;
-        }
-    }
+    for (size_t i = 0; i < numpipes; i++)
+        verdict_add(&v, ctx, &pl->pipes[i], i, req[i].status);
     /* One error per kind of failure, naming every pipe of that kind. */
-    GP_RAISE_PIPES(GP_R_TAG_MISMATCH, bad_tag, nbad);
-    GP_RAISE_PIPES(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE, failed, nfailed);
-    return nbad == 0 && nfailed == 0;
+    GP_RAISE_PIPES(GP_R_TAG_MISMATCH, v.bad, v.nbad);
+    GP_RAISE_PIPES(ctx->devmem ? GP_R_DEVICE_MEMORY_GPU_FAILURE : GP_R_EXECUTOR_FAILURE, v.failed, v.nfailed);
+    return v.nbad == 0 && v.nfailed == 0;
 }
 
 /* The "pipeline-tag" param: numpipes tag pointers (an OCTET_PTR whose data points at the array) of

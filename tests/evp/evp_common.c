@@ -178,18 +178,23 @@ void evp_raw_get(const gptest_env *env, int gp, const char *name, evp_raw *raw)
     assert_non_null(raw->final);
 }
 
-void evp_standin_find(evp_standin *s)
+void *evp_test_module_symbol(const char *name)
 {
     const char *dir = getenv("GPTEST_MODULE_DIR");
     char path[4096];
-    void *h;
+    void *h, *sym;
 
     snprintf(path, sizeof(path), "%s/gpuprov.so", dir != NULL ? dir : ".");
     if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL)
         fail_msg("the test module is not loaded from %s: %s", path, dlerror());
-    *(void **)&s->alloc = dlsym(h, "gpuprov_test_devmem_alloc");
-    *(void **)&s->free = dlsym(h, "gpuprov_test_devmem_free");
-    if (s->alloc == NULL || s->free == NULL)
-        fail_msg("%s exports no gpuprov_test_devmem_alloc: not the test module", path);
+    if ((sym = dlsym(h, name)) == NULL)
+        fail_msg("%s exports no %s: not the test module", path, name);
     dlclose(h);   /* the provider keeps it loaded */
+    return sym;
+}
+
+void evp_standin_find(evp_standin *s)
+{
+    *(void **)&s->alloc = evp_test_module_symbol("gpuprov_test_devmem_alloc");
+    *(void **)&s->free = evp_test_module_symbol("gpuprov_test_devmem_free");
 }

@@ -82,5 +82,7 @@ typedef struct {
     void (*free)(void *p);
 } evp_standin;
 void evp_standin_find(evp_standin *s);
+/* An export of the loaded test module (GPTEST_MODULE_DIR/gpuprov.so); fails the test if absent. */
+void *evp_test_module_symbol(const char *name);
 
 #endif

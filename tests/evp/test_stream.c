@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Stream-ordered device mode (gpuprov-cuda-stream) through EVP on the host stand-in; device-mode callers on many threads. */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,24 +151,13 @@ static int (*stream_enqueue)(void *s, void (*fn)(void *), void *arg);
 
 static void standins_find(void)
 {
-    const char *dir = getenv("GPTEST_MODULE_DIR");
-    char path[4096];
-    void *h;
-
-    snprintf(path, sizeof(path), "%s/gpuprov.so", dir != NULL ? dir : ".");
-    if ((h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)) == NULL)
-        fail_msg("the test module is not loaded from %s: %s", path, dlerror());
-    *(void **)&dm_alloc_fn = dlsym(h, "gpuprov_test_devmem_alloc");
-    *(void **)&dm_free_fn = dlsym(h, "gpuprov_test_devmem_free");
-    *(void **)&stream_new = dlsym(h, "gpuprov_test_stream_new");
-    *(void **)&stream_free = dlsym(h, "gpuprov_test_stream_free");
-    *(void **)&stream_sync = dlsym(h, "gpuprov_test_stream_sync");
-    *(void **)&stream_hold = dlsym(h, "gpuprov_test_stream_hold");
-    *(void **)&stream_enqueue = dlsym(h, "gpuprov_test_stream_enqueue");
-    if (dm_alloc_fn == NULL || dm_free_fn == NULL || stream_new == NULL || stream_free == NULL || stream_sync == NULL
-        || stream_hold == NULL || stream_enqueue == NULL)
-        fail_msg("%s lacks the stand-ins' exports: not the test module", path);
-    dlclose(h);   /* the provider keeps it loaded */
+    *(void **)&dm_alloc_fn = evp_test_module_symbol("gpuprov_test_devmem_alloc");
+    *(void **)&dm_free_fn = evp_test_module_symbol("gpuprov_test_devmem_free");
+    *(void **)&stream_new = evp_test_module_symbol("gpuprov_test_stream_new");
+    *(void **)&stream_free = evp_test_module_symbol("gpuprov_test_stream_free");
+    *(void **)&stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
+    *(void **)&stream_hold = evp_test_module_symbol("gpuprov_test_stream_hold");
+    *(void **)&stream_enqueue = evp_test_module_symbol("gpuprov_test_stream_enqueue");
 }
 
 static unsigned char *dm_alloc(size_t n)
