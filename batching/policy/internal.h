@@ -3,8 +3,16 @@
 #ifndef GP_POLICY_INTERNAL_H
 #define GP_POLICY_INTERNAL_H
 
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+
 #include "batching/base/base.h"
 #include "batching/policy/policy.h"
+
+/* The idle (idle + iowait) and all ticks of the CPUs in `set`, summed from the per-CPU lines of
+ * /proc/stat's format read from f (warm.c); 0 if none of them is there. */
+int gp_cpu_ticks_read(FILE *f, const cpu_set_t *set, uint64_t *idle, uint64_t *all);
 
 /* Measure every algorithm now (the warm-up thread); `gpu` is the GPU-side executor. */
 void gp_hybrid_warm(gp_policy *p, const gp_executor *gpu);

@@ -124,6 +124,9 @@ typedef struct gp_warm {
      * streams, pinned arenas), then measuring the hybrid policy. Written by the warm-up thread
      * before `done`. */
     uint64_t open_ns, open_cpu_ns, calib_ns, calib_cpu_ns;
+    /* The warm-up thread's previous look at /proc/stat (warm.c, busy_over_window): its CPUs' idle
+     * and all ticks; 0: none yet in this process. */
+    uint64_t ticks_idle, ticks_all;
     /* gp_warm_worth_opening: by alg, the fork generation + 1 of the process where the numbers
      * known before the GPU opens send none of alg's messages to the GPU, whatever the caller. */
     _Atomic unsigned cpu_only_gen[5];

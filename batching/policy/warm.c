@@ -4,7 +4,9 @@
  * (hybrid.c) measures in it, so no caller waits for either. */
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include <openssl/async.h>
@@ -13,25 +15,108 @@
 #include "batching/policy/internal.h"
 
 /*
- * Is every CPU this process may run on busy right now? /proc/loadavg's fourth field counts the
- * threads runnable at this instant (the caller among them). Opening the GPU costs CPU time in its
- * own thread and in the driver, and a byte through the cuda executor costs the host more CPU than
- * the default provider's own crypto (bench/RESULTS.md, "CPU seconds per GB, one process"): with no
- * core free the GPU cannot add throughput, only take it (`speed -multi` with one child per core is
- * that case). Anything unreadable counts as not busy.
+ * Is every CPU this process may run on busy? Opening the GPU costs CPU time in its own thread and
+ * in the driver, and a byte through the cuda executor costs the host more CPU than the default
+ * provider's own crypto (bench/RESULTS.md, "CPU seconds per GB, one process"): with no core free
+ * the GPU cannot add throughput, only take it (`speed -multi` with one child per core is that case).
+ * Anything unreadable counts as not busy.
+ *
+ * Two readings, because either alone lets a busy machine look free:
+ * - runnable_now: /proc/loadavg's fourth field, the threads runnable at this instant (the caller
+ *   among them). An instant can fall between siblings: `speed -multi` forks its children one after
+ *   another, and the first to show demand looks before the last runs.
+ * - idle_over_window: /proc/stat's idle and iowait time of this process's CPUs since the previous
+ *   look. Fewer than half a CPU idle over a look's interval is busy, whatever the instant says.
  */
 #if GP_TEST_HOOKS
 _Atomic int gp_test_cpus_saturated = -1;
 #endif
 
-static int cpus_saturated(gp_policy *p)
+/* The CPUs this process may run on (at least 1). */
+static long allowed_cpus(cpu_set_t *set)
+{
+    if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
+        return CPU_COUNT(set);
+    CPU_ZERO(set);
+    for (long i = 0, n = gp_online_cpus(); i < n && i < CPU_SETSIZE; i++)
+        CPU_SET((int)i, set);
+    return CPU_COUNT(set) > 0 ? CPU_COUNT(set) : 1;
+}
+
+/* 1 if at least `cpus` threads are runnable at this instant. */
+static int runnable_now(long cpus)
 {
     unsigned run = 0, all = 0;
     double l1, l5, l15;
-    long cpus = gp_online_cpus();
-    cpu_set_t set;
-    FILE *f;
+    FILE *f = fopen("/proc/loadavg", "r");
     int n;
+
+    if (f == NULL)
+        return 0;
+    n = fscanf(f, "%lf %lf %lf %u/%u", &l1, &l5, &l15, &run, &all);
+    fclose(f);
+    return n == 5 && run >= (unsigned)cpus;
+}
+
+int gp_cpu_ticks_read(FILE *f, const cpu_set_t *set, uint64_t *idle, uint64_t *all)
+{
+    char line[512];
+    int found = 0;
+
+    *idle = *all = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long v[8] = { 0 };
+        int cpu;
+
+        if (strncmp(line, "cpu", 3) != 0)
+            break;   /* the cpu lines come first */
+        if (line[3] < '0' || line[3] > '9')
+            continue;   /* "cpu " sums every CPU */
+        if (sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7]) < 6 || cpu < 0 || cpu >= CPU_SETSIZE
+            || !CPU_ISSET(cpu, set))
+            continue;
+        *idle += v[3] + v[4];
+        for (int i = 0; i < 8; i++)
+            *all += v[i];
+        found = 1;
+    }
+    return found;
+}
+
+static int cpu_ticks(const cpu_set_t *set, uint64_t *idle, uint64_t *all)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    int found;
+
+    *idle = *all = 0;
+    if (f == NULL)
+        return 0;
+    found = gp_cpu_ticks_read(f, set, idle, all);
+    fclose(f);
+    return found;
+}
+
+/* Busy over the interval since the previous call (which `w` remembers): fewer than half of one
+ * CPU's ticks idle among `cpus` CPUs. The first call only remembers (not busy). */
+static int busy_over_window(gp_warm *w, const cpu_set_t *set, long cpus)
+{
+    uint64_t idle, all;
+    int busy = 0;
+
+    if (!cpu_ticks(set, &idle, &all))
+        return 0;
+    if (w->ticks_all != 0 && all > w->ticks_all)
+        busy = 2 * cpus * (idle - w->ticks_idle) < all - w->ticks_all;
+    w->ticks_idle = idle;
+    w->ticks_all = all;
+    return busy;
+}
+
+static int cpus_saturated(gp_policy *p)
+{
+    cpu_set_t set;
+    long cpus;
 
 #if GP_TEST_HOOKS
     const int t = atomic_load(&gp_test_cpus_saturated);
@@ -40,16 +125,12 @@ static int cpus_saturated(gp_policy *p)
         return t;
     if (p->knobs->test.cpus_free)
         return 0;
-#else
-    (void)p;
 #endif
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        cpus = CPU_COUNT(&set);
-    if (cpus <= 1 || (f = fopen("/proc/loadavg", "r")) == NULL)
+    cpus = allowed_cpus(&set);
+    if (cpus <= 1)
         return 0;
-    n = fscanf(f, "%lf %lf %lf %u/%u", &l1, &l5, &l15, &run, &all);
-    fclose(f);
-    return n == 5 && run >= (unsigned)cpus;
+    /* Both readings every time (the window's start moves at every look). */
+    return busy_over_window(&p->warm, &set, cpus) | runnable_now(cpus);
 }
 
 /*
@@ -59,6 +140,10 @@ static int cpus_saturated(gp_policy *p)
  * it stops within a millisecond.
  */
 #define GP_WARM_LOOK_MS 200
+/* A caller waiting for the warm-up (a first large message) has the CPUs looked at sooner: every
+ * millisecond for this long, busy if any look says so (the siblings forked after it have started by
+ * then; the caller waits this long at most, once per process). */
+#define GP_WARM_SETTLE_MS 10
 
 /* Is there room to open the GPU now: some CPU free to drive it, and room on the GPU beside this
  * user's other processes (share.c: fewer than knob machine_share hold it open, and they do not hold
@@ -68,19 +153,31 @@ static int room_to_open(gp_policy *p)
     return !cpus_saturated(p) && gp_share_may_open(p);
 }
 
+/* The urgent look (a caller waits): GP_WARM_SETTLE_MS looks a millisecond apart, then the room. */
+static int room_to_open_soon(gp_policy *p)
+{
+    for (int i = 0; i < GP_WARM_SETTLE_MS; i++) {
+        if (gp_warm_stopping(p) || cpus_saturated(p))
+            return 0;
+        gp_sleep_1ms();
+    }
+    return room_to_open(p);
+}
+
 /* 1 once some CPU is free and the GPU has room (room_to_open); 0 if the warm-up is to stop first. A caller waiting for the warm-up
- * (warm_urgent) has the CPUs looked at once at once: its first look needs no siblings to start. */
+ * (warm_urgent) has the CPUs looked at within GP_WARM_SETTLE_MS: its first look needs no siblings to start. */
 static int wait_for_free_cpu(gp_policy *p)
 {
     int urgent_looked = 0;
 
+    (void)cpus_saturated(p);   /* the first window starts with the demand */
     for (;;) {
         for (int i = 0; i < GP_WARM_LOOK_MS; i++) {
             if (gp_warm_stopping(p))
                 return 0;
             if (!urgent_looked && atomic_load(&p->warm.urgent)) {
                 urgent_looked = 1;
-                if (room_to_open(p))
+                if (room_to_open_soon(p))
                     return 1;
                 atomic_store(&p->warm.opening, -1);
             }
@@ -236,6 +333,7 @@ int gp_warm_start(gp_policy *p, int start)
         w->gen = gen;
         atomic_store(&w->done, 0);
         atomic_store(&w->opening, 0);
+        w->ticks_idle = w->ticks_all = 0;   /* a forked child's window is its own */
         atomic_store_explicit(&w->started_gen, gen + 1, memory_order_release);
         gp_exit_guard_enter();
         if (pthread_create(&w->thread, NULL, warmup_main, p) != 0) {

@@ -722,6 +722,41 @@ static void test_warm_wait(void **state)
     atomic_store(&gp_test_cpus_saturated, -1);
 }
 
+/* The warm-up's window over /proc/stat (warm.c): idle + iowait and all ticks of the CPUs the
+ * process may run on, from the per-CPU lines only (the summary line and the lines after them do not
+ * count). */
+static void test_cpu_ticks_read(void **state)
+{
+    static const char stat[] =
+        "cpu  2 0 100 1000 10 0 0 0 0 0\n"   /* the summary: its first number is no CPU */
+        "cpu0 10 1 2 300 4 5 6 7 0 0\n"
+        "cpu1 20 0 0 100 0 0 0 0 0 0\n"
+        "cpu2 1 1 1 50 50 1 1 1\n"
+        "intr 123 4 5\n"
+        "cpu3 1 1 1 1 1 1 1 1\n";
+    FILE *f = tmpfile();
+    cpu_set_t set;
+    uint64_t idle, all;
+
+    (void)state;
+    assert_non_null(f);
+    fputs(stat, f);
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    CPU_SET(2, &set);
+    CPU_SET(3, &set);   /* after "intr": not read */
+    rewind(f);
+    assert_int_equal(gp_cpu_ticks_read(f, &set, &idle, &all), 1);
+    assert_int_equal(idle, (300 + 4) + (50 + 50));
+    assert_int_equal(all, (10 + 1 + 2 + 300 + 4 + 5 + 6 + 7) + (1 + 1 + 1 + 50 + 50 + 1 + 1 + 1));
+    CPU_ZERO(&set);
+    CPU_SET(5, &set);
+    rewind(f);
+    assert_int_equal(gp_cpu_ticks_read(f, &set, &idle, &all), 0);
+    assert_int_equal(all, 0);
+    fclose(f);
+}
+
 /* ---- the persisted measurements (batching/policy/calib_cache.c) ---- */
 
 /* A fresh directory for one test's cache files. */
@@ -1486,6 +1521,7 @@ int main(void)
         cmocka_unit_test(test_calibration_in_job),
         cmocka_unit_test(test_auto_warmup),
         cmocka_unit_test(test_warm_wait),
+        cmocka_unit_test(test_cpu_ticks_read),
         cmocka_unit_test(test_cache_written_and_read),
         cmocka_unit_test(test_cache_rejects),
         cmocka_unit_test(test_cache_unwritable),
