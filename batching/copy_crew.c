@@ -172,12 +172,13 @@ static void *crew_main(void *arg)
 {
     gp_copy_crew *cr = arg;
     const int lingers = atomic_fetch_add(&cr->started_threads, 1) < GP_COPY_LINGERERS;
+    int quiet = 0;                 /* the last run it helped asked for no lingering */
 
     pthread_mutex_lock(&cr->lock);
     for (;;) {
         gp_copy_run *run;
 
-        if (lingers && !cr->stopping && cr->head == NULL) {
+        if (lingers && !quiet && !cr->stopping && cr->head == NULL) {
             const unsigned seen = atomic_load_explicit(&cr->posted, memory_order_relaxed);
 
             pthread_mutex_unlock(&cr->lock);
@@ -190,6 +191,7 @@ static void *crew_main(void *arg)
             break;
         run = cr->head;
         run->helpers++;
+        quiet = (run->flags & GP_COPY_NO_LINGER) != 0;   /* read while the run cannot go */
         pthread_mutex_unlock(&cr->lock);
         run_pieces(run);
         pthread_mutex_lock(&cr->lock);

@@ -69,6 +69,12 @@ void gp_copy_streaming(uint8_t *dst, const uint8_t *src, size_t len);
  * only the GPU reads next (the pinned arena); a caller's own buffer is copied into with memcpy, since
  * the caller may well read it next (in place: its next input), from the cache. */
 #define GP_COPY_STREAMING 1u
+/* GP_COPY_NO_LINGER: the helpers that took part in the run go to sleep when it is done, without
+ * watching for the next run (GP_COPY_LINGER_NS): for a run whose caller's next run is a whole GPU
+ * round trip away and which is meant to spare the CPU (a registered caller's output, copied out
+ * once its wave is back: batching/cuda/deliver.c), where lingering would burn that time on
+ * GP_COPY_LINGERERS cores after every run. */
+#define GP_COPY_NO_LINGER 2u
 
 /* Start copying src[0..len) to dst in pieces of about `piece` bytes. 0: no memory for the run's
  * bookkeeping (nothing was copied; the caller copies itself). */

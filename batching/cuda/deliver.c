@@ -151,11 +151,14 @@ int gp_cuda_wave_deliver(gp_wave *wv)
             /* already in the chunk's output half (r->out), for its job to copy out; or in the
              * caller's device memory, or its registered host memory (the copy out's DMA) */
         } else if (r->kind == GP_REQ_CRYPT) {
-            /* A direct_in request's output (in place) is copied by this thread alone: its path is
-             * the one that spares the CPU, and the crew's helpers would spin after each run
-             * (copy_crew.h, GP_COPY_LINGER_NS) on cores a busy machine wants back. */
-            if (!spreads(r) || r->direct_in
-                || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len, spread_piece(r->len), 0))
+            /* A back_after_wave output goes to the caller only now, the wave known good (shape.h),
+             * by the crew and this thread at once; its helpers sleep when done rather than spin
+             * for the next run (GP_COPY_NO_LINGER): its path is the one that spares the CPU, and
+             * its next run is a whole GPU round trip away. */
+            const unsigned flags = back_after_wave(r) ? GP_COPY_NO_LINGER : 0;
+
+            if (!spreads(r)
+                || !gp_copy_start(&wv->g->crew, &c->runs[wv->nruns], r->out, res, r->len, spread_piece(r->len), flags))
                 memcpy(r->out, res, r->len);
             else
                 wv->nruns++;

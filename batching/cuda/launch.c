@@ -102,9 +102,11 @@ static cudaError_t launch_refs(gp_wave *wv, size_t first, size_t n, int broken)
  * stream: the arena's inputs but the request's data, the copy kernel in (the refs, key uploads),
  * then each chunk's launch over its own refs, once its input pieces are in. On `ahead`, after the
  * slot's earlier work (the last wave's device cleanse): each chunk's new input pieces in one call,
- * as soon as the crew has copied them, so that they cross while the launches before run. On
+ * as soon as the crew has copied them (a direct_in input straight from the caller's registered
+ * memory, all there already), so that they cross while the launches before run. On
  * `back`, once a launch has run: the output pieces it completes in one call, then the chunk's
- * event, which the crew waits for before taking them to the caller; the last launch completes
+ * event, which the crew waits for before taking them to the caller (a back_after_wave output:
+ * the wave's `copied` waits for the last one instead, gp_cuda_wave_issue); the last launch completes
  * every piece left, which come back beside the states (no launch after it writes them). A call
  * per chunk, not per piece: each CUDA call costs the issuing thread microseconds, which a lone
  * caller waits through (bench/RESULTS.md, "Chunked launches"). Launches follow one another in
@@ -117,8 +119,10 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
 {
     gp_cuda_slot *c = wv->c;
     const gp_request *r = &wv->reqs[wv->idx[0]];
-    gp_copy_run *run = wv->nruns > 0 ? &c->runs[0] : NULL;   /* NULL: fill copied the data itself */
+    gp_copy_run *run = wv->nruns > 0 ? &c->runs[0] : NULL;   /* NULL: fill copied the data itself, or
+                                                              * it crosses from the caller's memory */
     const size_t start = wv->work[0].in_off, out = wv->work[0].out_off, piece = spread_piece(r->len);
+    const uint8_t *src = r->direct_in ? r->in : c->host + start;   /* the request's input pieces */
     const size_t pos = wv->gen_refs ? wv->work_off : 0;
     cudaEvent_t *ran = c->piece_ev + wv->nchunks, *arrived = ran + wv->nchunks, began = arrived[wv->nchunks];
     const dim3 copy_block = { GP_COPY_BLOCK, 1, 1 };
@@ -145,8 +149,7 @@ static cudaError_t issue_chunks(gp_wave *wv, void **in_args, dim3 in_grid, unsig
             for (; run != NULL && sent < ch->in_pieces; sent++)
                 gp_copy_wait_piece(run, sent);
             sent = ch->in_pieces;
-            err = cudaMemcpyAsync(c->dev + start + off, c->host + start + off, end - off, cudaMemcpyHostToDevice,
-                                  c->ahead);
+            err = cudaMemcpyAsync(c->dev + start + off, src + off, end - off, cudaMemcpyHostToDevice, c->ahead);
         }
         if (err == cudaSuccess && (err = cudaEventRecord(arrived[k], c->ahead)) == cudaSuccess
             && (err = cudaStreamWaitEvent(c->stream, arrived[k], 0)) == cudaSuccess)
@@ -251,7 +254,13 @@ int gp_cuda_wave_issue(gp_wave *wv)
     if (wv->nchunks > 1) {
         /* The copy in and the kernel interleaved, chunk by chunk (the stats see the descriptors
          * as the DMA in, the data's pieces and the launches as the kernel step). */
+        /* A back_after_wave output: the wave's `copied` (recorded on the slot's stream, below)
+         * follows its last piece back too, so that the wait's success covers every byte of it. */
+        const int after_wave = back_after_wave(&wv->reqs[wv->idx[0]]);
+
         if ((err = issue_chunks(wv, in_args, in_grid, nc_in, grid.x == 0)) != cudaSuccess
+            || (after_wave && wv->early_ev > 0
+                && (err = cudaStreamWaitEvent(c->stream, c->piece_ev[wv->early_ev - 1], 0)) != cudaSuccess)
             || (err = step_mark(c, 3)) != cudaSuccess
             || (nc_out > 0 && (err = launch(c, (const void *)gp_copy_kernel, out_grid, copy_block, out_args, 0, 0))
                                   != cudaSuccess)

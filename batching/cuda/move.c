@@ -124,9 +124,10 @@ cudaError_t gp_cuda_issue_after_callers(gp_wave *wv)
 /*
  * A DMA wave's results, [states_off, part_off) of the arena, back to the pinned arena: the states
  * and every output but those that come back in pieces (back_in_pieces, when the slot has an event
- * for each piece) and those that go straight to the caller's registered memory (direct_out), in
- * one call for each stretch between them, and each direct_out output in one call. The `copied`
- * event follows this.
+ * for each piece), a chunked wave's back_after_wave output (back on the back stream already,
+ * launch.c issue_chunks) and those that go straight to the caller's registered memory
+ * (direct_out), in one call for each stretch between them, and each direct_out output in one call.
+ * The `copied` event follows this.
  */
 cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
 {
@@ -142,7 +143,8 @@ cudaError_t gp_cuda_issue_copy_out(gp_wave *wv)
         const gp_request *r = &wv->reqs[wv->idx[i]];
         const size_t start = wv->work[i].out_off;
 
-        if (!r->direct_out && !(wv->pieces_back && back_in_pieces(r, wv->m)))
+        if (!r->direct_out && !(wv->pieces_back && back_in_pieces(r, wv->m))
+            && !(wv->nchunks > 1 && back_after_wave(r)))
             continue;
         if (start > pos)
             err = cudaMemcpyAsync(c->host + pos, c->dev + pos, start - pos, cudaMemcpyDeviceToHost, c->stream);

@@ -107,8 +107,8 @@ void gp_cuda_wave_plan(gp_wave *wv)
  * arena). Of those, an output apart from its input (no byte shared) that is registered too comes
  * back by DMA into the caller's memory (direct_out): if the GPU fails on the way, the output is
  * half written but the input is intact, and the CPU's re-run writes the output whole. An output in
- * place comes back through the pinned arena, whole, once the wave has succeeded: until then the
- * input must stay. Each keeps its registrations until the wave's wipe (the DMA reads and writes
+ * place comes back into the pinned arena and goes to the caller only once the whole wave has
+ * succeeded (shape.h, back_after_wave: until then the input must stay). Each keeps its registrations until the wave's wipe (the DMA reads and writes
  * them until the wave's end). A cache lookup may register the range (its second sighting), a CUDA
  * call of device.c's.
  */
@@ -147,7 +147,9 @@ int gp_cuda_wave_layout(gp_wave *wv)
 
     wave_direct(wv);   /* first: a request whose input crosses directly never comes back in pieces */
     wv->nchunks = 1;
-    if (m == 1 && back_in_pieces(&reqs[idx[0]], 1)) {
+    /* A lone request in chunks: one whose output comes back in pieces, or one whose output waits in
+     * the pinned arena for the whole wave (its pieces cross behind the launches all the same). */
+    if (m == 1 && (back_in_pieces(&reqs[idx[0]], 1) || back_after_wave(&reqs[idx[0]]))) {
         const gp_job *j = &c->jobs[0];
 
         wv->nchunks = gp_chunk_plan(j->len, j->head_len, j->body_len, j->nunits, spread_piece(j->len), wv->chunk);

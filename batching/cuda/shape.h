@@ -151,12 +151,32 @@ static inline size_t spread_piece(size_t len)
  * wave is back, as one that overlaps its input partly always is. Never a request whose input
  * crossed from the caller's registered memory (direct_in): in place, no copy of its input is left
  * to put back; out of place, its output crosses to the caller by DMA where that is registered too
- * (direct_out), else is copied once the wave is back, as one in place.
+ * (direct_out), else is copied once the wave is back, as one in place (back_after_wave).
  */
 static inline int back_in_pieces(const gp_request *r, size_t m)
 {
     return spreads(r) && !r->direct_in
            && ((r->out == r->in && m == 1) || r->out + r->len <= r->in || r->in + r->len <= r->out);
+}
+
+/*
+ * Does request r's output come back into the pinned arena and go to its caller only once the whole
+ * wave is known good (its wait succeeded: the `copied` event, which follows the kernel and every
+ * copy back, completed without error)? Every request whose input crossed from the caller's
+ * registered memory (direct_in) and whose output does not cross back by DMA (direct_out). The rule:
+ * the caller's buffer is not written before the wave can no longer fail. The reason: in place, that
+ * buffer is the request's only copy of its input (none was made in the pinned arena), and a GPU
+ * failure hands the request to the CPU, which re-runs it from that input; an output piece taken to
+ * the caller while later pieces were still crossing (back_in_pieces) would leave the input half
+ * overwritten if one of those failed, with nothing to put back. After the wait nothing on the GPU
+ * side is left to fail (the kernel ran and every DMA landed) and a host copy cannot fail, so the
+ * copy crew then takes the output out in pieces on several threads at once (deliver.c). A lone
+ * one's input and output still cross chunk by chunk, overlapped with its launches (launch.c,
+ * issue_chunks): only into and out of device and pinned memory, which the caller never sees.
+ */
+static inline int back_after_wave(const gp_request *r)
+{
+    return r->direct_in && !r->direct_out;
 }
 
 /* Bytes of the piece at `off` of a request's `len` bytes cut in pieces of `piece`: the last is short. */

@@ -162,6 +162,10 @@ int main(void)
         EVP_CIPHER_free(gp_c[k]);
         EVP_CIPHER_free(ref_c[k]);
     }
+    /* Unloaded before its context goes: OSSL_LIB_CTX_free leaves a provider that OSSL_PROVIDER_load
+     * returned loaded (the load's reference is the caller's), so gpuprov would never be torn down
+     * and never print the stats lines (reg_reuse.sh --want-hits reads the reg_cache one). */
+    OSSL_PROVIDER_unload(gp);
     OSSL_LIB_CTX_free(ctx);
     OSSL_LIB_CTX_free(ref);
     if (wrong > 0)

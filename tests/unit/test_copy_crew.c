@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "batching/copy_crew.h"
@@ -69,10 +70,40 @@ static void test_sizes(void **state)
             for (size_t j = 0; j < sizeof(pieces) / sizeof(pieces[0]); j++)
                 if (pieces[j] == 0 || lens[i] / pieces[j] < 5000)
                     for (size_t skew = 0; skew < 32; skew += 7)
-                        for (unsigned flags = 0; flags <= GP_COPY_STREAMING; flags += GP_COPY_STREAMING)
+                        for (unsigned flags = 0; flags <= (GP_COPY_STREAMING | GP_COPY_NO_LINGER); flags++)
                             one_run(&cr, lens[i], pieces[j], (uint32_t)(i * 31 + j), skew, flags);
         gp_copy_crew_stop(&cr);
     }
+}
+
+/* Runs that send their helpers to sleep (GP_COPY_NO_LINGER) and runs that let them linger, in
+ * turns, with pauses between them longer than a linger: each run is whole, and the crew's
+ * finish waits out every helper a sleeping crew woke for it. */
+static void test_no_linger(void **state)
+{
+    const size_t len = 4u << 20, piece = 65536;
+    uint8_t *src = malloc(len), *dst = malloc(len);
+    gp_copy_crew cr;
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    gp_copy_crew_init(&cr, 3);
+    for (int i = 0; i < 12; i++) {
+        const unsigned flags = i % 3 == 2 ? 0 : GP_COPY_NO_LINGER;
+        const struct timespec pause = { 0, 2000000 };   /* past GP_COPY_LINGER_NS: asleep by now */
+        gp_copy_run run;
+
+        fill(src, len, (uint32_t)i + 77);
+        memset(dst, 0, len);
+        assert_int_equal(gp_copy_start(&cr, &run, dst, src, len, piece, flags), 1);
+        gp_copy_finish(&cr, &run);
+        assert_memory_equal(dst, src, len);
+        nanosleep(&pause, NULL);
+    }
+    gp_copy_crew_stop(&cr);
+    free(src);
+    free(dst);
 }
 
 typedef struct {
@@ -200,6 +231,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_no_linger),
         cmocka_unit_test(test_ready),
         cmocka_unit_test(test_many_callers),
         cmocka_unit_test(test_fork),
