@@ -36,6 +36,12 @@
  * build (PIPE_TEST_CUDA, test pipeline-devmem-cuda, suite gpu) with GPTEST_PIPE_DEVMEM=1 takes
  * cudaMallocManaged memory instead: device memory to gpuprov, which the test reads and writes from
  * the host after synchronizing.
+ *
+ * GPTEST_PIPE_STREAM=1 as well (tests pipeline-stream-host, pipeline-stream-cuda): stream-ordered
+ * device mode, the context's gpuprov-cuda-stream a stream of the test's (the test module's fake
+ * stream, or a non-blocking CUDA stream): a pipeline call's data requests and tags are queued
+ * there as one batch (batching/executor.h, ordered_batch), and the test reads the outputs after
+ * the stream has run them.
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
@@ -43,6 +49,12 @@
 static gptest_env *g_env;
 static pipe_api api;
 static int devmem;   /* device mode: through the host stand-in, or CUDA managed memory */
+static void *stream;  /* stream-ordered device mode: the context's stream (NULL: synchronous) */
+static int stream_wanted;
+#ifndef PIPE_TEST_CUDA
+static void *(*fake_stream_new)(void);
+static void (*fake_stream_sync)(void *s);
+#endif
 #ifndef PIPE_TEST_CUDA
 static evp_standin standin;   /* the test module's allocator (evp_standin_find) */
 #endif
@@ -89,13 +101,43 @@ static void buf_free(void *p, int device)
     free(p);
 }
 
-/* Before the host reads what the GPU wrote into managed memory. */
+/* Before the host reads what the GPU (or the stand-in's stream) wrote. */
 static void gpu_sync(void)
 {
 #ifdef PIPE_TEST_CUDA
     if (devmem && cudaDeviceSynchronize() != cudaSuccess)
         fail_msg("cudaDeviceSynchronize failed");
+#else
+    if (stream != NULL)
+        fake_stream_sync(stream);
 #endif
+}
+
+/* Stream-ordered device mode's stream, made once (GPTEST_PIPE_STREAM). */
+static void *stream_make(void)
+{
+#ifdef PIPE_TEST_CUDA
+    cudaStream_t s = NULL;
+
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        fail_msg("cudaStreamCreateWithFlags failed");
+    return (void *)s;
+#else
+    *(void **)&fake_stream_new = evp_test_module_symbol("gpuprov_test_stream_new");
+    *(void **)&fake_stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
+    assert_non_null(fake_stream_new);
+    assert_non_null(fake_stream_sync);
+    return fake_stream_new();
+#endif
+}
+
+static int set_stream(EVP_CIPHER_CTX *ctx)
+{
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    uint64_t v = (uint64_t)(uintptr_t)stream;
+
+    p[0] = OSSL_PARAM_construct_uint64("gpuprov-cuda-stream", &v);
+    return EVP_CIPHER_CTX_set_params(ctx, p);
 }
 
 static int set_memory(EVP_CIPHER_CTX *ctx, const char *mode)
@@ -198,6 +240,8 @@ static int pipe_run(int idx, int enc, const unsigned char *key, size_t ivlen, ms
     assert_int_equal((enc ? api.encrypt_init : api.decrypt_init)(c, ciph, key, evp_ciphers[idx].keylen, n, ivs, ivlen), 1);
     if (devmem)
         assert_int_equal(set_memory(c, "device"), 1);
+    if (stream != NULL)
+        assert_int_equal(set_stream(c), 1);
     if (is_aead(idx) && !enc) {
         unsigned char **tp = tagp;
 
@@ -898,6 +942,8 @@ static int group_setup(void **state)
     if (rc == 0 && devmem)
         evp_standin_find(&standin);
 #endif
+    if (rc == 0 && stream_wanted)
+        stream = stream_make();
     return rc;
 }
 
@@ -913,7 +959,14 @@ int main(void)
         cmocka_unit_test(test_in_async_job),
         cmocka_unit_test(test_wycheproof),
     };
+    /* Stream-ordered: the round trips and forged tags (the other cases are synchronous device
+     * mode's). */
+    const struct CMUnitTest stream_tests[] = {
+        cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_forged_tag),
+    };
     const struct CMUnitTest old_tests[] = { cmocka_unit_test(test_served_without_pipeline_api) };
+    const char *st = getenv("GPTEST_PIPE_STREAM");
 #ifdef PIPE_TEST_CUDA
     const char *hd = getenv("GPTEST_PIPE_DEVMEM");
 #else
@@ -932,6 +985,10 @@ int main(void)
             return rc;
         printf("%s (%s); gpuprov loaded and served this libcrypto\n", PIPE_SKIP_MESSAGE, OpenSSL_version(OPENSSL_VERSION));
         return 77;
+    }
+    if (devmem && st != NULL && st[0] == '1') {
+        stream_wanted = 1;
+        return cmocka_run_group_tests(stream_tests, group_setup, evp_group_teardown);
     }
     return cmocka_run_group_tests(tests, group_setup, evp_group_teardown);
 }
