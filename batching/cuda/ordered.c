@@ -355,6 +355,178 @@ int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
     return gp_async_in_job() ? gp_call_off_job_stack(ordered_run_here, &c) : ordered_run_here(&c);
 }
 
+/*
+ * A pipeline call's requests on one stream (gp_exec_cuda.ordered_batch, batching/executor.h): the
+ * messages' data requests or tags in passes (batching/kstate.h, gp_ordered_pass_next), each pass
+ * one launch pair on the stream: gp_ordered_batch_kernel writes every slot's descriptors from its
+ * parameter into the pass's lead block (its first slot's message's), then one batch kernel runs
+ * them all. A slot's work reads and writes its own message's state and key schedule in that
+ * message's block (offsets modulo 2^64 from the lead block, as gp_work's are) and its data in
+ * place; its span counters, AAD, powers, partials and refs are the pass's, in the lead block,
+ * which the stream has finished with before the next pass or request rewrites it. Each message's
+ * event is recorded after the last pass, a tag's state coming back before it as for a lone tag.
+ */
+typedef struct ordered_batch_call {
+    gp_engine *e;
+    gp_request *reqs;
+    size_t n;
+    uint64_t stream;
+} ordered_batch_call;
+
+/* One pass: its descriptors into `args`, then its two launches. */
+static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request *reqs, const gp_ordered_pass *pass,
+                                       gp_ordered_batch_args *args)
+{
+    cuda_ordered *lead = os[pass->s[0].req];
+    const gp_kernel_shape *ks = shape_of(lead->g, lead->gpu);
+    dim3 grid, block, sgrid = { 1, 1, 1 }, sblock = { GP_COPY_BLOCK, 1, 1 };
+    unsigned int nr = pass->nrefs, flags = 0;
+    uint32_t most = 0;
+    uint8_t *base;
+    gp_unit_ref *drefs;
+    gp_work *dwork;
+    void *sargs[1], *kargs[5];
+    const void *kernel;
+    size_t smem;
+    cudaError_t err;
+
+    if ((err = ordered_reserve(lead, pass->end)) != cudaSuccess)
+        return err;
+    base = lead->dev;
+    args->base = gpu_addr(base);
+    args->works_at = gpu_addr(base + pass->works);
+    args->refs_at = gpu_addr(base + pass->refs);
+    args->nworks = pass->n;
+    args->nrefs = pass->nrefs;
+    for (uint32_t k = 0; k < pass->n; k++) {
+        const gp_ordered_slot *sl = &pass->s[k];
+        const gp_request *r = &reqs[sl->req];
+        cuda_ordered *o = os[sl->req];
+        gp_work *w = &args->work[k];
+        const int tag = r->kind == GP_REQ_TAG;
+
+        memset(w, 0, sizeof(*w));
+        w->job = sl->job;
+        w->key_off = gpu_addr(o->dev + ORD_KEY_AT) - gpu_addr(base);
+        w->state_off = gpu_addr(o->dev + ORD_STATE_AT) - gpu_addr(base);
+        w->partials_off = sl->partials;
+        w->spans_off = (uint32_t)sl->spans;
+        w->in_off = (tag ? 0 : gpu_addr(r->in + sl->off)) - gpu_addr(base);
+        w->out_off = (tag ? o->chunk->dev + ORD_CH_TAG : gpu_addr(r->out + sl->off)) - gpu_addr(base);
+        if (sl->aad_len > 0) {
+            w->job.aad_off = sl->aad;
+            memcpy(args->extra + sl->extra_at, r->aad, sl->aad_len);
+        }
+        if (sl->pows) {
+            w->pows_off = sl->pow_at;
+            memcpy(args->extra + sl->extra_at + ALIGN16(sl->aad_len),
+                   gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &sl->job), sizeof(gp_mac_pows));
+        }
+        args->ref_first[k] = sl->ref_first;
+        args->extra_at[k] = sl->extra_at;
+        flags |= gp_alg_is_aes(o->shadow.alg) ? GP_BATCH_AES : 0;
+        most = sl->job.nunits + 1 > most ? sl->job.nunits + 1 : most;
+    }
+    sgrid.x = (most + GP_COPY_BLOCK - 1) / GP_COPY_BLOCK;
+    if (sgrid.x > GP_COPY_MAX_GRID)
+        sgrid.x = GP_COPY_MAX_GRID;
+    sgrid.y = pass->n;
+    sargs[0] = args;
+    drefs = (gp_unit_ref *)(base + pass->refs);
+    dwork = (gp_work *)(base + pass->works);
+    kargs[0] = &drefs;
+    kargs[1] = &nr;
+    kargs[2] = &dwork;
+    kargs[3] = &base;
+    kargs[4] = &flags;
+    kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
+    if ((err = cudaLaunchKernel((const void *)gp_ordered_batch_kernel, sgrid, sblock, sargs, 0, lead->stream))
+        == cudaSuccess)
+        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, lead->stream);
+    OPENSSL_cleanse(args->extra, pass->extra);   /* the launch copied it (the powers are secret) */
+    return err;
+}
+
+static int ordered_batch_here(void *arg)
+{
+    ordered_batch_call *c = arg;
+    gp_request *reqs = c->reqs;
+    const size_t n = c->n;
+    cuda_ordered *os[GP_ORDERED_BATCH_MAX];
+    gp_ordered_req q[GP_ORDERED_BATCH_MAX];
+    gp_ordered_pass pass;
+    gp_ordered_batch_args *args;
+    cudaError_t err = cudaSuccess;
+    int gpu = -1, saved;
+
+    if (n < 2 || n > GP_ORDERED_BATCH_MAX)
+        return GP_REQ_SYNC;
+    /* Whatever one of them needs of the single path (a hand-over, a failure to report, a tag of
+     * nothing queued): all go alone, nothing changed. */
+    for (size_t i = 0; i < n; i++) {
+        const gp_request *r = &reqs[i];
+        const cuda_ordered *o = r->msg->ordered;
+        const int g = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->gpu : -1;
+
+        if ((r->kind != GP_REQ_CRYPT && r->kind != GP_REQ_TAG) || r->aad_len > GP_MSG_AAD_HOLD || g < 0
+            || (o != NULL && (o->failed || o->gpu != g)) || (gpu >= 0 && g != gpu))
+            return GP_REQ_SYNC;
+        gpu = g;
+        if (r->kind == GP_REQ_CRYPT) {
+            gp_job j;
+
+            gp_job_plan(&j, o != NULL ? &o->shadow : &r->msg->st, r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len,
+                        (uint32_t)r->aad_len);
+            if (j.nunits > 0 && ((gpu_addr(r->in + j.head_len) & 15) != 0 || (gpu_addr(r->out + j.head_len) & 15) != 0))
+                return GP_REQ_SYNC;
+        }
+    }
+    if ((args = OPENSSL_malloc(sizeof(*args))) == NULL)
+        return GP_REQ_SYNC;
+    if (!gp_cuda_device_enter(gpu, &saved)) {
+        OPENSSL_free(args);
+        return GP_REQ_SYNC;
+    }
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if ((os[i] = m->ordered) == NULL && (os[i] = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
+            /* no chunk or no room now (those made stay their messages'): each alone */
+            (void)cudaGetLastError();
+            gp_cuda_device_leave(saved);
+            OPENSSL_free(args);
+            return GP_REQ_SYNC;
+        }
+        os[i]->state_back = 0;
+        q[i] = (gp_ordered_req){ .shadow = &os[i]->shadow, .aad_len = (uint32_t)reqs[i].aad_len,
+                                 .op = reqs[i].kind == GP_REQ_TAG ? GP_OP_TAG : m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT,
+                                 .len = reqs[i].kind == GP_REQ_TAG ? 0 : reqs[i].len };
+    }
+    /* From the first pass planned the shadows have moved: every request is queued, or fails. */
+    while (err == cudaSuccess && gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), ORD_REQ_AT, &pass))
+        err = ordered_pass_launch(os, reqs, &pass, args);
+    for (size_t i = 0; i < n && err == cudaSuccess; i++)
+        err = reqs[i].kind == GP_REQ_TAG ? ordered_state_back(os[i]) : cudaEventRecord(os[i]->last, os[i]->stream);
+    gp_cuda_device_leave(saved);
+    OPENSSL_free(args);
+    for (size_t i = 0; i < n; i++) {
+        if (err != cudaSuccess)
+            os[i]->failed = 1;
+        reqs[i].status = err == cudaSuccess ? GP_REQ_OK : GP_REQ_FAILED;
+    }
+    if (err != cudaSuccess)
+        gp_cuda_failed(c->e, "stream-ordered batch launch", err);
+    return GP_REQ_OK;
+}
+
+int gp_cuda_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream)
+{
+    ordered_batch_call c = { e, reqs, n, stream };
+
+    /* CUDA calls need more stack than an async job's (devmem.c) */
+    return gp_async_in_job() ? gp_call_off_job_stack(ordered_batch_here, &c) : ordered_batch_here(&c);
+}
+
 static int ordered_wait_here(void *arg)
 {
     ordered_call *c = arg;
