@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kernel state shared by the host and cuda executors: a message's start and its MAC powers. */
+/* Kernel state shared by the host and cuda executors: a message's start, its MAC powers, stream-ordered shadows and passes. */
 /* The start is J0 and E_K(J0); the powers are the ones its requests read. Neither executor calls
  * into the other; both call this. */
 #include <string.h>

@@ -481,7 +481,8 @@ static int ordered_batch_here(void *arg)
                 return GP_REQ_SYNC;
         }
     }
-    if ((args = OPENSSL_malloc(sizeof(*args))) == NULL)
+    /* zeroed: the launch copies all of it (the slots' part is rewritten each pass) */
+    if ((args = OPENSSL_zalloc(sizeof(*args))) == NULL)
         return GP_REQ_SYNC;
     if (!gp_cuda_device_enter(gpu, &saved)) {
         OPENSSL_free(args);
@@ -508,7 +509,7 @@ static int ordered_batch_here(void *arg)
     for (size_t i = 0; i < n && err == cudaSuccess; i++)
         err = reqs[i].kind == GP_REQ_TAG ? ordered_state_back(os[i]) : cudaEventRecord(os[i]->last, os[i]->stream);
     gp_cuda_device_leave(saved);
-    OPENSSL_free(args);
+    OPENSSL_clear_free(args, sizeof(*args));
     for (size_t i = 0; i < n; i++) {
         if (err != cudaSuccess)
             os[i]->failed = 1;
