@@ -48,6 +48,7 @@
 #define ORD_CH_TAG 16384u
 #define ORD_CH_STATE 16512u
 #define ORD_CH_USED 17024u
+_Static_assert(ORD_CH_UP_STATE == ORD_STATE_AT && ORD_CH_UP_KEY == ORD_KEY_AT, "the chunk's state and key lie as the block's");
 _Static_assert(sizeof(gp_msg_state) <= 512 && ORD_CH_UP_KEY + KEY_STRIDE <= ORD_CH_TAG
                && ORD_CH_USED <= GP_STAGE_CHUNK_BYTES, "the chunk holds an ordered message's host side");
 #define ORD_MIN_BLOCK ((size_t)1 << 20)
@@ -144,16 +145,16 @@ static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stre
     o->stream = (cudaStream_t)(uintptr_t)stream;
     o->shadow = m->st;
     memcpy(o->chunk->host + ORD_CH_UP_STATE, &m->st, sizeof(m->st));
+    memset(o->chunk->host + ORD_CH_UP_STATE + sizeof(m->st), 0, ORD_CH_UP_KEY - sizeof(m->st));   /* goes up too */
     memcpy(o->chunk->host + ORD_CH_UP_KEY, gp_key_sched_get(m->key), GP_KEY_SCHED_DEVICE_BYTES);
     if ((*err = cudaEventCreateWithFlags(&o->last, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
     if ((*err = cudaMallocAsync((void **)&o->dev, ORD_MIN_BLOCK, o->stream)) != cudaSuccess)
         goto fail_event;
     o->dev_cap = ORD_MIN_BLOCK;
-    if ((*err = cudaMemcpyAsync(o->dev + ORD_STATE_AT, o->chunk->host + ORD_CH_UP_STATE, sizeof(gp_msg_state),
-                                cudaMemcpyHostToDevice, o->stream)) != cudaSuccess
-        || (*err = cudaMemcpyAsync(o->dev + ORD_KEY_AT, o->chunk->host + ORD_CH_UP_KEY, GP_KEY_SCHED_DEVICE_BYTES,
-                                   cudaMemcpyHostToDevice, o->stream)) != cudaSuccess) {
+    /* One copy: the chunk's state and key lie as the block's do. */
+    if ((*err = cudaMemcpyAsync(o->dev + ORD_STATE_AT, o->chunk->host + ORD_CH_UP_STATE,
+                                ORD_KEY_AT + GP_KEY_SCHED_DEVICE_BYTES, cudaMemcpyHostToDevice, o->stream)) != cudaSuccess) {
         (void)cudaFreeAsync(o->dev, o->stream);
         goto fail_event;
     }
