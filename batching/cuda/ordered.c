@@ -31,50 +31,71 @@
  * block and frees it behind the message's work, and hands the chunk back from a host function
  * that the stream runs after that work.
  *
+ * A pipeline call's messages that start being queued together (ordered_batch) share one block,
+ * chunk and event (ordered_block: a group): their states side by side, one key schedule, their
+ * tags and states coming back side by side in the chunk; the last of them to be released clears
+ * and frees it. A lone message's block is a group of one.
+ *
  * Requests it does not queue (GP_REQ_SYNC: the engine runs them synchronously, ordered after the
  * stream; the next one is queued again): a data request with body units whose buffers are off
  * their 16-byte boundary at the body (the units' vector accesses; the synchronous path copies
  * such data through its staged region: shape.h), or when no staging chunk is free.
  */
 
-/* The block: the state, the key schedule, then one request's part (ordered_layout). */
-#define ORD_STATE_AT 0u
-#define ORD_KEY_AT 512u
-#define ORD_REQ_AT (ORD_KEY_AT + ((KEY_STRIDE + 127) & ~(size_t)127))
+/*
+ * A block serves n messages (n = 1: a lone message's; 2..GP_ORDERED_BATCH_MAX: a group, the
+ * messages of a pipeline call that start being queued together, one key): their states side by
+ * side (message i's at i * ORD_STATE_STRIDE), the key schedule, then the request area (one
+ * request's part, ordered_layout, or a batch pass's, gp_ordered_pass_next). Its chunk (host,
+ * mapped) lays the states and key out as the block does, going up once, then the messages' tags
+ * and their states coming back. One event follows the block's last queued work.
+ */
+#define ORD_STATE_STRIDE 512u
+#define ORD_KEY_AT(n) ((size_t)(n) * ORD_STATE_STRIDE)
+#define ORD_REQ_AT(n) ((ORD_KEY_AT(n) + KEY_STRIDE + 127) & ~(size_t)127)
+#define ORD_CH_TAG(n) ORD_REQ_AT(n)
+#define ORD_CH_STATE(n) ((ORD_CH_TAG(n) + (size_t)(n) * 16 + 127) & ~(size_t)127)
+#define ORD_CH_USED(n) (ORD_CH_STATE(n) + (size_t)(n) * ORD_STATE_STRIDE)
 #define ORD_POWS_BYTES ALIGN16(sizeof(gp_mac_pows))
-/* The chunk (host, mapped): the state and key going up, the tag and the state coming back. */
-#define ORD_CH_UP_STATE 0u
-#define ORD_CH_UP_KEY 512u
-#define ORD_CH_TAG 16384u
-#define ORD_CH_STATE 16512u
-#define ORD_CH_USED 17024u
-_Static_assert(ORD_CH_UP_STATE == ORD_STATE_AT && ORD_CH_UP_KEY == ORD_KEY_AT, "the chunk's state and key lie as the block's");
-_Static_assert(sizeof(gp_msg_state) <= 512 && ORD_CH_UP_KEY + KEY_STRIDE <= ORD_CH_TAG
-               && ORD_CH_USED <= GP_STAGE_CHUNK_BYTES, "the chunk holds an ordered message's host side");
+_Static_assert(sizeof(gp_msg_state) <= ORD_STATE_STRIDE && ORD_CH_USED(GP_ORDERED_BATCH_MAX) <= GP_STAGE_CHUNK_BYTES,
+               "the chunk holds a group's host side");
 #define ORD_MIN_BLOCK ((size_t)1 << 20)
 
-typedef struct cuda_ordered {
+typedef struct ordered_block {
     gp_cuda *g;
-    gp_engine *e;
     int gpu;
+    unsigned int n;              /* messages laid out in it */
+    unsigned int holders;        /* messages still holding it (the last one's release frees it) */
     cudaStream_t stream;
-    uint8_t *dev;                /* the block (cudaMallocAsync on `stream`) */
-    size_t dev_cap;
-    gp_stage_chunk *chunk;       /* mapped pinned: tag and state back */
-    cudaEvent_t last;            /* after the message's last queued request (and its tag, state) */
-    int state_back;              /* the state copy behind `last` is current */
+    uint8_t *dev;                /* cudaMallocAsync on `stream` */
+    size_t cap;
+    gp_stage_chunk *chunk;
+    cudaEvent_t last;            /* after the block's last queued work */
+    int failed;                  /* work of one of its messages failed */
+} ordered_block;
+
+typedef struct cuda_ordered {
+    ordered_block *b;
+    gp_engine *e;
+    unsigned int slot;           /* its state at slot * ORD_STATE_STRIDE; its tag and state in the chunk */
+    int state_back;              /* its state's copy behind b->last is current */
     int failed;
     gp_msg_state shadow;         /* the state the requests queued so far will leave */
 } cuda_ordered;
 
-/* One request's part of the block, from ORD_REQ_AT. */
+static size_t state_at(const cuda_ordered *o)
+{
+    return (size_t)o->slot * ORD_STATE_STRIDE;
+}
+
+/* One request's part of the block, from its request area. */
 typedef struct ordered_layout {
     size_t work, spans, aad, pows, partials, refs, end;
 } ordered_layout;
 
-static void ordered_layout_of(const gp_job *j, ordered_layout *l)
+static void ordered_layout_of(const ordered_block *b, const gp_job *j, ordered_layout *l)
 {
-    l->work = ORD_REQ_AT;
+    l->work = ORD_REQ_AT(b->n);
     l->spans = l->work + ALIGN16(sizeof(gp_work));
     l->aad = ALIGN16(l->spans + j->nspans * sizeof(uint32_t));
     l->pows = ALIGN16(l->aad + GP_ORDERED_AAD_MAX);
@@ -91,82 +112,110 @@ static const gp_kernel_shape *shape_of(const gp_cuda *g, int gpu)
 static int ordered_failed(cuda_ordered *o, const char *what, cudaError_t err)
 {
     o->failed = 1;
+    o->b->failed = 1;
     gp_cuda_failed(o->e, what, err);
     return GP_REQ_FAILED;
 }
 
-/* The block large enough for `need` bytes: a larger one takes the state and key over in stream
+/* The block large enough for `need` bytes: a larger one takes the states and key over in stream
  * order, and the old one is freed behind the work that reads it. */
-static cudaError_t ordered_reserve(cuda_ordered *o, size_t need)
+static cudaError_t ordered_reserve(ordered_block *b, size_t need)
 {
     uint8_t *grown = NULL;
-    size_t cap = o->dev_cap;
+    size_t cap = b->cap;
     cudaError_t err;
 
     if (need <= cap)
         return cudaSuccess;
     while (cap < need)
         cap = cap < ORD_MIN_BLOCK ? ORD_MIN_BLOCK : cap * 2;
-    if ((err = cudaMallocAsync((void **)&grown, cap, o->stream)) != cudaSuccess)
+    if ((err = cudaMallocAsync((void **)&grown, cap, b->stream)) != cudaSuccess)
         return err;
-    if ((err = cudaMemcpyAsync(grown, o->dev, ORD_REQ_AT, cudaMemcpyDeviceToDevice, o->stream)) != cudaSuccess
-        || (err = cudaMemsetAsync(o->dev, 0, o->dev_cap, o->stream)) != cudaSuccess
-        || (err = cudaFreeAsync(o->dev, o->stream)) != cudaSuccess) {
-        (void)cudaFreeAsync(grown, o->stream);
+    if ((err = cudaMemcpyAsync(grown, b->dev, ORD_REQ_AT(b->n), cudaMemcpyDeviceToDevice, b->stream)) != cudaSuccess
+        || (err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) != cudaSuccess
+        || (err = cudaFreeAsync(b->dev, b->stream)) != cudaSuccess) {
+        (void)cudaFreeAsync(grown, b->stream);
         return err;
     }
-    o->dev = grown;
-    o->dev_cap = cap;
+    b->dev = grown;
+    b->cap = cap;
     return cudaSuccess;
 }
 
-/* The message's ordered state, made at its first queued request from the state it started with:
- * the block, with its state and key schedule sent up from the chunk (which keeps them until the
- * release, so the copy may run whenever the stream gets there). NULL, err cudaSuccess: no chunk
- * free now. */
-static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, cudaError_t *err)
+/* The block and chunk back, cleansed (the block in stream order behind its work is the caller's). */
+static void ordered_block_drop(ordered_block *b)
+{
+    OPENSSL_cleanse(b->chunk->host, ORD_CH_USED(b->n));
+    gp_stage_put(&b->g->stage, b->chunk);
+    OPENSSL_clear_free(b, sizeof(*b));
+}
+
+/*
+ * The ordered state of messages ms[0..n) (one key), made at their first queued request from the
+ * states they started with: one block, with their states and key schedule sent up from the chunk
+ * in one copy (the chunk keeps them until the block's release, so the copy may run whenever the
+ * stream gets there). 0, err cudaSuccess: no chunk free now; nothing changed.
+ */
+static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, int gpu, uint64_t stream,
+                             cudaError_t *err)
 {
     gp_cuda *g = e->cuda;
-    cuda_ordered *o;
+    cuda_ordered *os[GP_ORDERED_BATCH_MAX];
+    ordered_block *b;
+    unsigned int i;
 
     *err = cudaSuccess;
-    if (!g->stage_ready)
-        return NULL;
+    if (!g->stage_ready || n == 0 || n > GP_ORDERED_BATCH_MAX)
+        return 0;
     gp_stage_grow(&g->stage);
-    if ((o = OPENSSL_zalloc(sizeof(*o))) == NULL)
-        return NULL;
-    if ((o->chunk = gp_stage_get(&g->stage)) == NULL) {
-        OPENSSL_free(o);
-        return NULL;
+    if ((b = OPENSSL_zalloc(sizeof(*b))) == NULL)
+        return 0;
+    if ((b->chunk = gp_stage_get(&g->stage)) == NULL) {
+        OPENSSL_free(b);
+        return 0;
     }
-    o->g = g;
-    o->e = e;
-    o->gpu = gpu;
-    o->stream = (cudaStream_t)(uintptr_t)stream;
-    o->shadow = m->st;
-    memcpy(o->chunk->host + ORD_CH_UP_STATE, &m->st, sizeof(m->st));
-    memset(o->chunk->host + ORD_CH_UP_STATE + sizeof(m->st), 0, ORD_CH_UP_KEY - sizeof(m->st));   /* goes up too */
-    memcpy(o->chunk->host + ORD_CH_UP_KEY, gp_key_sched_get(m->key), GP_KEY_SCHED_DEVICE_BYTES);
-    if ((*err = cudaEventCreateWithFlags(&o->last, cudaEventDisableTiming)) != cudaSuccess)
+    b->g = g;
+    b->gpu = gpu;
+    b->n = n;
+    b->stream = (cudaStream_t)(uintptr_t)stream;
+    for (i = 0; i < n; i++) {
+        if ((os[i] = OPENSSL_zalloc(sizeof(*os[i]))) == NULL)
+            goto fail;
+        os[i]->b = b;
+        os[i]->e = e;
+        os[i]->slot = i;
+        os[i]->shadow = ms[i]->st;
+        memcpy(b->chunk->host + state_at(os[i]), &ms[i]->st, sizeof(ms[i]->st));
+        memset(b->chunk->host + state_at(os[i]) + sizeof(ms[i]->st), 0, ORD_STATE_STRIDE - sizeof(ms[i]->st));
+    }
+    memcpy(b->chunk->host + ORD_KEY_AT(n), gp_key_sched_get(ms[0]->key), GP_KEY_SCHED_DEVICE_BYTES);
+    if ((*err = cudaEventCreateWithFlags(&b->last, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
-    if ((*err = cudaMallocAsync((void **)&o->dev, ORD_MIN_BLOCK, o->stream)) != cudaSuccess)
+    if ((*err = cudaMallocAsync((void **)&b->dev, ORD_MIN_BLOCK, b->stream)) != cudaSuccess)
         goto fail_event;
-    o->dev_cap = ORD_MIN_BLOCK;
-    /* One copy: the chunk's state and key lie as the block's do. */
-    if ((*err = cudaMemcpyAsync(o->dev + ORD_STATE_AT, o->chunk->host + ORD_CH_UP_STATE,
-                                ORD_KEY_AT + GP_KEY_SCHED_DEVICE_BYTES, cudaMemcpyHostToDevice, o->stream)) != cudaSuccess) {
-        (void)cudaFreeAsync(o->dev, o->stream);
+    b->cap = ORD_MIN_BLOCK;
+    if ((*err = cudaMemcpyAsync(b->dev, b->chunk->host, ORD_KEY_AT(n) + GP_KEY_SCHED_DEVICE_BYTES,
+                                cudaMemcpyHostToDevice, b->stream)) != cudaSuccess) {
+        (void)cudaFreeAsync(b->dev, b->stream);
         goto fail_event;
     }
-    m->ordered = o;
-    return o;
+    for (i = 0; i < n; i++)
+        ms[i]->ordered = os[i];
+    b->holders = n;
+    return 1;
 fail_event:
-    (void)cudaEventDestroy(o->last);
+    (void)cudaEventDestroy(b->last);
 fail:
-    OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-    gp_stage_put(&g->stage, o->chunk);
-    OPENSSL_free(o);
-    return NULL;
+    while (i-- > 0)
+        OPENSSL_clear_free(os[i], sizeof(*os[i]));
+    ordered_block_drop(b);
+    return 0;
+}
+
+/* A lone message's ordered state (a block of its own); NULL, err cudaSuccess: no chunk free now. */
+static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, cudaError_t *err)
+{
+    return ordered_block_new(e, &m, 1, gpu, stream, err) ? m->ordered : NULL;
 }
 
 /*
@@ -178,7 +227,8 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
                                   const uint8_t *in, uint8_t *out, size_t len)
 {
     gp_ordered_args args_mem, *args = &args_mem;   /* on a thread's stack (never a job's) */
-    const gp_kernel_shape *ks = shape_of(o->g, o->gpu);
+    ordered_block *b = o->b;
+    const gp_kernel_shape *ks = shape_of(b->g, b->gpu);
     gp_job j;
     ordered_layout l;
     unsigned int nr, flags = gp_alg_is_aes(o->shadow.alg) ? GP_BATCH_AES : 0;
@@ -193,13 +243,13 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
 
     memset(args, 0, sizeof(*args));
     gp_job_plan(&j, &o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
-    ordered_layout_of(&j, &l);
-    if ((err = ordered_reserve(o, l.end)) != cudaSuccess)
+    ordered_layout_of(b, &j, &l);
+    if ((err = ordered_reserve(b, l.end)) != cudaSuccess)
         return err;
-    base = o->dev;
+    base = b->dev;
     args->work.job = j;
-    args->work.key_off = ORD_KEY_AT;
-    args->work.state_off = ORD_STATE_AT;
+    args->work.key_off = ORD_KEY_AT(b->n);
+    args->work.state_off = state_at(o);
     args->work.partials_off = l.partials;
     args->work.spans_off = (uint32_t)l.spans;
     args->work.in_off = gpu_addr(in) - gpu_addr(base);
@@ -232,8 +282,8 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     kargs[3] = &base;
     kargs[4] = &flags;
     kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
-    if ((err = cudaLaunchKernel((const void *)gp_ordered_kernel, sgrid, sblock, sargs, 0, o->stream)) == cudaSuccess)
-        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, o->stream);
+    if ((err = cudaLaunchKernel((const void *)gp_ordered_kernel, sgrid, sblock, sargs, 0, b->stream)) == cudaSuccess)
+        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, b->stream);
     OPENSSL_cleanse(args, sizeof(*args));   /* the launch copied it (the powers are secret) */
     OPENSSL_cleanse(&j, sizeof(j));
     if (err == cudaSuccess)
@@ -241,14 +291,31 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     return err;
 }
 
-/* The state behind the message's work, into the chunk, and the event after it. */
+/* Where o's tag and its state coming back are in the chunk (host; tag_dev: as the GPU sees it). */
+static uint8_t *tag_host(const cuda_ordered *o)
+{
+    return o->b->chunk->host + ORD_CH_TAG(o->b->n) + (size_t)o->slot * 16;
+}
+
+static uint64_t tag_dev(const cuda_ordered *o)
+{
+    return o->b->chunk->dev + ORD_CH_TAG(o->b->n) + (size_t)o->slot * 16;
+}
+
+static uint8_t *state_host(const cuda_ordered *o)
+{
+    return o->b->chunk->host + ORD_CH_STATE(o->b->n) + state_at(o);
+}
+
+/* The state behind the message's work, into the chunk, and the block's event after it. */
 static cudaError_t ordered_state_back(cuda_ordered *o)
 {
+    ordered_block *b = o->b;
     cudaError_t err;
 
-    if ((err = cudaMemcpyAsync(o->chunk->host + ORD_CH_STATE, o->dev + ORD_STATE_AT, sizeof(gp_msg_state),
-                               cudaMemcpyDeviceToHost, o->stream)) == cudaSuccess
-        && (err = cudaEventRecord(o->last, o->stream)) == cudaSuccess)
+    if ((err = cudaMemcpyAsync(state_host(o), b->dev + state_at(o), sizeof(gp_msg_state), cudaMemcpyDeviceToHost,
+                               b->stream)) == cudaSuccess
+        && (err = cudaEventRecord(b->last, b->stream)) == cudaSuccess)
         o->state_back = 1;
     return err;
 }
@@ -287,7 +354,7 @@ static int ordered_run_here(void *arg)
     cuda_ordered *o = m->ordered;
     const uint32_t op = r->kind == GP_REQ_AAD ? GP_OP_AAD : r->kind == GP_REQ_CRYPT
                         ? (m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT) : GP_OP_TAG;
-    const int gpu = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->gpu : -1;
+    const int gpu = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->b->gpu : -1;
     cudaError_t err = cudaSuccess;
     int saved;
 
@@ -326,7 +393,7 @@ static int ordered_run_here(void *arg)
             err = ordered_launch(o, m, GP_OP_AAD, r->in + off, n, NULL, NULL, 0);
         }
     } else if (op == GP_OP_TAG) {
-        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)(o->chunk->dev + ORD_CH_TAG), 0);
+        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)tag_dev(o), 0);
         if (err == cudaSuccess)
             err = ordered_state_back(o);
     } else {
@@ -343,7 +410,7 @@ static int ordered_run_here(void *arg)
         } while (off < r->len && err == cudaSuccess);
     }
     if (err == cudaSuccess && op != GP_OP_TAG)
-        err = cudaEventRecord(o->last, o->stream);
+        err = cudaEventRecord(o->b->last, o->b->stream);
     gp_cuda_device_leave(saved);
     return err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);
 }
@@ -363,9 +430,10 @@ int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
  * parameter into the pass's lead block (its first slot's message's), then one batch kernel runs
  * them all. A slot's work reads and writes its own message's state and key schedule in that
  * message's block (offsets modulo 2^64 from the lead block, as gp_work's are) and its data in
- * place; its span counters, AAD, powers, partials and refs are the pass's, in the lead block,
- * which the stream has finished with before the next pass or request rewrites it. Each message's
- * event is recorded after the last pass, a tag's state coming back before it as for a lone tag.
+ * place; its span counters, AAD, powers, partials and refs are the pass's, in the lead block's
+ * request area, which the stream has finished with before the next pass or request rewrites it.
+ * After the last pass each block's event is recorded once, after tags its messages' states
+ * coming back first (a group's in one copy).
  */
 typedef struct ordered_batch_call {
     gp_engine *e;
@@ -378,7 +446,8 @@ typedef struct ordered_batch_call {
 static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request *reqs, const gp_ordered_pass *pass,
                                        gp_ordered_batch_args *args)
 {
-    cuda_ordered *lead = os[pass->s[0].req];
+    ordered_block *lead = os[pass->s[0].req]->b;
+    const size_t at = ORD_REQ_AT(lead->n);   /* the pass's area (planned from 0) */
     const gp_kernel_shape *ks = shape_of(lead->g, lead->gpu);
     dim3 grid, block, sgrid = { 1, 1, 1 }, sblock = { GP_COPY_BLOCK, 1, 1 };
     unsigned int nr = pass->nrefs, flags = 0;
@@ -391,12 +460,12 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
     size_t smem;
     cudaError_t err;
 
-    if ((err = ordered_reserve(lead, pass->end)) != cudaSuccess)
+    if ((err = ordered_reserve(lead, at + pass->end)) != cudaSuccess)
         return err;
     base = lead->dev;
     args->base = gpu_addr(base);
-    args->works_at = gpu_addr(base + pass->works);
-    args->refs_at = gpu_addr(base + pass->refs);
+    args->works_at = gpu_addr(base + at + pass->works);
+    args->refs_at = gpu_addr(base + at + pass->refs);
     args->nworks = pass->n;
     args->nrefs = pass->nrefs;
     for (uint32_t k = 0; k < pass->n; k++) {
@@ -408,18 +477,18 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
 
         memset(w, 0, sizeof(*w));
         w->job = sl->job;
-        w->key_off = gpu_addr(o->dev + ORD_KEY_AT) - gpu_addr(base);
-        w->state_off = gpu_addr(o->dev + ORD_STATE_AT) - gpu_addr(base);
-        w->partials_off = sl->partials;
-        w->spans_off = (uint32_t)sl->spans;
+        w->key_off = gpu_addr(o->b->dev + ORD_KEY_AT(o->b->n)) - gpu_addr(base);
+        w->state_off = gpu_addr(o->b->dev + state_at(o)) - gpu_addr(base);
+        w->partials_off = at + sl->partials;
+        w->spans_off = (uint32_t)(at + sl->spans);
         w->in_off = (tag ? 0 : gpu_addr(r->in + sl->off)) - gpu_addr(base);
-        w->out_off = (tag ? o->chunk->dev + ORD_CH_TAG : gpu_addr(r->out + sl->off)) - gpu_addr(base);
+        w->out_off = (tag ? tag_dev(o) : gpu_addr(r->out + sl->off)) - gpu_addr(base);
         if (sl->aad_len > 0) {
-            w->job.aad_off = sl->aad;
+            w->job.aad_off = at + sl->aad;
             memcpy(args->extra + sl->extra_at, r->aad, sl->aad_len);
         }
         if (sl->pows) {
-            w->pows_off = sl->pow_at;
+            w->pows_off = at + sl->pow_at;
             memcpy(args->extra + sl->extra_at + ALIGN16(sl->aad_len),
                    gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &sl->job), sizeof(gp_mac_pows));
         }
@@ -433,8 +502,8 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
         sgrid.x = GP_COPY_MAX_GRID;
     sgrid.y = pass->n;
     sargs[0] = args;
-    drefs = (gp_unit_ref *)(base + pass->refs);
-    dwork = (gp_work *)(base + pass->works);
+    drefs = (gp_unit_ref *)(base + at + pass->refs);
+    dwork = (gp_work *)(base + at + pass->works);
     kargs[0] = &drefs;
     kargs[1] = &nr;
     kargs[2] = &dwork;
@@ -454,11 +523,13 @@ static int ordered_batch_here(void *arg)
     gp_request *reqs = c->reqs;
     const size_t n = c->n;
     cuda_ordered *os[GP_ORDERED_BATCH_MAX];
+    gp_msg *fresh[GP_ORDERED_BATCH_MAX];
     gp_ordered_req q[GP_ORDERED_BATCH_MAX];
     gp_ordered_pass pass;
     gp_ordered_batch_args *args;
     cudaError_t err = cudaSuccess;
     int gpu = -1, saved;
+    unsigned int nfresh = 0;
 
     if (n < 2 || n > GP_ORDERED_BATCH_MAX)
         return GP_REQ_SYNC;
@@ -467,10 +538,10 @@ static int ordered_batch_here(void *arg)
     for (size_t i = 0; i < n; i++) {
         const gp_request *r = &reqs[i];
         const cuda_ordered *o = r->msg->ordered;
-        const int g = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->gpu : -1;
+        const int g = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->b->gpu : -1;
 
         if ((r->kind != GP_REQ_CRYPT && r->kind != GP_REQ_TAG) || r->aad_len > GP_MSG_AAD_HOLD || g < 0
-            || (o != NULL && (o->failed || o->gpu != g)) || (gpu >= 0 && g != gpu))
+            || (o != NULL && (o->failed || o->b->gpu != g)) || (gpu >= 0 && g != gpu))
             return GP_REQ_SYNC;
         gpu = g;
         if (r->kind == GP_REQ_CRYPT) {
@@ -489,6 +560,13 @@ static int ordered_batch_here(void *arg)
         OPENSSL_free(args);
         return GP_REQ_SYNC;
     }
+    /* Messages not queued before: one block for them all where they share a key (a pipeline's
+     * first call), else one each. */
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].msg->ordered == NULL && reqs[i].msg->key == reqs[0].msg->key)
+            fresh[nfresh++] = reqs[i].msg;
+    if (nfresh >= 2 && nfresh == n && !ordered_block_new(c->e, fresh, nfresh, gpu, c->stream, &err))
+        (void)cudaGetLastError();   /* then one each, below */
     for (size_t i = 0; i < n; i++) {
         gp_msg *m = reqs[i].msg;
 
@@ -504,16 +582,36 @@ static int ordered_batch_here(void *arg)
                                  .op = reqs[i].kind == GP_REQ_TAG ? GP_OP_TAG : m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT,
                                  .len = reqs[i].kind == GP_REQ_TAG ? 0 : reqs[i].len };
     }
+    err = cudaSuccess;
     /* From the first pass planned the shadows have moved: every request is queued, or fails. */
-    while (err == cudaSuccess && gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), ORD_REQ_AT, &pass))
+    while (err == cudaSuccess && gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), 0, &pass))
         err = ordered_pass_launch(os, reqs, &pass, args);
-    for (size_t i = 0; i < n && err == cudaSuccess; i++)
-        err = reqs[i].kind == GP_REQ_TAG ? ordered_state_back(os[i]) : cudaEventRecord(os[i]->last, os[i]->stream);
+    /* Behind the last pass, each block once: its messages' states back after tags, its event. */
+    for (size_t i = 0; i < n && err == cudaSuccess; i++) {
+        ordered_block *b = os[i]->b;
+        int tags = 0, seen = 0;
+
+        for (size_t k = 0; k < i; k++)
+            seen |= os[k]->b == b;
+        if (seen)
+            continue;
+        for (size_t k = i; k < n; k++)
+            tags |= os[k]->b == b && reqs[k].kind == GP_REQ_TAG;
+        if (tags && b->n == 1)
+            err = ordered_state_back(os[i]);
+        else if (tags && (err = cudaMemcpyAsync(b->chunk->host + ORD_CH_STATE(b->n), b->dev,
+                                                (size_t)b->n * ORD_STATE_STRIDE, cudaMemcpyDeviceToHost,
+                                                b->stream)) == cudaSuccess)
+            for (size_t k = i; k < n; k++)
+                os[k]->state_back |= os[k]->b == b;   /* every state of the block: behind the event below */
+        if (err == cudaSuccess && !(tags && b->n == 1))
+            err = cudaEventRecord(b->last, b->stream);
+    }
     gp_cuda_device_leave(saved);
     OPENSSL_clear_free(args, sizeof(*args));
     for (size_t i = 0; i < n; i++) {
         if (err != cudaSuccess)
-            os[i]->failed = 1;
+            os[i]->failed = os[i]->b->failed = 1;
         reqs[i].status = err == cudaSuccess ? GP_REQ_OK : GP_REQ_FAILED;
     }
     if (err != cudaSuccess)
@@ -540,20 +638,21 @@ static int ordered_wait_here(void *arg)
         return GP_REQ_OK;   /* nothing queued: the state is the message's own */
     if (o->failed)
         return GP_REQ_FAILED;
-    if (!gp_cuda_device_enter(o->gpu, &saved))
+    if (!gp_cuda_device_enter(o->b->gpu, &saved))
         return GP_REQ_FAILED;
     /* Behind a tag the state is on its way already; else (a copy of the context mid-message) it is
-     * fetched now, and the wait covers what the caller queued since too. */
+     * fetched now, and the wait covers what the caller queued since too (in a group: what it
+     * queued for the block's other messages as well). */
     if (!o->state_back)
         err = ordered_state_back(o);
     if (err == cudaSuccess)
-        err = cudaEventSynchronize(o->last);
+        err = cudaEventSynchronize(o->b->last);
     gp_cuda_device_leave(saved);
     if (err != cudaSuccess)
         return ordered_failed(o, "stream-ordered work", err);
-    memcpy(&c->m->st, o->chunk->host + ORD_CH_STATE, sizeof(gp_msg_state));
+    memcpy(&c->m->st, state_host(o), sizeof(gp_msg_state));
     if (c->tag != NULL)
-        memcpy(c->tag, o->chunk->host + ORD_CH_TAG, 16);
+        memcpy(c->tag, tag_host(o), 16);
     return GP_REQ_OK;
 }
 
@@ -564,42 +663,40 @@ int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16])
     return gp_async_in_job() ? gp_call_off_job_stack(ordered_wait_here, &c) : ordered_wait_here(&c);
 }
 
-/* After the message's last work, on the stream's host-function thread (no CUDA call there): the
+/* After the block's last work, on the stream's host-function thread (no CUDA call there): the
  * chunk cleansed and back in the pool. */
 static void CUDART_CB ordered_chunk_back(void *arg)
 {
-    cuda_ordered *o = arg;
-
-    OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-    gp_stage_put(&o->g->stage, o->chunk);
-    OPENSSL_clear_free(o, sizeof(*o));
+    ordered_block_drop(arg);
 }
 
 static int ordered_release_here(void *arg)
 {
     gp_msg *m = arg;
     cuda_ordered *o = m->ordered;
+    ordered_block *b = o->b;
     cudaError_t err = cudaErrorUnknown;
     int saved;
 
     m->ordered = NULL;
-    if (gp_cuda_device_enter(o->gpu, &saved)) {
-        /* The block cleared (state, key, powers, partials) and freed behind the message's work,
-         * then the chunk back. An event may be destroyed before it completes. */
-        if ((err = cudaMemsetAsync(o->dev, 0, o->dev_cap, o->stream)) == cudaSuccess
-            && (err = cudaFreeAsync(o->dev, o->stream)) == cudaSuccess)
-            err = cudaLaunchHostFunc(o->stream, ordered_chunk_back, o);
-        (void)cudaEventDestroy(o->last);
+    OPENSSL_clear_free(o, sizeof(*o));
+    /* In a group, the message's state stays in the block until its last message lets go (the
+     * block is cleared then). */
+    if (--b->holders > 0)
+        return 0;
+    if (gp_cuda_device_enter(b->gpu, &saved)) {
+        /* The block cleared (states, key, powers, partials) and freed behind its work, then the
+         * chunk back. An event may be destroyed before it completes. */
+        if ((err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) == cudaSuccess
+            && (err = cudaFreeAsync(b->dev, b->stream)) == cudaSuccess)
+            err = cudaLaunchHostFunc(b->stream, ordered_chunk_back, b);
+        (void)cudaEventDestroy(b->last);
         (void)cudaGetLastError();
         gp_cuda_device_leave(saved);
     }
-    if (err != cudaSuccess && !o->failed) {
-        /* The stream took none of it: nothing of the message's can still run there. */
-        OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-        gp_stage_put(&o->g->stage, o->chunk);
-        OPENSSL_clear_free(o, sizeof(*o));
-    }
-    /* (a failed GPU's stream may still hold the message's work: its chunk and state are left) */
+    if (err != cudaSuccess && !b->failed)
+        ordered_block_drop(b);   /* the stream took none of it: nothing of the block's can still run there */
+    /* (a failed GPU's stream may still hold the block's work: its chunk and states are left) */
     return 0;
 }
 
