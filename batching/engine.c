@@ -924,7 +924,7 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
         }
     }
     route_together(e, reqs, n);
-    if (n <= GP_ORDERED_BATCH_MAX)
+    if (n <= GP_ORDERED_BATCH_MAX && !e->knobs.test.ordered_alone)
         submit_ordered_together(e, reqs, n, taken);
     for (size_t i = 0, total = 0; i < n; i++) {
         /* A pipeline call's data is the process's demand for the GPU as one message's would be

@@ -84,6 +84,8 @@ typedef struct gp_test_hooks {
                                * many bytes (batching/kstate.h); 0: GP_SLICE_BYTES */
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
+    int ordered_alone;        /* a pipeline call's stream-ordered requests queue each alone, not as
+                               * one batch (batching/engine.c, submit_ordered_together) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
     char gpu_model[64];       /* the priors see every GPU as this model; "": the driver's */
     char share_key[64];       /* the host executor standing in for the GPU shares its counts
