@@ -702,12 +702,6 @@ static int hold_aad(gp_msg *m, gp_request *r)
     return 1;
 }
 
-/*
- * Stream-ordered device mode (gp_msg_set_stream), on an executor that queues on the caller's
- * stream: AAD, data and tags are queued there with the AAD the message holds (the executor copies
- * it) and the call returns; a verdict waits for the message's own queued work (its tag, computed in
- * stream order) and compares here, in constant time (SP 800-38D §7.2 step 8).
- */
 /* r as the executor queues it: with the AAD the message holds; a verdict as a tag request whose
  * tag the executor keeps for ordered_wait. */
 static void ordered_request(gp_msg *m, const gp_request *r, gp_request *q)
@@ -754,6 +748,12 @@ static int ordered_taken(gp_msg *m, gp_request *r, int st)
     return r->status = st;
 }
 
+/*
+ * Stream-ordered device mode (gp_msg_set_stream), on an executor that queues on the caller's
+ * stream: AAD, data and tags are queued there with the AAD the message holds (the executor copies
+ * it) and the call returns; a verdict waits for the message's own queued work (its tag, computed in
+ * stream order) and compares here, in constant time (SP 800-38D §7.2 step 8).
+ */
 static int submit_ordered(gp_msg *m, gp_request *r)
 {
     gp_request q;
