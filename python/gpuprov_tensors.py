@@ -322,6 +322,7 @@ class TensorCipher:
         self._lock = threading.Lock()
         self._messages = 0
         self._kept = {}       # contexts kept for the next call (_ctx_take): slot -> [ctx]
+        self._kept_pid = os.getpid()
         self._cipher = None
         self._key = ctypes.create_string_buffer(key, KEY_BYTES)
         self._crypto = crypto = libcrypto or load_libcrypto()
@@ -351,7 +352,7 @@ class TensorCipher:
 
     def close(self):
         with self._lock:
-            kept, self._kept = self._kept, {}
+            kept, self._kept = (self._kept if self._kept_pid == os.getpid() else {}), {}
         for ctxs in kept.values():
             for ctx in ctxs:
                 self._crypto.EVP_CIPHER_CTX_free(ctx)
@@ -452,6 +453,10 @@ class TensorCipher:
         context's provider state unless it is given a cipher; gpuprov keeps the key, the pipeline
         and each pipe's lane context across inits of the same numpipes)."""
         with self._lock:
+            if self._kept_pid != os.getpid():
+                # A forked child: the parent's contexts (their keys, their executor's state) are
+                # left alone, neither used nor freed; the child makes its own.
+                self._kept, self._kept_pid = {}, os.getpid()
             ctxs = self._kept.get(slot)
             return ctxs.pop() if ctxs else None
 
@@ -459,7 +464,7 @@ class TensorCipher:
         """Keep ctx, whose last message ended well, for the next call of its slot (at most
         _KEPT_CONTEXTS in all); else free it."""
         with self._lock:
-            if self._cipher and sum(map(len, self._kept.values())) < _KEPT_CONTEXTS:
+            if self._cipher and self._kept_pid == os.getpid() and sum(map(len, self._kept.values())) < _KEPT_CONTEXTS:
                 self._kept.setdefault(slot, []).append(ctx)
                 return
         self._crypto.EVP_CIPHER_CTX_free(ctx)
