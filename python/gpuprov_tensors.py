@@ -494,8 +494,8 @@ class TensorCipher:
             for finish in pending:
                 finish(abandon=True)
             raise
-        # Encrypting, the tags of pipelines (and of stream-ordered messages) are read once every
-        # group is queued: such a read waits for its own work, and the work behind it is queued.
+        # Encrypting, the tags of stream-ordered pipelines and messages are read once every group
+        # is queued: such a read waits for its own work, and the work behind it is queued.
         first_error = None
         for finish in pending:
             try:
