@@ -198,8 +198,24 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+_typestr_sizes = {}   # typestr -> item size: a few distinct strings
+
+
 def _typestr_size(typestr):
-    return int(typestr[2:]) if len(typestr) > 2 and typestr[2:].isdigit() else 1
+    size = _typestr_sizes.get(typestr)
+    if size is None:
+        size = _typestr_sizes[typestr] = int(typestr[2:]) if len(typestr) > 2 and typestr[2:].isdigit() else 1
+    return size
+
+
+_cai_kinds = {}       # type -> "cupy" or "cai"
+
+
+def _cai_kind(cls):
+    kind = _cai_kinds.get(cls)
+    if kind is None:
+        kind = _cai_kinds[cls] = "cupy" if cls.__module__.split(".")[0] == "cupy" else "cai"
+    return kind
 
 
 # PyTorch dtype -> its name without "torch.": dtypes are a few hashable singletons.
@@ -249,8 +265,7 @@ def _buf(t):
         dev = getattr(t, "device", 0)
         dev = getattr(dev, "id", dev)    # CuPy: a Device; a fake tensor: an int
         gpu = dev if isinstance(dev, int) else 0
-        kind = "cupy" if type(t).__module__.split(".")[0] == "cupy" else "cai"
-        return _Buf(t, ptr, nbytes, gpu, kind, shape, typestr)
+        return _Buf(t, ptr, nbytes, gpu, _cai_kind(type(t)), shape, typestr)
     try:
         view = memoryview(t)
     except TypeError:
