@@ -47,8 +47,8 @@ What it does with the tensors:
 
 import collections
 import ctypes
-import itertools
 import ctypes.util
+import itertools
 import json
 import os
 import re
@@ -462,11 +462,12 @@ class TensorCipher:
         return nonces
 
     def _ctx_take(self, slot):
-        """A context kept by an earlier call for slot (kind, enc, gpu, stream[, numpipes]), or None. It has this
-        object's cipher and key, and its slot's device mode and stream, set; re-initialised with a
-        NULL cipher and key it keeps them (OpenSSL 3.5's evp_cipher_init_internal keeps a
-        context's provider state unless it is given a cipher; gpuprov keeps the key, the pipeline
-        and each pipe's lane context across inits of the same numpipes)."""
+        """A context kept by an earlier call for slot (kind, enc, gpu, stream[, numpipes]), or
+        None. It has this object's cipher and key, and its slot's device mode and stream, set;
+        re-initialised with a NULL cipher and key it keeps them (OpenSSL 3.5's
+        evp_cipher_init_internal keeps a context's provider state unless it is given a cipher;
+        gpuprov keeps the key, the pipeline and each pipe's lane context across inits of the same
+        numpipes)."""
         with self._lock:
             if self._kept_pid != os.getpid():
                 # A forked child: the parent's contexts (their keys, their executor's state) are
@@ -479,7 +480,8 @@ class TensorCipher:
         """Keep ctx, whose last message ended well, for the next call of its slot (at most
         _KEPT_CONTEXTS in all); else free it."""
         with self._lock:
-            if self._cipher and self._kept_pid == os.getpid() and sum(map(len, self._kept.values())) < _KEPT_CONTEXTS:
+            room = sum(map(len, self._kept.values())) < _KEPT_CONTEXTS
+            if self._cipher and self._kept_pid == os.getpid() and room:
                 self._kept.setdefault(slot, []).append(ctx)
                 return
         self._crypto.EVP_CIPHER_CTX_free(ctx)
