@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,14 @@
  * module's stand-in device allocations and the context's gpuprov-memory is "device". The CUDA
  * build (PIPE_TEST_CUDA, test pipeline-devmem-cuda, suite gpu) with GPTEST_PIPE_DEVMEM=1 takes
  * cudaMallocManaged memory instead: device memory to gpuprov, which the test reads and writes from
- * the host after synchronizing.
+ * the host after synchronizing. In device mode, where the executor takes streams (the host
+ * executor's fake streams, batching/fake_stream.h; a CUDA stream of the buffers' GPU), some of the
+ * differential runs are stream-ordered (gpuprov-cuda-stream): queued on the stream, then read once
+ * it has run, byte for byte the same.
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
+#define STREAM_PARAM "gpuprov-cuda-stream"
 
 static gptest_env *g_env;
 static pipe_api api;
@@ -96,6 +101,74 @@ static void gpu_sync(void)
     if (devmem && cudaDeviceSynchronize() != cudaSuccess)
         fail_msg("cudaDeviceSynchronize failed");
 #endif
+}
+
+/* ---- the caller's stream (stream-ordered runs): NULL where there is none ---- */
+
+static void *pipe_stream;
+#ifndef PIPE_TEST_CUDA
+static void (*fake_stream_free)(void *);
+static void (*fake_stream_sync)(void *);
+#endif
+
+/* Device mode where the executor takes streams: the host executor's fake streams (the test
+ * module's exports), or a non-blocking CUDA stream of GPU 0 (the managed buffers' GPU). */
+static void pipe_stream_new(void)
+{
+    const char *backend = getenv("GPUPROV_BACKEND");
+
+    if (!devmem)
+        return;
+#ifdef PIPE_TEST_CUDA
+    (void)backend;
+    if (cudaSetDevice(0) != cudaSuccess
+        || cudaStreamCreateWithFlags((cudaStream_t *)&pipe_stream, cudaStreamNonBlocking) != cudaSuccess)
+        fail_msg("cudaStreamCreateWithFlags failed");
+#else
+    void *(*make)(void);
+
+    if (backend == NULL || strcmp(backend, "host") != 0)
+        return;   /* only the host executor takes fake streams */
+    *(void **)&make = evp_test_module_symbol("gpuprov_test_stream_new");
+    *(void **)&fake_stream_free = evp_test_module_symbol("gpuprov_test_stream_free");
+    *(void **)&fake_stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
+    if (make != NULL && fake_stream_free != NULL && fake_stream_sync != NULL)
+        pipe_stream = make();
+#endif
+}
+
+static void pipe_stream_sync(void)
+{
+    if (pipe_stream == NULL)
+        return;
+#ifdef PIPE_TEST_CUDA
+    if (cudaStreamSynchronize((cudaStream_t)pipe_stream) != cudaSuccess)
+        fail_msg("cudaStreamSynchronize failed");
+#else
+    fake_stream_sync(pipe_stream);
+#endif
+}
+
+static void pipe_stream_free(void)
+{
+    if (pipe_stream == NULL)
+        return;
+    pipe_stream_sync();
+#ifdef PIPE_TEST_CUDA
+    cudaStreamDestroy((cudaStream_t)pipe_stream);
+#else
+    fake_stream_free(pipe_stream);
+#endif
+    pipe_stream = NULL;
+}
+
+static int set_stream(EVP_CIPHER_CTX *ctx, void *stream)
+{
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    uint64_t v = (uint64_t)(uintptr_t)stream;
+
+    p[0] = OSSL_PARAM_construct_uint64(STREAM_PARAM, &v);
+    return EVP_CIPHER_CTX_set_params(ctx, p);
 }
 
 static int set_memory(EVP_CIPHER_CTX *ctx, const char *mode)
@@ -169,6 +242,7 @@ typedef struct run_opts {
     int in_place;
     int cuts;           /* data updates (each pipe's message cut at random) */
     int aad_cuts;       /* AAD updates */
+    int ordered;        /* stream-ordered on pipe_stream */
 } run_opts;
 
 /*
@@ -198,6 +272,8 @@ static int pipe_run(int idx, int enc, const unsigned char *key, size_t ivlen, ms
     assert_int_equal((enc ? api.encrypt_init : api.decrypt_init)(c, ciph, key, evp_ciphers[idx].keylen, n, ivs, ivlen), 1);
     if (devmem)
         assert_int_equal(set_memory(c, "device"), 1);
+    if (o->ordered)
+        assert_int_equal(set_stream(c, pipe_stream), 1);
     if (is_aead(idx) && !enc) {
         unsigned char **tp = tagp;
 
@@ -245,6 +321,8 @@ static int pipe_run(int idx, int enc, const unsigned char *key, size_t ivlen, ms
         prm[0] = pipe_tag_param(&tp, 16);
         assert_int_equal(EVP_CIPHER_CTX_get_params(c, prm), 1);
     }
+    if (o->ordered)
+        pipe_stream_sync();   /* the outputs are the stream's to write until it has run */
     gpu_sync();
     for (size_t i = 0; i < n; i++) {
         memcpy(out_host[i], outbuf[i], m[i].len);
@@ -306,7 +384,8 @@ static void round_trip(int idx, size_t n, size_t max_len)
     unsigned char key[32], (*tags)[16] = calloc(n, 16), *outs[PIPE_MAX];
     const size_t ivlen = random_ivlen(idx);
     run_opts o = { .in_place = (int)gptest_rand_range(0, 1), .cuts = (int)gptest_rand_range(1, 3),
-                   .aad_cuts = (int)gptest_rand_range(1, 2) };
+                   .aad_cuts = (int)gptest_rand_range(1, 2),
+                   .ordered = pipe_stream != NULL && gptest_rand_range(0, 1) == 1 };
     msg m[PIPE_MAX];
 
     assert_non_null(tags);
@@ -335,6 +414,7 @@ static void round_trip(int idx, size_t n, size_t max_len)
     }
     o.in_place = (int)gptest_rand_range(0, 1);
     o.cuts = (int)gptest_rand_range(1, 3);
+    o.ordered = pipe_stream != NULL && gptest_rand_range(0, 1) == 1;
     assert_int_equal(pipe_run(idx, 0, key, ivlen, m, n, &o, outs, tags), 1);
     for (size_t i = 0; i < n; i++)
         if (memcmp(outs[i], m[i].ref, m[i].len) != 0)
@@ -580,6 +660,57 @@ static void test_mixed_memory(void **state)
                  "not CUDA device");
     inp[1] = dev[1];
     expect_error(api.update(c, NULL, outl, NULL, inp, inl), "device AAD", "pipe 1", "AAD must be host");
+    EVP_CIPHER_CTX_free(c);
+    for (int i = 0; i < 4; i++)
+        buf_free(dev[i], 1);
+}
+
+/* Stream-ordered: a stream the buffers' GPU does not own (the stand-in: a handle no fake stream
+ * has) is refused at the update with the single-message path's reason, naming the pipe; nothing is
+ * queued, and the same context on the right stream then gives the default provider's bytes. */
+static void test_bad_stream(void **state)
+{
+    unsigned char key[32] = { 3 }, ivs[PIPE_MAX][16] = { { 0 } }, *outp[4], *dev[4];
+    const unsigned char *ivp[PIPE_MAX], *inp[4];
+    size_t outl[4], outsize[4], inl[4];
+    const int idx = 5;
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+    (void)state;
+#ifdef PIPE_TEST_CUDA
+    skip();   /* a stream of another GPU: tests/evp/test_stream.c covers it on two GPUs */
+#endif
+    if (pipe_stream == NULL)
+        skip();
+    for (int i = 0; i < 4; i++) {
+        ivp[i] = ivs[i];
+        ivs[i][0] = (unsigned char)i;
+        dev[i] = buf_new(64, 1);
+        memset(dev[i], i, 64);
+        outp[i] = dev[i];
+        inp[i] = dev[i];
+        outsize[i] = inl[i] = 64;
+    }
+    assert_int_equal(api.encrypt_init(c, evp_cipher(g_env, idx, 1), key, evp_ciphers[idx].keylen, 4, ivp, 12), 1);
+    assert_int_equal(set_memory(c, "device"), 1);
+    assert_int_equal(set_stream(c, (void *)(uintptr_t)0x5151), 1);
+    expect_error(api.update(c, outp, outl, outsize, inp, inl), "a stream of no GPU of the buffers", "pipe 0",
+                 "not a CUDA stream");
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 64; b++)
+            assert_int_equal(dev[i][b], i);   /* nothing written */
+    assert_int_equal(api.encrypt_init(c, NULL, NULL, 0, 4, ivp, 12), 1);
+    assert_int_equal(set_stream(c, pipe_stream), 1);
+    assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
+    pipe_stream_sync();
+    for (int i = 0; i < 4; i++) {
+        unsigned char want[64], plain[64], tag[16];
+        msg m = { .iv = ivs[i], .in = plain, .len = 64 };
+
+        memset(plain, i, 64);
+        reference(idx, 1, key, 12, &m, want, tag);
+        assert_memory_equal(dev[i], want, 64);
+    }
     EVP_CIPHER_CTX_free(c);
     for (int i = 0; i < 4; i++)
         buf_free(dev[i], 1);
@@ -898,7 +1029,15 @@ static int group_setup(void **state)
     if (rc == 0 && devmem)
         evp_standin_find(&standin);
 #endif
+    if (rc == 0)
+        pipe_stream_new();
     return rc;
+}
+
+static int group_teardown(void **state)
+{
+    pipe_stream_free();
+    return evp_group_teardown(state);
 }
 
 int main(void)
@@ -909,6 +1048,7 @@ int main(void)
         cmocka_unit_test(test_forged_tag),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mixed_memory),
+        cmocka_unit_test(test_bad_stream),
         cmocka_unit_test(test_device_shared_allocation),
         cmocka_unit_test(test_in_async_job),
         cmocka_unit_test(test_wycheproof),
@@ -933,5 +1073,5 @@ int main(void)
         printf("%s (%s); gpuprov loaded and served this libcrypto\n", PIPE_SKIP_MESSAGE, OpenSSL_version(OPENSSL_VERSION));
         return 77;
     }
-    return cmocka_run_group_tests(tests, group_setup, evp_group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
