@@ -37,7 +37,9 @@ What it does with the tensors:
   explicitly): it runs after the work queued there before the call and before the work queued
   after; encrypt() returns once the tags are known, decrypt() once every tag is checked, each
   waiting for its own messages only. Without that mode (or with stream=None) the caller's current
-  stream is synchronised first and the calls are synchronous.
+  stream is synchronised first and the calls are synchronous. Many tensors at once go faster with
+  stream=None: a synchronous pipeline call is one batch, where a stream-ordered one runs its pipes
+  one by one (docs/config.md, "stream-ordered device mode", Cost).
 - Decryption checks every tag. If one fails, every output of the call is zeroed (no plaintext is
   left behind, the tensors that did verify included) and AuthenticationError names the tensors
   whose tag failed. Other failures raise GpuprovError with OpenSSL's error strings; an encryption
