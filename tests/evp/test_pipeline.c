@@ -20,6 +20,7 @@
 #endif
 
 #include "evp_common.h"
+#include "evp_devmem.h"
 #include "pipe_api.h"
 #include "wp_json.h"
 
@@ -48,9 +49,6 @@
 static gptest_env *g_env;
 static pipe_api api;
 static int devmem;   /* device mode: through the host stand-in, or CUDA managed memory */
-#ifndef PIPE_TEST_CUDA
-static evp_standin standin;   /* the test module's allocator (evp_standin_find) */
-#endif
 
 static int is_aead(int idx)
 {
@@ -70,7 +68,7 @@ static unsigned char *buf_new(size_t n, int device)
         fail_msg("cudaMallocManaged failed");
 #else
     if (device)
-        p = standin.alloc(n + 1, 0);
+        p = evp_dm_alloc(n + 1, 0);
 #endif
     if (!device)
         p = malloc(n + 1);
@@ -87,7 +85,7 @@ static void buf_free(void *p, int device)
     }
 #else
     if (device) {
-        standin.free(p);
+        evp_dm_free(p);
         return;
     }
 #endif
@@ -106,60 +104,28 @@ static void gpu_sync(void)
 /* ---- the caller's stream (stream-ordered runs): NULL where there is none ---- */
 
 static void *pipe_stream;
-#ifndef PIPE_TEST_CUDA
-static void (*fake_stream_free)(void *);
-static void (*fake_stream_sync)(void *);
-#endif
 
-/* Device mode where the executor takes streams: the host executor's fake streams (the test
- * module's exports), or a non-blocking CUDA stream of GPU 0 (the managed buffers' GPU). */
+/* Device mode where the executor takes streams: on CUDA, a stream of GPU 0 (the managed buffers'
+ * GPU); on the stand-in, a fake stream where the host executor serves (no other takes them). */
 static void pipe_stream_new(void)
 {
     const char *backend = getenv("GPUPROV_BACKEND");
 
     if (!devmem)
         return;
-#ifdef PIPE_TEST_CUDA
-    (void)backend;
-    if (cudaSetDevice(0) != cudaSuccess
-        || cudaStreamCreateWithFlags((cudaStream_t *)&pipe_stream, cudaStreamNonBlocking) != cudaSuccess)
-        fail_msg("cudaStreamCreateWithFlags failed");
-#else
-    void *(*make)(void);
-
+#ifndef PIPE_TEST_CUDA
     if (backend == NULL || strcmp(backend, "host") != 0)
-        return;   /* only the host executor takes fake streams */
-    *(void **)&make = evp_test_module_symbol("gpuprov_test_stream_new");
-    *(void **)&fake_stream_free = evp_test_module_symbol("gpuprov_test_stream_free");
-    *(void **)&fake_stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
-    if (make != NULL && fake_stream_free != NULL && fake_stream_sync != NULL)
-        pipe_stream = make();
+        return;
+#else
+    (void)backend;
 #endif
+    pipe_stream = evp_stream_new(0);
 }
 
 static void pipe_stream_sync(void)
 {
-    if (pipe_stream == NULL)
-        return;
-#ifdef PIPE_TEST_CUDA
-    if (cudaStreamSynchronize((cudaStream_t)pipe_stream) != cudaSuccess)
-        fail_msg("cudaStreamSynchronize failed");
-#else
-    fake_stream_sync(pipe_stream);
-#endif
-}
-
-static void pipe_stream_free(void)
-{
-    if (pipe_stream == NULL)
-        return;
-    pipe_stream_sync();
-#ifdef PIPE_TEST_CUDA
-    cudaStreamDestroy((cudaStream_t)pipe_stream);
-#else
-    fake_stream_free(pipe_stream);
-#endif
-    pipe_stream = NULL;
+    if (pipe_stream != NULL)
+        evp_stream_sync(pipe_stream);
 }
 
 static int set_stream(EVP_CIPHER_CTX *ctx, void *stream)
@@ -1025,10 +991,8 @@ static int group_setup(void **state)
     int rc = evp_group_setup(state);
 
     g_env = *state;
-#ifndef PIPE_TEST_CUDA
     if (rc == 0 && devmem)
-        evp_standin_find(&standin);
-#endif
+        evp_dm_find();
     if (rc == 0)
         pipe_stream_new();
     return rc;
@@ -1036,7 +1000,8 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    pipe_stream_free();
+    evp_stream_free(pipe_stream);
+    pipe_stream = NULL;
     return evp_group_teardown(state);
 }
 
