@@ -388,36 +388,36 @@ int gp_cipher_take_tag(gp_cipher_ctx *ctx)
     return 1;
 }
 
+int gp_cipher_mem_reason(const gp_cipher_ctx *ctx, int st)
+{
+    switch (st) {
+    case GP_MEM_OK:
+        return 0;
+    case GP_MEM_NOT_DEVICE:
+        return GP_R_NOT_DEVICE_MEMORY;
+    case GP_MEM_PAST_END:
+        return GP_R_PAST_ALLOCATION_END;
+    case GP_MEM_GPU_NOT_OPEN:
+        return GP_R_GPU_NOT_OPEN;
+    case GP_MEM_SPLIT:
+        return GP_R_BUFFERS_ON_TWO_GPUS;
+    case GP_MEM_NO_EXECUTOR:
+        return ctx->stream != 0 ? GP_R_NO_STREAM_EXECUTOR : GP_R_NO_DEVICE_MEMORY_EXECUTOR;
+    case GP_MEM_BAD_STREAM:
+        return GP_R_BAD_STREAM;
+    default:
+        return GP_R_DEVICE_MEMORY_GPU_FAILURE;
+    }
+}
+
 /* A data update in device mode: `in` and `out` are CUDA memory. */
 static int crypt_device(gp_cipher_ctx *ctx, const unsigned char *in, unsigned char *out, size_t inl)
 {
-    int st = gp_msg_crypt_device(ctx->msg, in, out, inl);
+    const int reason = gp_cipher_mem_reason(ctx, gp_msg_crypt_device(ctx->msg, in, out, inl));
 
-    switch (st) {
-    case GP_MEM_OK:
+    if (reason == 0)
         return 1;
-    case GP_MEM_NOT_DEVICE:
-        GP_RAISE(GP_R_NOT_DEVICE_MEMORY);
-        break;
-    case GP_MEM_PAST_END:
-        GP_RAISE(GP_R_PAST_ALLOCATION_END);
-        break;
-    case GP_MEM_GPU_NOT_OPEN:
-        GP_RAISE(GP_R_GPU_NOT_OPEN);
-        break;
-    case GP_MEM_SPLIT:
-        GP_RAISE(GP_R_BUFFERS_ON_TWO_GPUS);
-        break;
-    case GP_MEM_NO_EXECUTOR:
-        GP_RAISE(ctx->stream != 0 ? GP_R_NO_STREAM_EXECUTOR : GP_R_NO_DEVICE_MEMORY_EXECUTOR);
-        break;
-    case GP_MEM_BAD_STREAM:
-        GP_RAISE(GP_R_BAD_STREAM);
-        break;
-    default:
-        GP_RAISE(GP_R_DEVICE_MEMORY_GPU_FAILURE);
-        break;
-    }
+    GP_RAISE(reason);
     return 0;
 }
 

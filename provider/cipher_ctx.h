@@ -306,6 +306,10 @@ void gp_cipher_pipe_end(gp_cipher_ctx *ctx);
  * with an error (out of line: no good call raises). */
 void gp_raise_pipeline_context(void);
 
+/* The reason code (errors.h) that a device-mode buffer check's answer (GP_MEM_*, engine.h) raises,
+ * for a single message and a pipe alike (cipher_common.c); 0 for GP_MEM_OK. */
+int gp_cipher_mem_reason(const gp_cipher_ctx *ctx, int st);
+
 /* GP_CIPHER_PARAM_MEMORY, set and got by every cipher (cipher_common.c); 0 with an error raised. */
 int gp_cipher_set_memory(gp_cipher_ctx *ctx, const OSSL_PARAM *p);
 int gp_cipher_get_memory(const gp_cipher_ctx *ctx, OSSL_PARAM *p);

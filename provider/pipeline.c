@@ -294,28 +294,6 @@ static int lane_tag(const gp_cipher_ctx *ctx, const gp_cpu_direct *d, gp_pipe *p
     return ok ? GP_REQ_OK : GP_REQ_BAD_TAG;
 }
 
-/* A device-mode buffer check's answer as the single-message path raises it (cipher_common.c). */
-static void raise_mem(int st, size_t i)
-{
-    switch (st) {
-    case GP_MEM_NOT_DEVICE:
-        GP_RAISE_PIPE(GP_R_NOT_DEVICE_MEMORY, i);
-        break;
-    case GP_MEM_PAST_END:
-        GP_RAISE_PIPE(GP_R_PAST_ALLOCATION_END, i);
-        break;
-    case GP_MEM_GPU_NOT_OPEN:
-        GP_RAISE_PIPE(GP_R_GPU_NOT_OPEN, i);
-        break;
-    case GP_MEM_SPLIT:
-        GP_RAISE_PIPE(GP_R_BUFFERS_ON_TWO_GPUS, i);
-        break;
-    default:
-        GP_RAISE_PIPE(GP_R_NO_DEVICE_MEMORY_EXECUTOR, i);
-        break;
-    }
-}
-
 /* The checks of one pipe's AAD or data that need no executor (update's first pass). */
 static int pipe_args_ok(const gp_cipher_ctx *ctx, const gp_pipe *p, size_t i, unsigned char *const *out,
                         const size_t *outsize, const unsigned char *const *in, const size_t *inl)
@@ -437,7 +415,7 @@ static int device_args_ok(gp_cipher_ctx *ctx, gp_request *req, const size_t *pip
             continue;
         }
         if (st != GP_MEM_OK) {
-            raise_mem(st, pipe_of[j]);
+            GP_RAISE_PIPE(gp_cipher_mem_reason(ctx, st), pipe_of[j]);
             return 0;
         }
         if (host) {         /* a device buffer after host ones */

@@ -28,14 +28,18 @@ What it does with the tensors:
 - Calls: on a libcrypto with OpenSSL 3.5's pipeline API, where EVP_CIPHER_can_pipeline says
   gpuprov's cipher takes it (detected at run time), one EVP_CipherPipeline{Encrypt,Decrypt}Init /
   Update / Final sequence per up to 32 tensors of one device (tensors above 1 GiB, and empty ones,
-  go one at a time); on OpenSSL 3.0 (or pipeline=False), one EVP message per tensor.
+  go one at a time); on OpenSSL 3.0 (or pipeline=False), one EVP message per tensor. A
+  TensorCipher keeps the EVP contexts of its calls (at most 16, each with its key and device
+  mode set) for its next calls, which re-initialise them with new nonces only; close() frees them.
 - Streams: where gpuprov has stream-ordered device mode (its settable context parameter
   "gpuprov-cuda-stream"), the work is queued on the caller's current stream (PyTorch's
   torch.cuda.current_stream().cuda_stream, CuPy's current stream; `stream=` gives one
   explicitly): it runs after the work queued there before the call and before the work queued
   after; encrypt() returns once the tags are known, decrypt() once every tag is checked, each
   waiting for its own messages only. Without that mode (or with stream=None) the caller's current
-  stream is synchronised first and the calls are synchronous.
+  stream is synchronised first and the calls are synchronous. Many tensors at once go faster with
+  stream=None: a synchronous pipeline call is one batch, where a stream-ordered one runs its pipes
+  one by one (docs/config.md, "stream-ordered device mode", Cost).
 - Decryption checks every tag. If one fails, every output of the call is zeroed (no plaintext is
   left behind, the tensors that did verify included) and AuthenticationError names the tensors
   whose tag failed. Other failures raise GpuprovError with OpenSSL's error strings; an encryption
@@ -46,6 +50,7 @@ What it does with the tensors:
 import collections
 import ctypes
 import ctypes.util
+import itertools
 import json
 import os
 import re
@@ -62,6 +67,8 @@ MAX_MESSAGE_BYTES = {"AES-256-GCM": (1 << 36) - 32, "ChaCha20-Poly1305": (1 << 3
 # One EVP update: EVP lengths are ints, and a multiple of 16 keeps every later update's address at
 # the message's byte count modulo 16 (device mode works on such buffers in place).
 UPDATE_BYTES = 1 << 30
+_NONCE_CHUNK = 4096        # nonces per RAND_bytes call (48 KiB)
+_KEPT_CONTEXTS = 16        # contexts a TensorCipher keeps between calls (each holds up to 32 pipes)
 
 Sealed = collections.namedtuple("Sealed", "nonce tag")
 
@@ -82,6 +89,12 @@ class AuthenticationError(ValueError):
 class _Param(ctypes.Structure):
     _fields_ = [("key", ctypes.c_char_p), ("data_type", ctypes.c_uint), ("data", ctypes.c_void_p),
                 ("data_size", ctypes.c_size_t), ("return_size", ctypes.c_size_t)]
+
+
+# default_aad's bytes: json.dumps's with ensure_ascii (the default), so every byte is ASCII; the
+# shape's entries are Python ints, which json writes as str() does.
+_AAD_FORMAT = 'gpuprov-tensors/1\0{"dtype":%s,"name":%s,"shape":[%s]}'
+_json_str = json.encoder.encode_basestring_ascii
 
 
 _PARAM_UINT, _PARAM_UTF8, _PARAM_OCTET_PTR = 2, 4, 7
@@ -154,7 +167,7 @@ class _Buf:
 
     def __init__(self, obj, ptr, nbytes, gpu, kind, shape, dtype):
         self.obj, self.ptr, self.nbytes, self.gpu, self.kind = obj, ptr, nbytes, gpu, kind
-        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+        self.shape, self.dtype = tuple(map(int, shape)), dtype
 
     def zero(self):
         """Clear the tensor (ordered on the caller's current stream for PyTorch and CuPy)."""
@@ -187,23 +200,53 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+_typestr_sizes = {}   # typestr -> item size: a few distinct strings
+
+
 def _typestr_size(typestr):
-    return int(typestr[2:]) if len(typestr) > 2 and typestr[2:].isdigit() else 1
+    size = _typestr_sizes.get(typestr)
+    if size is None:
+        size = _typestr_sizes[typestr] = int(typestr[2:]) if len(typestr) > 2 and typestr[2:].isdigit() else 1
+    return size
+
+
+_cai_kinds = {}       # type -> "cupy" or "cai"
+
+
+def _cai_kind(cls):
+    kind = _cai_kinds.get(cls)
+    if kind is None:
+        kind = _cai_kinds[cls] = "cupy" if cls.__module__.split(".")[0] == "cupy" else "cai"
+    return kind
+
+
+# PyTorch dtype -> its name without "torch.": dtypes are a few hashable singletons.
+_torch_dtype_names = {}
+
+
+def _torch_dtype_name(dtype):
+    name = _torch_dtype_names.get(dtype)
+    if name is None:
+        name = _torch_dtype_names[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def _buf(t):
     """A _Buf for a PyTorch tensor, an object with __cuda_array_interface__ or __array_interface__,
     or a writable buffer; ValueError for anything else or a non-contiguous one."""
     if hasattr(t, "data_ptr") and hasattr(t, "element_size") and hasattr(t, "device"):   # PyTorch
+        # Each attribute asked once: a PyTorch attribute is a call into C++ (t.device builds a
+        # new torch.device each time).
         if not t.is_contiguous():
             raise ValueError("tensor is not contiguous (call .contiguous() first)")
-        nbytes, dtype = t.numel() * t.element_size(), str(t.dtype).replace("torch.", "")
-        if t.device.type == "cuda":
-            gpu = t.device.index if t.device.index is not None else 0
-            return _Buf(t, t.data_ptr(), nbytes, gpu, "torch", t.shape, dtype)
-        if t.device.type == "cpu":
+        nbytes, dtype, device = t.numel() * t.element_size(), _torch_dtype_name(t.dtype), t.device
+        where = device.type
+        if where == "cuda":
+            gpu = device.index
+            return _Buf(t, t.data_ptr(), nbytes, 0 if gpu is None else gpu, "torch", t.shape, dtype)
+        if where == "cpu":
             return _Buf(t, t.data_ptr(), nbytes, None, "torch", t.shape, dtype)
-        raise ValueError("tensors on %s are not supported (cuda or cpu)" % t.device.type)
+        raise ValueError("tensors on %s are not supported (cuda or cpu)" % where)
     for attr, on_gpu in (("__cuda_array_interface__", True), ("__array_interface__", False)):
         iface = getattr(t, attr, None)
         if iface is None:
@@ -224,8 +267,7 @@ def _buf(t):
         dev = getattr(t, "device", 0)
         dev = getattr(dev, "id", dev)    # CuPy: a Device; a fake tensor: an int
         gpu = dev if isinstance(dev, int) else 0
-        kind = "cupy" if type(t).__module__.split(".")[0] == "cupy" else "cai"
-        return _Buf(t, ptr, nbytes, gpu, kind, shape, typestr)
+        return _Buf(t, ptr, nbytes, gpu, _cai_kind(type(t)), shape, typestr)
     try:
         view = memoryview(t)
     except TypeError:
@@ -238,10 +280,11 @@ def _buf(t):
 
 
 def default_aad(tensor, name):
-    """The AAD a tensor gets by default: its name, shape and dtype (bytes, canonical JSON)."""
+    """The AAD a tensor gets by default: its name, shape and dtype (bytes, canonical JSON: the bytes
+    of json.dumps({"name": str(name), "shape": list(shape), "dtype": dtype}, sort_keys=True,
+    separators=(",", ":")), written out here key by key, sorted, as json.dumps writes them)."""
     b = tensor if isinstance(tensor, _Buf) else _buf(tensor)
-    return b"gpuprov-tensors/1\0" + json.dumps({"name": str(name), "shape": list(b.shape), "dtype": b.dtype},
-                                               sort_keys=True, separators=(",", ":")).encode()
+    return (_AAD_FORMAT % (_json_str(b.dtype), _json_str(str(name)), ",".join(map(str, b.shape)))).encode("ascii")
 
 
 def zero(tensors):
@@ -293,10 +336,13 @@ class TensorCipher:
         if len(key) != KEY_BYTES:
             raise ValueError("key must be %d bytes" % KEY_BYTES)
         self.cipher_name, self.provider, self.stream = cipher, provider, stream
-        self._key = ctypes.create_string_buffer(key, KEY_BYTES)
-        self._crypto = crypto = libcrypto or load_libcrypto()
         self._lock = threading.Lock()
         self._messages = 0
+        self._kept = {}       # contexts kept for the next call (_ctx_take): slot -> [ctx]
+        self._kept_pid = os.getpid()
+        self._cipher = None
+        self._key = ctypes.create_string_buffer(key, KEY_BYTES)
+        self._crypto = crypto = libcrypto or load_libcrypto()
         self._providers = [crypto.OSSL_PROVIDER_load(None, p) for p in (provider.encode(), b"default")]
         if not self._providers[0]:
             raise GpuprovError("cannot load provider %s (OPENSSL_MODULES: the directory holding it): %s"
@@ -322,6 +368,11 @@ class TensorCipher:
         return "%d.%d.%d" % (v >> 28, (v >> 20) & 0xff, (v >> 4) & 0xff)
 
     def close(self):
+        with self._lock:
+            kept, self._kept = (self._kept if self._kept_pid == os.getpid() else {}), {}
+        for ctxs in kept.values():
+            for ctx in ctxs:
+                self._crypto.EVP_CIPHER_CTX_free(ctx)
         if self._cipher:
             self._crypto.EVP_CIPHER_free(self._cipher)
             self._cipher = None
@@ -348,7 +399,7 @@ class TensorCipher:
             if self._messages + len(bufs) >= MAX_MESSAGES_PER_KEY:
                 raise GpuprovError("this key has sealed 2^32 messages under random nonces: use a new key")
             self._messages += len(bufs)
-        nonces = [self._random(NONCE_BYTES) for _ in bufs]
+        nonces = self._nonces(len(bufs))
         tags = [None] * len(bufs)
         self._run(1, bufs, outs, aads, nonces, tags, names, stream)
         return [Sealed(n, t) for n, t in zip(nonces, tags)]
@@ -399,11 +450,43 @@ class TensorCipher:
             raise ValueError("one AAD per tensor")
         return bufs, outs, [bytes(a) for a in aads], names
 
-    def _random(self, n):
-        buf = ctypes.create_string_buffer(n)
-        if self._crypto.RAND_bytes(buf, n) != 1:
-            raise GpuprovError("RAND_bytes failed: %s" % _openssl_errors(self._crypto))
-        return buf.raw
+    def _nonces(self, count):
+        """count fresh random nonces, drawn from the DRBG in as few RAND_bytes calls as NONCE_CHUNK
+        allows (one for up to 4,096 tensors): the same DRBG output, one call instead of one a tensor."""
+        nonces = []
+        for first in range(0, count, _NONCE_CHUNK):
+            n = min(_NONCE_CHUNK, count - first) * NONCE_BYTES
+            buf = ctypes.create_string_buffer(n)
+            if self._crypto.RAND_bytes(buf, n) != 1:
+                raise GpuprovError("RAND_bytes failed: %s" % _openssl_errors(self._crypto))
+            raw = buf.raw
+            nonces += [raw[k:k + NONCE_BYTES] for k in range(0, n, NONCE_BYTES)]
+        return nonces
+
+    def _ctx_take(self, slot):
+        """A context kept by an earlier call for slot (kind, enc, gpu, stream[, numpipes]), or
+        None. It has this object's cipher and key, and its slot's device mode and stream, set;
+        re-initialised with a NULL cipher and key it keeps them (OpenSSL 3.5's
+        evp_cipher_init_internal keeps a context's provider state unless it is given a cipher;
+        gpuprov keeps the key, the pipeline and each pipe's lane context across inits of the same
+        numpipes)."""
+        with self._lock:
+            if self._kept_pid != os.getpid():
+                # A forked child: the parent's contexts (their keys, their executor's state) are
+                # left alone, neither used nor freed; the child makes its own.
+                self._kept, self._kept_pid = {}, os.getpid()
+            ctxs = self._kept.get(slot)
+            return ctxs.pop() if ctxs else None
+
+    def _ctx_keep(self, slot, ctx):
+        """Keep ctx, whose last message ended well, for the next call of its slot (at most
+        _KEPT_CONTEXTS in all); else free it."""
+        with self._lock:
+            room = sum(map(len, self._kept.values())) < _KEPT_CONTEXTS
+            if self._cipher and self._kept_pid == os.getpid() and room:
+                self._kept.setdefault(slot, []).append(ctx)
+                return
+        self._crypto.EVP_CIPHER_CTX_free(ctx)
 
     def _run(self, enc, bufs, outs, aads, nonces, tags, names, stream):
         """Every tensor, grouped by device (one device per call: pipelines refuse mixed memory)
@@ -430,8 +513,8 @@ class TensorCipher:
             for finish in pending:
                 finish(abandon=True)
             raise
-        # Encrypting, the tags of pipelines (and of stream-ordered messages) are read once every
-        # group is queued: such a read waits for its own work, and the work behind it is queued.
+        # Encrypting, the tags of stream-ordered pipelines and messages are read once every group
+        # is queued: such a read waits for its own work, and the work behind it is queued.
         first_error = None
         for finish in pending:
             try:
@@ -454,10 +537,11 @@ class TensorCipher:
         return s, auto
 
     def _device_params(self, ctx, gpu, stream, b):
-        """gpuprov-memory = device (and the stream) on ctx. A stream chosen by "auto" that this
-        build's executor refuses (no streams here): synchronise the caller's and go on without."""
+        """gpuprov-memory = device (and the stream) on ctx; the stream set (0: none). A stream
+        chosen by "auto" that this build's executor refuses (no streams here): synchronise the
+        caller's and go on without."""
         if gpu is None:
-            return
+            return 0
         crypto, (s, auto) = self._crypto, stream
         mode = ctypes.create_string_buffer(b"device")
         sval = ctypes.c_uint64(s)
@@ -466,14 +550,14 @@ class TensorCipher:
         if s:
             params[1] = _Param(b"gpuprov-cuda-stream", _PARAM_UINT, ctypes.addressof(sval), 8, 0)
         if crypto.EVP_CIPHER_CTX_set_params(ctx, params) == 1:
-            return
+            return s
         errs = _openssl_errors(crypto)
         if s and auto and "needs the cuda executor" in errs:
             self._stream_refused = True
             params[1] = _Param()
             _synchronize_current(b)
             if crypto.EVP_CIPHER_CTX_set_params(ctx, params) == 1:
-                return
+                return 0
             errs = _openssl_errors(crypto)
         raise GpuprovError("device mode refused: %s" % errs)
 
@@ -484,31 +568,36 @@ class TensorCipher:
     def _messages_one_by_one(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s, pending):
         """One EVP message per tensor; decrypting: the indices whose tag failed. Encrypting in
         stream-ordered mode each message gets a context of its own, whose tag is read (a wait)
-        after every message is queued (pending, as _pipeline's); otherwise one context serves all."""
+        after every message is queued (pending, as _pipeline's); otherwise one context serves all,
+        kept from an earlier call where there is one (_ctx_take) and kept for the next."""
         crypto, n = self._crypto, _INT()
-        failed, ctx, own = [], None, False
+        nref = ctypes.byref(n)
+        failed, ctx, own, slot, done = [], None, False, None, False
         scratch, tagbuf = ctypes.create_string_buffer(32), ctypes.create_string_buffer(TAG_BYTES)
         try:
             for i in idx:
                 b, o = bufs[i], outs[i]
                 if ctx is None:
-                    ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
-                    if crypto.EVP_CipherInit_ex2(ctx, self._cipher, self._key, None, enc, None) != 1:
-                        self._fail("init")
-                    self._device_params(ctx, gpu, s, b)
+                    slot = ("message", enc, gpu, s[0])
+                    if not (enc and gpu is not None and s[0]):   # a context for every message
+                        ctx = self._ctx_take(slot)
+                    if ctx is None:
+                        ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
+                        if crypto.EVP_CipherInit_ex2(ctx, self._cipher, self._key, None, enc, None) != 1:
+                            self._fail("init")
+                        slot = ("message", enc, gpu, self._device_params(ctx, gpu, s, b))
                     own = bool(enc and gpu is not None and s[0] and not (s[1] and self._stream_refused))
                 ok = crypto.EVP_CipherInit_ex2(ctx, None, None, nonces[i], enc, None) == 1
-                ok = ok and (not aads[i] or crypto.EVP_CipherUpdate(ctx, None, ctypes.byref(n), aads[i],
-                                                                     len(aads[i])) == 1)
+                ok = ok and (not aads[i] or crypto.EVP_CipherUpdate(ctx, None, nref, aads[i], len(aads[i])) == 1)
                 if ok and not enc:
                     tagbuf.raw = tags[i]
                     ok = crypto.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tagbuf) == 1
                 for off in range(0, b.nbytes, UPDATE_BYTES):
-                    ok = ok and crypto.EVP_CipherUpdate(ctx, o.ptr + off, ctypes.byref(n), b.ptr + off,
+                    ok = ok and crypto.EVP_CipherUpdate(ctx, o.ptr + off, nref, b.ptr + off,
                                                         min(UPDATE_BYTES, b.nbytes - off)) == 1
                 if not ok:
                     self._fail("update of tensor %r" % (i,))
-                if crypto.EVP_CipherFinal_ex(ctx, scratch, ctypes.byref(n)) != 1:
+                if crypto.EVP_CipherFinal_ex(ctx, scratch, nref) != 1:
                     if enc:
                         self._fail("final")
                     _openssl_errors(crypto)
@@ -520,8 +609,11 @@ class TensorCipher:
                     if crypto.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tagbuf) != 1:
                         self._fail("tag")
                     tags[i] = tagbuf.raw
+            done = True
         finally:
-            if ctx:
+            if ctx and done:
+                self._ctx_keep(slot, ctx)
+            elif ctx:
                 crypto.EVP_CIPHER_CTX_free(ctx)
         return failed
 
@@ -541,54 +633,84 @@ class TensorCipher:
         return finish
 
     def _pipeline(self, enc, idx, bufs, outs, aads, nonces, tags, gpu, s, pending):
-        """One pipeline sequence over the tensors idx (at most 32). Decrypting: the indices whose
-        tag failed. Encrypting: [], and a function that reads the tags and frees the context
-        appended to pending (finish(abandon=True) only frees it)."""
+        """One pipeline sequence over the tensors idx (at most 32), on a context kept from an
+        earlier call where there is one. Decrypting: the indices whose tag failed. Encrypting: [];
+        the tags are read at once where the calls are synchronous (Final has made them), else by a
+        function appended to pending (finish(abandon=True) only lets the context go)."""
         crypto, np_ = self._crypto, len(idx)
-        ptrs, sizes = ctypes.c_void_p * np_, ctypes.c_size_t * np_
-        nonce_bufs = [ctypes.create_string_buffer(nonces[i], NONCE_BYTES) for i in idx]
-        aad_bufs = [ctypes.create_string_buffer(aads[i], max(1, len(aads[i]))) for i in idx]
-        tag_bufs = [ctypes.create_string_buffer(tags[i] or b"", TAG_BYTES) for i in idx]
-        ivs = ptrs(*[ctypes.addressof(x) for x in nonce_bufs])
+        ptrs, sizes = _VP * np_, _SZ * np_
+        # One buffer each for the call's nonces, AADs and tags; the pipes point into them.
+        aad_list = [aads[i] for i in idx]
+        aad_lens = [len(a) for a in aad_list]
+        ivbuf = ctypes.create_string_buffer(b"".join([nonces[i] for i in idx]), NONCE_BYTES * np_)
+        aadbuf = ctypes.create_string_buffer(b"".join(aad_list), max(1, sum(aad_lens)))
+        tagbuf = ctypes.create_string_buffer(b"" if enc else b"".join([tags[i] for i in idx]), TAG_BYTES * np_)
+        base = ctypes.addressof(ivbuf)
+        ivs = ptrs(*range(base, base + NONCE_BYTES * np_, NONCE_BYTES))
+        aadp = ptrs(*itertools.accumulate([ctypes.addressof(aadbuf)] + aad_lens[:-1]))
+        aadl = sizes(*aad_lens)
+        base = ctypes.addressof(tagbuf)
+        tagp = ptrs(*range(base, base + TAG_BYTES * np_, TAG_BYTES))
         ins, inl = ptrs(*[bufs[i].ptr for i in idx]), sizes(*[bufs[i].nbytes for i in idx])
         outp, outl = ptrs(*[outs[i].ptr for i in idx]), sizes()
-        aadp, aadl = ptrs(*[ctypes.addressof(x) for x in aad_bufs]), sizes(*[len(aads[i]) for i in idx])
-        tagp = ptrs(*[ctypes.addressof(x) for x in tag_bufs])
         tagp_ref = ctypes.c_void_p(ctypes.addressof(tagp))
         tag_param = (_Param * 2)()
         tag_param[0] = _Param(b"pipeline-tag", _PARAM_OCTET_PTR, ctypes.addressof(tagp_ref), TAG_BYTES, 0)
         init = crypto.EVP_CipherPipelineEncryptInit if enc else crypto.EVP_CipherPipelineDecryptInit
-        ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
+        slot = ("pipeline", enc, gpu, s[0], np_)   # numpipes too: gpuprov keeps a pipeline of the same count
+        ctx = self._ctx_take(slot)
+        if ctx is not None and init(ctx, None, None, 0, np_, ivs, NONCE_BYTES) != 1:
+            _openssl_errors(crypto)   # not expected: a fresh context instead
+            crypto.EVP_CIPHER_CTX_free(ctx)
+            ctx = None
+        if ctx is None:
+            ctx = crypto.EVP_CIPHER_CTX_new() or self._fail("EVP_CIPHER_CTX_new")
+            if init(ctx, self._cipher, self._key, KEY_BYTES, np_, ivs, NONCE_BYTES) != 1:
+                crypto.EVP_CIPHER_CTX_free(ctx)
+                self._fail("pipeline init")
+            try:
+                slot = ("pipeline", enc, gpu, self._device_params(ctx, gpu, s, bufs[idx[0]]), np_)
+            except BaseException:
+                crypto.EVP_CIPHER_CTX_free(ctx)
+                raise
+        keep = [ivbuf, aadbuf, tagbuf, tagp, tagp_ref]   # what the context's calls point at
 
         def finish(abandon=False):
+            read = False
             try:
-                if not abandon and crypto.EVP_CIPHER_CTX_get_params(ctx, tag_param) != 1:
-                    self._fail("pipeline tags")
-                for k, i in enumerate(idx):
-                    tags[i] = tag_bufs[k].raw
+                if not abandon:
+                    if crypto.EVP_CIPHER_CTX_get_params(ctx, tag_param) != 1:
+                        self._fail("pipeline tags")
+                    raw = tagbuf.raw
+                    for k, i in enumerate(idx):
+                        tags[i] = raw[k * TAG_BYTES:(k + 1) * TAG_BYTES]
+                    read = True
             finally:
-                crypto.EVP_CIPHER_CTX_free(ctx)
+                if read:
+                    self._ctx_keep(slot, ctx)
+                else:
+                    crypto.EVP_CIPHER_CTX_free(ctx)
                 del keep[:]
 
-        keep = [nonce_bufs, aad_bufs, tagp, tagp_ref]   # what the context's tag read points at
         handed = False
         try:
-            if init(ctx, self._cipher, self._key, KEY_BYTES, np_, ivs, NONCE_BYTES) != 1:
-                self._fail("pipeline init")
-            self._device_params(ctx, gpu, s, bufs[idx[0]])
             if crypto.EVP_CipherPipelineUpdate(ctx, None, outl, None, aadp, aadl) != 1:
                 self._fail("pipeline AAD")
             if crypto.EVP_CipherPipelineUpdate(ctx, outp, outl, inl, ins, inl) != 1:
                 self._fail("pipeline update")
             if not enc and crypto.EVP_CIPHER_CTX_set_params(ctx, tag_param) != 1:
                 self._fail("pipeline tags")
-            if crypto.EVP_CipherPipelineFinal(ctx, outp, outl, sizes(*[0] * np_)) != 1:
+            if crypto.EVP_CipherPipelineFinal(ctx, outp, outl, sizes()) != 1:
                 if enc:
                     self._fail("pipeline final")
                 return [idx[p] for p in _failed_pipes(_openssl_errors(crypto), np_)]
-            if enc:
-                pending.append(finish)
-                handed = True
+            handed = True
+            if not enc:
+                self._ctx_keep(slot, ctx)
+            elif slot[3]:
+                pending.append(finish)   # stream-ordered: the read waits for the work
+            else:
+                finish()                 # synchronous: Final has made the tags
         finally:
             if not handed:
                 crypto.EVP_CIPHER_CTX_free(ctx)

@@ -108,9 +108,9 @@ void gp_cuda_wave_plan(gp_wave *wv)
  * back by DMA into the caller's memory (direct_out): if the GPU fails on the way, the output is
  * half written but the input is intact, and the CPU's re-run writes the output whole. An output in
  * place comes back into the pinned arena and goes to the caller only once the whole wave has
- * succeeded (shape.h, back_after_wave: until then the input must stay). Each keeps its registrations until the wave's wipe (the DMA reads and writes
- * them until the wave's end). A cache lookup may register the range (its second sighting), a CUDA
- * call of device.c's.
+ * succeeded (shape.h, back_after_wave: until then the input must stay). Each keeps its
+ * registrations until the wave's wipe (the DMA reads and writes them until the wave's end). A
+ * cache lookup may register the range (its second sighting), a CUDA call of device.c's.
  */
 static void wave_direct(gp_wave *wv)
 {

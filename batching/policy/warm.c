@@ -25,7 +25,7 @@
  * - runnable_now: /proc/loadavg's fourth field, the threads runnable at this instant (the caller
  *   among them). An instant can fall between siblings: `speed -multi` forks its children one after
  *   another, and the first to show demand looks before the last runs.
- * - idle_over_window: /proc/stat's idle and iowait time of this process's CPUs since the previous
+ * - busy_over_window: /proc/stat's idle and iowait time of this process's CPUs since the previous
  *   look. Fewer than half a CPU idle over a look's interval is busy, whatever the instant says.
  */
 #if GP_TEST_HOOKS
@@ -106,8 +106,9 @@ static int busy_over_window(gp_warm *w, const cpu_set_t *set, long cpus)
 
     if (!cpu_ticks(set, &idle, &all))
         return 0;
-    if (w->ticks_all != 0 && all > w->ticks_all)
-        busy = 2 * cpus * (idle - w->ticks_idle) < all - w->ticks_all;
+    /* iowait may run backwards (proc(5)): a window whose idle shrank says nothing. */
+    if (w->ticks_all != 0 && all > w->ticks_all && idle >= w->ticks_idle)
+        busy = 2 * (uint64_t)cpus * (idle - w->ticks_idle) < all - w->ticks_all;
     w->ticks_idle = idle;
     w->ticks_all = all;
     return busy;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# gpuprov_tensors against the default provider: stand-in device tensors and host tensors, pipeline and per-message calls, fake streams, every kind of tampering.
+# gpuprov_tensors against the default provider: stand-in device tensors and host tensors, pipeline and per-message calls, fake streams, contexts kept between calls, every kind of tampering.
 """Run by meson (python/meson.build) with OPENSSL_MODULES at the test module. With
 GPUPROV_TEST_HOST_DEVMEM=1 (backend host) the "device" tensors live in the host executor's
 stand-in device memory; without it (backend cpu) only host tensors are used. GPTEST_EXPECT_PIPELINE
@@ -178,6 +178,68 @@ def run_case(crypto, counting, cipher, kind, standin, pipeline, in_place, stream
     print("ran: %s (%d tensors)" % (label, len(ts)))
 
 
+def kept_contexts(crypto, standin, probe, rng):
+    """A TensorCipher keeps its EVP contexts between calls (re-initialised with new nonces only):
+    a second encrypt() makes no context, and every call's results still match the default
+    provider's, after a refused decryption too; close() frees every context made."""
+    stream = standin.stream_new() if standin.ok and standin.has_streams and probe.has_stream_mode else None
+    cases = [(k, p, None) for k in ["host"] + (["device"] if standin.ok else [])
+             for p in ([True, False] if probe.can_pipeline else [False])]
+    if stream and probe.can_pipeline:
+        cases.append(("device", True, stream))
+    for kind, pipeline, s in cases:
+        label = "kept contexts: %s %s%s" % (kind, "pipeline" if pipeline else "per-message", " stream" if s else "")
+        key = bytes(rng.getrandbits(8) for _ in range(32))
+        counting = Counting(crypto)
+        c = gt.TensorCipher(key, pipeline=pipeline, stream=s, libcrypto=counting)
+        ts = [make(kind, standin, n, rng) for n in [1000 + 37 * i for i in range(40)]]   # pipes of 32 and 8
+        plain = [t.read() for t in ts]
+        seen = set()
+
+        def sealed_right(round_):
+            sealed = c.encrypt(ts, stream=s)
+            if s:
+                standin.stream_sync(s)
+            for i, t in enumerate(ts):
+                ct, tag = ref_seal(crypto, "AES-256-GCM", key, sealed[i].nonce, gt.default_aad(t, i), plain[i])
+                if t.read() != ct or sealed[i].tag != tag:
+                    check(False, "%s: round %d, tensor %d differs from the default provider" % (label, round_, i))
+                    break
+            check(not seen & {x.nonce for x in sealed} and len({x.nonce for x in sealed}) == len(ts),
+                  "%s: round %d reuses a nonce" % (label, round_))
+            seen.update(x.nonce for x in sealed)
+            return sealed
+
+        sealed = sealed_right(1)
+        c.decrypt(ts, sealed, stream=s)
+        counting.reset()
+        sealed = sealed_right(2)
+        check(counting.counts.get("EVP_CIPHER_CTX_new", 0) == 0,
+              "%s: the second encrypt() made %d contexts" % (label, counting.counts.get("EVP_CIPHER_CTX_new", 0)))
+        bad = list(sealed)
+        bad[35] = gt.Sealed(bad[35].nonce, bytes(16))
+        try:
+            c.decrypt(ts, bad, stream=s)
+            check(False, "%s: a wrong tag accepted" % label)
+        except gt.AuthenticationError as e:
+            check(e.names == [35], "%s: refusal named %s" % (label, e.names))
+        for t, p in zip(ts, plain):
+            t.write(p)
+        sealed = sealed_right(3)
+        c.decrypt(ts, sealed, stream=s)
+        if s:
+            standin.stream_sync(s)
+        check([t.read() for t in ts] == plain, "%s: the last decryption did not restore the tensors" % label)
+        counting.reset()
+        c.close()
+        check(counting.counts.get("EVP_CIPHER_CTX_free", 0) >= 1, "%s: close() freed no context" % label)
+        for t in ts:
+            t.free()
+        print("ran: %s" % label)
+    if stream:
+        standin.stream_free(stream)
+
+
 def torch_like(crypto, standin, probe, rng):
     """The PyTorch paths (data_ptr, the current stream, zero_ under no_grad) through a stand-in
     `torch` module: stream "auto" must queue on torch.cuda.current_stream().cuda_stream."""
@@ -288,6 +350,7 @@ def main():
                     run_case(crypto, counting, cipher, kind, standin, pipeline, True, stream, rng, count)
     if stream:
         standin.stream_free(stream)
+    kept_contexts(crypto, standin, probe, rng)
     if standin.ok:
         torch_like(crypto, standin, probe, rng)
     # Bad input: clean Python errors, nothing encrypted.

@@ -20,6 +20,7 @@
 #endif
 
 #include "evp_common.h"
+#include "evp_devmem.h"
 #include "kat_file.h"
 
 /*
@@ -45,86 +46,7 @@ static kat_vec *g_vecs;
 static size_t g_nvecs;
 static int data_gpu;      /* the GPU of the test's device buffers (group_setup) */
 
-/* ---- device memory for the test ---- */
-
-#ifdef DEVMEM_TEST_CUDA
-static void cuda_check(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess)
-        fail_msg("%s: %s", what, cudaGetErrorString(err));
-}
-
-static int dm_gpus(void)
-{
-    int n = 0;
-
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-static unsigned char *dm_alloc(size_t n, int gpu)
-{
-    void *p = NULL;
-
-    cuda_check(cudaSetDevice(gpu), "cudaSetDevice");
-    cuda_check(cudaMalloc(&p, n), "cudaMalloc");
-    return p;
-}
-
-static void dm_free(void *p)
-{
-    cuda_check(cudaFree(p), "cudaFree");
-}
-
-static void dm_put(void *dst, const void *src, size_t n)
-{
-    cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
-}
-
-static void dm_get(void *dst, const void *src, size_t n)
-{
-    cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
-}
-
-static void dm_fill(void *dst, int byte, size_t n)
-{
-    cuda_check(cudaMemset(dst, byte, n), "cudaMemset");
-}
-#else
-static evp_standin standin;   /* the test module's allocator, found in the module gpuprov was loaded from */
-
-static int dm_gpus(void)
-{
-    return 2;   /* the stand-in's GPUs 0 and 1 are open (batching/exec_host.c) */
-}
-
-static unsigned char *dm_alloc(size_t n, int gpu)
-{
-    unsigned char *p = standin.alloc(n, gpu);
-
-    assert_non_null(p);
-    return p;
-}
-
-static void dm_free(void *p)
-{
-    standin.free(p);
-}
-
-static void dm_put(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
-static void dm_get(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
-static void dm_fill(void *dst, int byte, size_t n)
-{
-    memset(dst, byte, n);
-}
-#endif
+/* ---- device memory for the test: evp_devmem.h ---- */
 
 /* A GPU other than data_gpu, and does gpuprov use it? The stand-in uses GPUs 0 and 1; the cuda
  * executor one GPU, or every GPU with knob device = all. */
@@ -154,10 +76,10 @@ typedef struct dev_buf {
 static void dev_buf_new(dev_buf *b, size_t len, size_t off, int gpu)
 {
     b->total = GUARD + off + len + GUARD;
-    b->base = dm_alloc(b->total, gpu);
+    b->base = evp_dm_alloc(b->total, gpu);
     b->p = b->base + GUARD + off;
     b->len = len;
-    dm_fill(b->base, GUARD_BYTE, b->total);
+    evp_dm_fill(b->base, GUARD_BYTE, b->total);
 }
 
 /* The whole allocation back on the host; asserts nothing was written outside [p, p + len). */
@@ -167,7 +89,7 @@ static unsigned char *dev_buf_take(const dev_buf *b, const char *what)
     size_t lo = (size_t)(b->p - b->base);
 
     assert_non_null(h);
-    dm_get(h, b->base, b->total);
+    evp_dm_get(h, b->base, b->total);
     for (size_t i = 0; i < b->total; i++)
         if ((i < lo || i >= lo + b->len) && h[i] != GUARD_BYTE)
             fail_msg("%s: byte %zd outside the output was written", what, (ptrdiff_t)i - (ptrdiff_t)lo);
@@ -176,7 +98,7 @@ static unsigned char *dev_buf_take(const dev_buf *b, const char *what)
 
 static void dev_buf_free(dev_buf *b)
 {
-    dm_free(b->base);
+    evp_dm_free(b->base);
 }
 
 /* ---- EVP shorthands ---- */
@@ -278,7 +200,7 @@ static int dev_cipher(const dev_run *r, unsigned char *out, unsigned char tag[16
     unsigned char *back;
 
     dev_buf_new(&in, r->len, r->inplace ? r->out_off : r->in_off, data_gpu);
-    dm_put(in.p, r->in, r->len);
+    evp_dm_put(in.p, r->in, r->len);
     if (r->inplace)
         outb = in;
     else
@@ -504,7 +426,7 @@ static void test_bad_pointers(void **state)
     for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
         EVP_CIPHER_CTX *ctx = device_ctx(idx, 1);
         unsigned char host_in[256] = { 0 }, host_out[256 + 2 * GUARD];
-        unsigned char *freed = dm_alloc(256, data_gpu);
+        unsigned char *freed = evp_dm_alloc(256, data_gpu);
         dev_buf in, out, small;
         int outl = 0;
 
@@ -518,7 +440,7 @@ static void test_bad_pointers(void **state)
         expect_error(EVP_EncryptUpdate(ctx, host_out + GUARD, &outl, in.p, 256), "a host output", "not CUDA device");
         for (size_t i = 0; i < sizeof(host_out); i++)
             assert_int_equal(host_out[i], GUARD_BYTE);
-        dm_free(freed);
+        evp_dm_free(freed);
         expect_error(EVP_EncryptUpdate(ctx, out.p, &outl, freed, 256), "a freed input", "not CUDA device");
         expect_error(EVP_EncryptUpdate(ctx, freed, &outl, in.p, 256), "a freed output", "not CUDA device");
         /* The allocation holds SMALL_TOTAL bytes from small.base: one byte more is past it. */
@@ -527,7 +449,7 @@ static void test_bad_pointers(void **state)
         expect_error(EVP_EncryptUpdate(ctx, small.p, &outl, in.p, (int)(small.len + GUARD + 1)),
                      "an output past its end", "past the end");
         free(dev_buf_take(&small, "an output past its allocation's end"));
-        if (dm_gpus() >= 2) {
+        if (evp_dm_gpus() >= 2) {
             dev_buf other;
 
             dev_buf_new(&other, 256, 0, other_gpu());
@@ -550,11 +472,11 @@ static void test_bad_pointers(void **state)
         {
             unsigned char pt[256] = { 0 }, ref[256], tag[16], dtag[16], got[256], key[32] = { 1 }, iv[16] = { 2 };
 
-            dm_put(in.p, pt, sizeof(pt));
+            evp_dm_put(in.p, pt, sizeof(pt));
             assert_int_equal(EVP_EncryptUpdate(ctx, out.p, &outl, in.p, 256), 1);
             assert_int_equal(EVP_EncryptFinal_ex(ctx, NULL, &outl), 1);
             reference(idx, 1, key, iv, NULL, 0, pt, sizeof(pt), ref, tag);
-            dm_get(got, out.p, sizeof(got));
+            evp_dm_get(got, out.p, sizeof(got));
             assert_memory_equal(got, ref, sizeof(got));
             if (is_aead(idx)) {
                 assert_int_equal(evp_get_tag(ctx, dtag, 16), 1);
@@ -581,7 +503,7 @@ static void test_mid_message(void **state)
         gptest_rand_bytes(pt, sizeof(pt));
         dev_buf_new(&in, sizeof(pt), 0, data_gpu);
         dev_buf_new(&out, sizeof(pt), 0, data_gpu);
-        dm_put(in.p, pt, sizeof(pt));
+        evp_dm_put(in.p, pt, sizeof(pt));
         if (is_aead(idx)) {
             /* AAD is host memory: a device pointer is refused, not read. */
             expect_error(EVP_EncryptUpdate(ctx, NULL, &outl, in.p, 5), "AAD in device memory", "AAD must be host memory");
@@ -594,7 +516,7 @@ static void test_mid_message(void **state)
         assert_int_equal(EVP_EncryptUpdate(ctx, out.p + 100, &outl, in.p + 100, 200), 1);
         assert_int_equal(EVP_EncryptFinal_ex(ctx, NULL, &outl), 1);
         reference(idx, 1, key, iv, aad, is_aead(idx) ? sizeof(aad) : 0, pt, sizeof(pt), ref, tag);
-        dm_get(got, out.p, sizeof(got));
+        evp_dm_get(got, out.p, sizeof(got));
         assert_memory_equal(got, ref, sizeof(got));
         if (is_aead(idx)) {
             assert_int_equal(evp_get_tag(ctx, dtag, 16), 1);
@@ -638,7 +560,7 @@ static void test_reinit(void **state)
         gptest_rand_bytes(iv2, sizeof(iv2));
         dev_buf_new(&in, sizeof(pt), 0, data_gpu);
         dev_buf_new(&out, sizeof(pt), 0, data_gpu);
-        dm_put(in.p, pt, sizeof(pt));
+        evp_dm_put(in.p, pt, sizeof(pt));
         assert_int_equal(EVP_EncryptInit_ex2(dctx, NULL, key, iv, NULL), 1);
         assert_int_equal(EVP_EncryptInit_ex2(rctx, evp_cipher(g_env, idx, 0), key, iv, NULL), 1);
         for (int msg = 0; msg < 2; msg++) {
@@ -657,7 +579,7 @@ static void test_reinit(void **state)
             assert_int_equal(EVP_EncryptUpdate(rctx, ref + 300, &outl, pt + 300, 400), 1);
             assert_int_equal(EVP_EncryptFinal_ex(dctx, got, &outl), 1);
             assert_int_equal(EVP_EncryptFinal_ex(rctx, ref, &outl), 1);
-            dm_get(got, out.p, sizeof(got));
+            evp_dm_get(got, out.p, sizeof(got));
             if (memcmp(got, ref, sizeof(got)) != 0)
                 fail_msg("%s, message %d: device mode differs from the default provider", evp_ciphers[idx].name, msg);
             if (!stream) {
@@ -765,7 +687,7 @@ static void test_async_jobs(void **state)
     reference(idx, 1, key, iv, NULL, 0, pt, sizeof(pt), ref, tag);
     dev_buf_new(&in, ASYNC_LEN, 0, data_gpu);
     dev_buf_new(&out, (size_t)ASYNC_JOBS * ASYNC_LEN, 0, data_gpu);
-    dm_put(in.p, pt, sizeof(pt));
+    evp_dm_put(in.p, pt, sizeof(pt));
     for (int round = 0; round < 2; round++) {   /* 0: the control, host memory; 1: device memory */
         for (int i = 0; i < ASYNC_JOBS; i++)
             args[i] = (async_arg){ .idx = idx, .in = round ? in.p : pt,
@@ -776,7 +698,7 @@ static void test_async_jobs(void **state)
         for (int i = 0; i < ASYNC_JOBS; i++) {
             assert_true(args[i].ok);
             if (round)
-                dm_get(got, out.p + (size_t)i * ASYNC_LEN, ASYNC_LEN);
+                evp_dm_get(got, out.p + (size_t)i * ASYNC_LEN, ASYNC_LEN);
             else
                 memcpy(got, host_out + (size_t)i * ASYNC_LEN, ASYNC_LEN);
             assert_memory_equal(got, ref, ASYNC_LEN);
@@ -883,7 +805,7 @@ static void test_gpu_failure(void **state)
         skip();
     gptest_rand_bytes(pt, sizeof(pt));
     dev_buf_new(&in, sizeof(pt), 0, data_gpu);
-    dm_put(in.p, pt, sizeof(pt));
+    evp_dm_put(in.p, pt, sizeof(pt));
     for (int i = 0; i < 64 && !failed; i++) {
         ctx = device_ctx(idx, 1);
         dev_buf_new(&out, sizeof(pt), 0, data_gpu);
@@ -926,9 +848,9 @@ static void test_cuda_kinds(void **state)
 
     (void)state;
     gptest_rand_bytes(pt, sizeof(pt));
-    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");   /* managed memory is the current GPU's */
-    cuda_check(cudaMallocManaged((void **)&managed, sizeof(pt), cudaMemAttachGlobal), "cudaMallocManaged");
-    cuda_check(cudaMallocHost((void **)&pinned, sizeof(pt)), "cudaMallocHost");
+    evp_cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");   /* managed memory is the current GPU's */
+    evp_cuda_check(cudaMallocManaged((void **)&managed, sizeof(pt), cudaMemAttachGlobal), "cudaMallocManaged");
+    evp_cuda_check(cudaMallocHost((void **)&pinned, sizeof(pt)), "cudaMallocHost");
     memcpy(managed, pt, sizeof(pt));
     assert_int_equal(EVP_EncryptInit_ex2(ctx, evp_cipher(g_env, idx, 1), key, iv, NULL), 1);
     assert_int_equal(set_memory(ctx, "device"), 1);
@@ -951,31 +873,31 @@ static void test_cuda_ordering(void **state)
     enum { N = 65536 };
     const size_t busy_bytes = (size_t)256 << 20;
     unsigned char key[16] = { 3 }, iv[16] = { 4 }, *pt = NULL, ref[N], got[N], tag[16];
-    unsigned char *busy = dm_alloc(busy_bytes, data_gpu), *in = dm_alloc(N, data_gpu),
-                  *out = dm_alloc(N, data_gpu);
+    unsigned char *busy = evp_dm_alloc(busy_bytes, data_gpu), *in = evp_dm_alloc(N, data_gpu),
+                  *out = evp_dm_alloc(N, data_gpu);
     int idx = evp_cipher_index("AES-128-CTR"), outl = 0;
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
 
     (void)state;
-    cuda_check(cudaMallocHost((void **)&pt, N), "cudaMallocHost");   /* pinned: the copy is truly async */
+    evp_cuda_check(cudaMallocHost((void **)&pt, N), "cudaMallocHost");   /* pinned: the copy is truly async */
     gptest_rand_bytes(pt, N);
     reference(idx, 1, key, iv, NULL, 0, pt, N, ref, tag);
     for (int round = 0; round < 4; round++) {
-        dm_fill(in, 0, N);
+        evp_dm_fill(in, 0, N);
         for (int k = 0; k < 16; k++)
-            cuda_check(cudaMemsetAsync(busy, k, busy_bytes, 0), "cudaMemsetAsync");
-        cuda_check(cudaMemcpyAsync(in, pt, N, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync");
+            evp_cuda_check(cudaMemsetAsync(busy, k, busy_bytes, 0), "cudaMemsetAsync");
+        evp_cuda_check(cudaMemcpyAsync(in, pt, N, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync");
         assert_int_equal(EVP_EncryptInit_ex2(ctx, evp_cipher(g_env, idx, 1), key, iv, NULL), 1);
         assert_int_equal(set_memory(ctx, "device"), 1);
         assert_int_equal(EVP_EncryptUpdate(ctx, out, &outl, in, N), 1);
         assert_int_equal(outl, N);
-        dm_get(got, out, N);
+        evp_dm_get(got, out, N);
         assert_memory_equal(got, ref, N);
     }
     cudaFreeHost(pt);
-    dm_free(busy);
-    dm_free(in);
-    dm_free(out);
+    evp_dm_free(busy);
+    evp_dm_free(in);
+    evp_dm_free(out);
     EVP_CIPHER_CTX_free(ctx);
 }
 
@@ -1011,7 +933,7 @@ static void test_cuda_foreign_context(void **state)
     int outl = 0;
 
     (void)state;
-    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
+    evp_cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
     assert_int_equal(device_get(&dev, data_gpu), CUDA_SUCCESS);
     assert_int_equal(ctx_create(&other, 0, dev), CUDA_SUCCESS);   /* current on this thread now */
     assert_int_equal(mem_alloc(&p, 4096), CUDA_SUCCESS);
@@ -1026,27 +948,14 @@ static void test_cuda_foreign_context(void **state)
 }
 #endif
 
-/* GPTEST_DEVMEM_GPU, else the GPU that knob device names (not "all"), else 0. */
-static int data_gpu_choose(void)
-{
-    const char *g = getenv("GPTEST_DEVMEM_GPU"), *d = getenv("GPUPROV_DEVICE");
-
-    if (g != NULL && *g != '\0')
-        return atoi(g);
-    return d != NULL && *d >= '0' && *d <= '9' ? atoi(d) : 0;
-}
-
 static int group_setup(void **state)
 {
     int rc = evp_group_setup(state);
 
     g_env = *state;
-    data_gpu = data_gpu_choose();
-    if (rc == 0 && !evp_under_default()) {
-#ifndef DEVMEM_TEST_CUDA
-        evp_standin_find(&standin);
-#endif
-    }
+    data_gpu = evp_dm_data_gpu();
+    if (rc == 0 && !evp_under_default())
+        evp_dm_find();
     return rc;
 }
 

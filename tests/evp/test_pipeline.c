@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #endif
 
 #include "evp_common.h"
+#include "evp_devmem.h"
 #include "pipe_api.h"
 #include "wp_json.h"
 
@@ -45,6 +47,7 @@
  */
 
 #define MEMORY_PARAM "gpuprov-memory"
+#define STREAM_PARAM "gpuprov-cuda-stream"
 
 static gptest_env *g_env;
 static pipe_api api;
@@ -52,13 +55,6 @@ static int devmem;   /* device mode: through the host stand-in, or CUDA managed 
 static void *stream;  /* stream-ordered device mode: the context's stream (NULL: synchronous) */
 static int stream_wanted;
 static size_t skew_pipe1;   /* pipe 1's buffers start this many bytes into their allocations */
-#ifndef PIPE_TEST_CUDA
-static void *(*fake_stream_new)(void);
-static void (*fake_stream_sync)(void *s);
-#endif
-#ifndef PIPE_TEST_CUDA
-static evp_standin standin;   /* the test module's allocator (evp_standin_find) */
-#endif
 
 static int is_aead(int idx)
 {
@@ -78,7 +74,7 @@ static unsigned char *buf_new(size_t n, int device)
         fail_msg("cudaMallocManaged failed");
 #else
     if (device)
-        p = standin.alloc(n + 1, 0);
+        p = evp_dm_alloc(n + 1, 0);
 #endif
     if (!device)
         p = malloc(n + 1);
@@ -95,7 +91,7 @@ static void buf_free(void *p, int device)
     }
 #else
     if (device) {
-        standin.free(p);
+        evp_dm_free(p);
         return;
     }
 #endif
@@ -108,36 +104,17 @@ static void gpu_sync(void)
 #ifdef PIPE_TEST_CUDA
     if (devmem && cudaDeviceSynchronize() != cudaSuccess)
         fail_msg("cudaDeviceSynchronize failed");
-#else
+#endif
     if (stream != NULL)
-        fake_stream_sync(stream);
-#endif
+        evp_stream_sync(stream);
 }
 
-/* Stream-ordered device mode's stream, made once (GPTEST_PIPE_STREAM). */
-static void *stream_make(void)
-{
-#ifdef PIPE_TEST_CUDA
-    cudaStream_t s = NULL;
-
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
-        fail_msg("cudaStreamCreateWithFlags failed");
-    return (void *)s;
-#else
-    *(void **)&fake_stream_new = evp_test_module_symbol("gpuprov_test_stream_new");
-    *(void **)&fake_stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
-    assert_non_null(fake_stream_new);
-    assert_non_null(fake_stream_sync);
-    return fake_stream_new();
-#endif
-}
-
-static int set_stream(EVP_CIPHER_CTX *ctx)
+static int set_stream(EVP_CIPHER_CTX *ctx, void *s)
 {
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
-    uint64_t v = (uint64_t)(uintptr_t)stream;
+    uint64_t v = (uint64_t)(uintptr_t)s;
 
-    p[0] = OSSL_PARAM_construct_uint64("gpuprov-cuda-stream", &v);
+    p[0] = OSSL_PARAM_construct_uint64(STREAM_PARAM, &v);
     return EVP_CIPHER_CTX_set_params(ctx, p);
 }
 
@@ -247,7 +224,7 @@ static int pipe_run(int idx, int enc, const unsigned char *key, size_t ivlen, ms
     if (devmem)
         assert_int_equal(set_memory(c, "device"), 1);
     if (stream != NULL)
-        assert_int_equal(set_stream(c), 1);
+        assert_int_equal(set_stream(c, stream), 1);
     if (is_aead(idx) && !enc) {
         unsigned char **tp = tagp;
 
@@ -649,6 +626,57 @@ static void test_mixed_memory(void **state)
         buf_free(dev[i], 1);
 }
 
+/* Stream-ordered: a stream the buffers' GPU does not own (the stand-in: a handle no fake stream
+ * has) is refused at the update with the single-message path's reason, naming the pipe; nothing is
+ * queued, and the same context on the right stream then gives the default provider's bytes. */
+static void test_bad_stream(void **state)
+{
+    unsigned char key[32] = { 3 }, ivs[PIPE_MAX][16] = { { 0 } }, *outp[4], *dev[4];
+    const unsigned char *ivp[PIPE_MAX], *inp[4];
+    size_t outl[4], outsize[4], inl[4];
+    const int idx = 5;
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+    (void)state;
+#ifdef PIPE_TEST_CUDA
+    skip();   /* a stream of another GPU: tests/evp/test_stream.c covers it on two GPUs */
+#endif
+    if (stream == NULL)
+        skip();
+    for (int i = 0; i < 4; i++) {
+        ivp[i] = ivs[i];
+        ivs[i][0] = (unsigned char)i;
+        dev[i] = buf_new(64, 1);
+        memset(dev[i], i, 64);
+        outp[i] = dev[i];
+        inp[i] = dev[i];
+        outsize[i] = inl[i] = 64;
+    }
+    assert_int_equal(api.encrypt_init(c, evp_cipher(g_env, idx, 1), key, evp_ciphers[idx].keylen, 4, ivp, 12), 1);
+    assert_int_equal(set_memory(c, "device"), 1);
+    assert_int_equal(set_stream(c, (void *)(uintptr_t)0x5151), 1);
+    expect_error(api.update(c, outp, outl, outsize, inp, inl), "a stream of no GPU of the buffers", "pipe 0",
+                 "not a CUDA stream");
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 64; b++)
+            assert_int_equal(dev[i][b], i);   /* nothing written */
+    assert_int_equal(api.encrypt_init(c, NULL, NULL, 0, 4, ivp, 12), 1);
+    assert_int_equal(set_stream(c, stream), 1);
+    assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
+    evp_stream_sync(stream);
+    for (int i = 0; i < 4; i++) {
+        unsigned char want[64], plain[64], tag[16];
+        msg m = { .iv = ivs[i], .in = plain, .len = 64 };
+
+        memset(plain, i, 64);
+        reference(idx, 1, key, 12, &m, want, tag);
+        assert_memory_equal(dev[i], want, 64);
+    }
+    EVP_CIPHER_CTX_free(c);
+    for (int i = 0; i < 4; i++)
+        buf_free(dev[i], 1);
+}
+
 /* Device mode with every pipe's buffers carved from one allocation each way, as a caching
  * allocator lays tensors out (checked once for the call: provider/pipeline.c device_hulls_ok), then
  * with one pipe's output in an allocation of its own (each pipe checked), byte for byte the
@@ -958,13 +986,18 @@ static int group_setup(void **state)
     int rc = evp_group_setup(state);
 
     g_env = *state;
-#ifndef PIPE_TEST_CUDA
     if (rc == 0 && devmem)
-        evp_standin_find(&standin);
-#endif
+        evp_dm_find();
     if (rc == 0 && stream_wanted)
-        stream = stream_make();
+        stream = evp_stream_new(0);   /* GPU 0: the managed buffers' */
     return rc;
+}
+
+static int group_teardown(void **state)
+{
+    evp_stream_free(stream);
+    stream = NULL;
+    return evp_group_teardown(state);
 }
 
 int main(void)
@@ -985,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_skewed_pipe),
         cmocka_unit_test(test_forged_tag),
+        cmocka_unit_test(test_bad_stream),
     };
     const struct CMUnitTest old_tests[] = { cmocka_unit_test(test_served_without_pipeline_api) };
     const char *st = getenv("GPTEST_PIPE_STREAM");
@@ -1009,7 +1043,7 @@ int main(void)
     }
     if (devmem && st != NULL && st[0] == '1') {
         stream_wanted = 1;
-        return cmocka_run_group_tests(stream_tests, group_setup, evp_group_teardown);
+        return cmocka_run_group_tests(stream_tests, group_setup, group_teardown);
     }
-    return cmocka_run_group_tests(tests, group_setup, evp_group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -17,6 +17,7 @@
 #endif
 
 #include "evp_common.h"
+#include "evp_devmem.h"
 
 /*
  * The test module's host executor stands in for the GPU (GPUPROV_TEST_HOST_DEVMEM,
@@ -53,68 +54,11 @@ typedef struct caller_work {
     size_t len;
 } caller_work;
 
+/* Device memory and streams: evp_devmem.h. What is the caller's own here: its work on its stream,
+ * and holding a stream (the stand-in's alone: a CUDA stream cannot be held from the host without a
+ * kernel). */
 #ifdef STREAM_TEST_CUDA
 # define CAN_HOLD 0
-static void cuda_check(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess)
-        fail_msg("%s: %s", what, cudaGetErrorString(err));
-}
-
-static void standins_find(void)
-{
-}
-
-static unsigned char *dm_alloc(size_t n)
-{
-    void *p = NULL;
-
-    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
-    cuda_check(cudaMalloc(&p, n > 0 ? n : 1), "cudaMalloc");
-    return p;
-}
-
-static void dm_free_fn(void *p)
-{
-    cuda_check(cudaFree(p), "cudaFree");
-}
-
-static void dm_put(void *dst, const void *src, size_t n)
-{
-    cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
-}
-
-static void dm_get(void *dst, const void *src, size_t n)
-{
-    cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
-}
-
-static void dm_fill(void *dst, int byte, size_t n)
-{
-    cuda_check(cudaMemset(dst, byte, n), "cudaMemset");
-}
-
-/* A non-blocking stream of data_gpu: nothing of gpuprov's legacy-stream wait covers it. */
-static void *stream_new(void)
-{
-    cudaStream_t s = NULL;
-
-    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    return (void *)s;
-}
-
-static void stream_free(void *s)
-{
-    cuda_check(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
-    cuda_check(cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
-}
-
-static void stream_sync(void *s)
-{
-    cuda_check(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
-}
-
 static void stream_hold(void *s, int hold)
 {
     (void)s;
@@ -131,57 +75,27 @@ static unsigned char *caller_host(size_t n)
 {
     void *p = NULL;
 
-    cuda_check(cudaMallocHost(&p, n), "cudaMallocHost");
+    evp_cuda_check(cudaMallocHost(&p, n), "cudaMallocHost");
     return p;
 }
 
 static void caller_host_free(void *p)
 {
-    cuda_check(cudaFreeHost(p), "cudaFreeHost");
+    evp_cuda_check(cudaFreeHost(p), "cudaFreeHost");
+}
+
+static void stream_extras_find(void)
+{
 }
 #else
 # define CAN_HOLD 1
-static void *(*dm_alloc_fn)(size_t size, int gpu);
-static void (*dm_free_fn)(void *p);
-static void *(*stream_new)(void);
-static void (*stream_free)(void *s);
-static void (*stream_sync)(void *s);
 static void (*stream_hold)(void *s, int hold);
 static int (*stream_enqueue)(void *s, void (*fn)(void *), void *arg);
 
-static void standins_find(void)
+static void stream_extras_find(void)
 {
-    *(void **)&dm_alloc_fn = evp_test_module_symbol("gpuprov_test_devmem_alloc");
-    *(void **)&dm_free_fn = evp_test_module_symbol("gpuprov_test_devmem_free");
-    *(void **)&stream_new = evp_test_module_symbol("gpuprov_test_stream_new");
-    *(void **)&stream_free = evp_test_module_symbol("gpuprov_test_stream_free");
-    *(void **)&stream_sync = evp_test_module_symbol("gpuprov_test_stream_sync");
     *(void **)&stream_hold = evp_test_module_symbol("gpuprov_test_stream_hold");
     *(void **)&stream_enqueue = evp_test_module_symbol("gpuprov_test_stream_enqueue");
-}
-
-static unsigned char *dm_alloc(size_t n)
-{
-    unsigned char *p = dm_alloc_fn(n > 0 ? n : 1, data_gpu);
-
-    assert_non_null(p);
-    return p;
-}
-
-/* The stand-in's "device memory" is plain memory. */
-static void dm_put(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
-static void dm_get(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
-static void dm_fill(void *dst, int byte, size_t n)
-{
-    memset(dst, byte, n);
 }
 
 /* The caller's own work on its stream: a copy, as a kernel or cudaMemcpyAsync would make. */
@@ -215,7 +129,7 @@ static int dm_all(const void *dev, int byte, size_t n)
     int ok = 1;
 
     assert_non_null(h);
-    dm_get(h, dev, n);
+    evp_dm_get(h, dev, n);
     for (size_t i = 0; i < n; i++)
         ok &= h[i] == (unsigned char)byte;
     free(h);
@@ -228,7 +142,7 @@ static void assert_dm_equal(const void *dev, const unsigned char *want, size_t n
     unsigned char *h = malloc(n + 1);
 
     assert_non_null(h);
-    dm_get(h, dev, n);
+    evp_dm_get(h, dev, n);
     assert_memory_equal(h, want, n);
     free(h);
 }
@@ -343,9 +257,9 @@ static void *other_stream_new(void)
 
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2)
         return NULL;
-    cuda_check(cudaSetDevice(data_gpu == 0 ? 1 : 0), "cudaSetDevice");
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
+    evp_cuda_check(cudaSetDevice(data_gpu == 0 ? 1 : 0), "cudaSetDevice");
+    evp_cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    evp_cuda_check(cudaSetDevice(data_gpu), "cudaSetDevice");
     return (void *)s;
 #else
     return (void *)(uintptr_t)0x5151;
@@ -356,7 +270,7 @@ static void other_stream_free(void *s)
 {
 #ifdef STREAM_TEST_CUDA
     if (s != NULL)
-        cuda_check(cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
+        evp_cuda_check(cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
 #else
     (void)s;
 #endif
@@ -365,14 +279,14 @@ static void other_stream_free(void *s)
 static void test_params(void **state)
 {
     unsigned char key[32] = { 1 }, iv[16] = { 2 }, buf[64] = { 0 };
-    void *s = stream_new(), *other = other_stream_new();
+    void *s = evp_stream_new(data_gpu), *other = other_stream_new();
     (void)state;
 
     assert_non_null(s);
     for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
         EVP_CIPHER *c = evp_cipher(g_env, idx, 1);
         EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-        unsigned char *dev = dm_alloc(64);
+        unsigned char *dev = evp_dm_alloc(64, data_gpu);
         OSSL_PARAM bad[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
         int outl;
 
@@ -420,11 +334,11 @@ static void test_params(void **state)
         assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);   /* a new message: allowed */
         assert_int_equal(set_stream(ctx, NULL), 1);
         EVP_CIPHER_CTX_free(ctx);
-        stream_sync(s);
-        dm_free_fn(dev);
+        evp_stream_sync(s);
+        evp_dm_free(dev);
         (void)buf;
     }
-    stream_free(s);
+    evp_stream_free(s);
     other_stream_free(other);
 }
 
@@ -439,7 +353,7 @@ static void test_params(void **state)
 static void diff_one(int idx, void *s, size_t len, size_t aadlen, int in_place)
 {
     unsigned char key[32], iv[16], tag[16], rtag[16], *aad = malloc(aadlen + 1), *plain = malloc(len + 16);
-    unsigned char *ref = malloc(len + 16), *got = malloc(len + 1), *din = dm_alloc(len), *dout = in_place ? din : dm_alloc(len);
+    unsigned char *ref = malloc(len + 16), *got = malloc(len + 1), *din = evp_dm_alloc(len, data_gpu), *dout = in_place ? din : evp_dm_alloc(len, data_gpu);
     EVP_CIPHER_CTX *ctx;
     int outl;
 
@@ -453,7 +367,7 @@ static void diff_one(int idx, void *s, size_t len, size_t aadlen, int in_place)
     reference(idx, 1, key, iv, aad, aadlen, plain, len, ref, rtag);
 
     for (int enc = 1; enc >= 0; enc--) {
-        dm_put(din, enc ? plain : ref, len);
+        evp_dm_put(din, enc ? plain : ref, len);
         ctx = ordered_ctx(idx, enc, key, s);
         assert_int_equal(EVP_CipherInit_ex2(ctx, NULL, NULL, iv, enc, NULL), 1);
         for (size_t off = 0, n; off < aadlen; off += n) {
@@ -473,7 +387,7 @@ static void diff_one(int idx, void *s, size_t len, size_t aadlen, int in_place)
             assert_int_equal(EVP_CipherFinal_ex(ctx, got, &outl), 1);   /* waits and verifies */
         } else {
             assert_int_equal(EVP_CipherFinal_ex(ctx, got, &outl), 1);
-            stream_sync(s);   /* no tag to wait for: the caller synchronises */
+            evp_stream_sync(s);   /* no tag to wait for: the caller synchronises */
         }
         assert_dm_equal(dout, enc ? ref : plain, len);
         if (is_aead(idx) && !enc) {   /* a forged tag fails the Final */
@@ -481,7 +395,7 @@ static void diff_one(int idx, void *s, size_t len, size_t aadlen, int in_place)
             assert_int_equal(EVP_CipherInit_ex2(ctx, NULL, NULL, iv, 0, NULL), 1);
             if (aadlen > 0)
                 assert_int_equal(EVP_CipherUpdate(ctx, NULL, &outl, aad, (int)aadlen), 1);
-            dm_put(din, ref, len);
+            evp_dm_put(din, ref, len);
             if (len > 0)
                 assert_int_equal(EVP_CipherUpdate(ctx, dout, &outl, din, (int)len), 1);
             assert_int_equal(evp_set_tag(ctx, rtag, 16), 1);
@@ -496,13 +410,13 @@ static void diff_one(int idx, void *s, size_t len, size_t aadlen, int in_place)
     free(ref);
     free(got);
     if (!in_place)
-        dm_free_fn(dout);
-    dm_free_fn(din);
+        evp_dm_free(dout);
+    evp_dm_free(din);
 }
 
 static void test_diff(void **state)
 {
-    void *s = stream_new();
+    void *s = evp_stream_new(data_gpu);
     const int rounds = getenv("GPTEST_QUICK") != NULL || getenv("GPTEST_DEVMEM_QUICK") != NULL ? 2 : 6;
     (void)state;
 
@@ -513,7 +427,7 @@ static void test_diff(void **state)
 
             diff_one(idx, s, len, gptest_rand_range(0, round % 3 == 2 ? 200 : 40), round % 2);
         }
-    stream_free(s);
+    evp_stream_free(s);
 }
 
 /* ---- ordering, returning at once, waiting ---- */
@@ -533,14 +447,14 @@ static void test_diff(void **state)
 static void test_ordering(void **state)
 {
     const size_t len = 5000;
-    void *s = stream_new();
+    void *s = evp_stream_new(data_gpu);
     (void)state;
 
     assert_non_null(s);
     for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
         unsigned char key[32] = { 7 }, iv[16] = { 8 }, aad[20] = { 9 }, tag[16], rtag[16];
         unsigned char *plain = caller_host(len), *ref = malloc(len + 16), *after = caller_host(len);
-        unsigned char *din = dm_alloc(len), *dout = dm_alloc(len), *big = dm_alloc(BIG_BYTES), zero[64] = { 0 };
+        unsigned char *din = evp_dm_alloc(len, data_gpu), *dout = evp_dm_alloc(len, data_gpu), *big = evp_dm_alloc(BIG_BYTES, data_gpu), zero[64] = { 0 };
         caller_work slow = { big, big + BIG_BYTES / 2, BIG_BYTES / 2 };
         caller_work before = { din, plain, len }, later = { after, dout, len };
         EVP_CIPHER_CTX *ctx = ordered_ctx(idx, 1, key, s);
@@ -549,8 +463,8 @@ static void test_ordering(void **state)
         assert_true(plain != NULL && ref != NULL && after != NULL);
         gptest_rand_bytes(plain, len);
         memset(after, 0, len);
-        dm_fill(din, 0, len);
-        dm_fill(dout, 0, len);
+        evp_dm_fill(din, 0, len);
+        evp_dm_fill(dout, 0, len);
         reference(idx, 1, key, iv, aad, is_aead(idx) ? sizeof(aad) : 0, plain, len, ref, rtag);
 
         stream_hold(s, 1);
@@ -573,18 +487,18 @@ static void test_ordering(void **state)
             assert_memory_equal(tag, rtag, 16);
             assert_dm_equal(dout, ref, len);                   /* so its output is there */
         }
-        stream_sync(s);
+        evp_stream_sync(s);
         assert_dm_equal(dout, ref, len);
         assert_memory_equal(after, ref, len);   /* the later work saw the output */
         EVP_CIPHER_CTX_free(ctx);
         caller_host_free(plain);
         free(ref);
         caller_host_free(after);
-        dm_free_fn(din);
-        dm_free_fn(dout);
-        dm_free_fn(big);
+        evp_dm_free(din);
+        evp_dm_free(dout);
+        evp_dm_free(big);
     }
-    stream_free(s);
+    evp_stream_free(s);
 }
 
 typedef struct releaser {
@@ -608,8 +522,8 @@ static void test_final_waits(void **state)
     const int idx = evp_cipher_index("AES-256-GCM");
     const size_t len = 3000;
     unsigned char key[32] = { 3 }, iv[16] = { 4 }, rtag[16], *plain = malloc(len), *ref = malloc(len + 16), fin[16];
-    unsigned char *din = dm_alloc(len), *dout = dm_alloc(len);
-    void *s = stream_new();
+    unsigned char *din = evp_dm_alloc(len, data_gpu), *dout = evp_dm_alloc(len, data_gpu);
+    void *s = evp_stream_new(data_gpu);
     releaser rel = { s, 50 };
     pthread_t th;
     EVP_CIPHER_CTX *ctx;
@@ -619,7 +533,7 @@ static void test_final_waits(void **state)
     assert_true(s != NULL && plain != NULL && ref != NULL);
     gptest_rand_bytes(plain, len);
     reference(idx, 1, key, iv, NULL, 0, plain, len, ref, rtag);
-    dm_put(din, ref, len);
+    evp_dm_put(din, ref, len);
     ctx = ordered_ctx(idx, 0, key, s);
     stream_hold(s, 1);
     assert_int_equal(EVP_DecryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
@@ -630,9 +544,9 @@ static void test_final_waits(void **state)
     assert_dm_equal(dout, plain, len);
     pthread_join(th, NULL);
     EVP_CIPHER_CTX_free(ctx);
-    stream_free(s);
-    dm_free_fn(din);
-    dm_free_fn(dout);
+    evp_stream_free(s);
+    evp_dm_free(din);
+    evp_dm_free(dout);
     free(plain);
     free(ref);
 }
@@ -648,15 +562,15 @@ static void test_lifetimes(void **state)
     const size_t len = 4099;
     unsigned char key[32] = { 5 }, key2[32] = { 6 }, iv[16] = { 7 }, rtag[16], tag[16], tag2[16];
     unsigned char *plain = malloc(len), *ref = malloc(len + 16), *ref2 = malloc(len + 16), fin[16];
-    unsigned char *din = dm_alloc(len), *d1 = dm_alloc(len), *d2 = dm_alloc(len), *d3 = dm_alloc(len);
-    void *s = stream_new();
+    unsigned char *din = evp_dm_alloc(len, data_gpu), *d1 = evp_dm_alloc(len, data_gpu), *d2 = evp_dm_alloc(len, data_gpu), *d3 = evp_dm_alloc(len, data_gpu);
+    void *s = evp_stream_new(data_gpu);
     EVP_CIPHER_CTX *ctx, *cp;
     int outl;
     (void)state;
 
     assert_true(s != NULL && plain != NULL && ref != NULL && ref2 != NULL);
     gptest_rand_bytes(plain, len);
-    dm_put(din, plain, len);
+    evp_dm_put(din, plain, len);
     reference(idx, 1, key, iv, NULL, 0, plain, len, ref, rtag);
     reference(idx, 1, key2, iv, NULL, 0, plain, len, ref2, tag2);
 
@@ -681,25 +595,25 @@ static void test_lifetimes(void **state)
     assert_memory_equal(tag, tag2, 16);
     assert_int_equal(evp_get_tag(cp, tag, 16), 1);
     assert_memory_equal(tag, rtag, 16);
-    stream_sync(s);
+    evp_stream_sync(s);
     assert_dm_equal(d1, ref, len);
     assert_dm_equal(d2, ref2, len);
     assert_dm_equal(d3 + 1000, ref + 1000, len - 1000);
     /* Freed with work still queued: the work runs, then gpuprov lets go of its copies. */
     stream_hold(s, 1);
     assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, key, iv, NULL), 1);
-    dm_fill(d1, 0, len);
+    evp_dm_fill(d1, 0, len);
     assert_int_equal(EVP_EncryptUpdate(ctx, d1, &outl, din, (int)len), 1);
     EVP_CIPHER_CTX_free(ctx);
     EVP_CIPHER_CTX_free(cp);
     stream_hold(s, 0);
-    stream_sync(s);
+    evp_stream_sync(s);
     assert_dm_equal(d1, ref, len);
-    stream_free(s);
-    dm_free_fn(din);
-    dm_free_fn(d1);
-    dm_free_fn(d2);
-    dm_free_fn(d3);
+    evp_stream_free(s);
+    evp_dm_free(din);
+    evp_dm_free(d1);
+    evp_dm_free(d2);
+    evp_dm_free(d3);
     free(plain);
     free(ref);
     free(ref2);
@@ -713,13 +627,13 @@ static void test_lifetimes(void **state)
 static void test_unaligned(void **state)
 {
     const size_t len = 9000;
-    void *s = stream_new();
+    void *s = evp_stream_new(data_gpu);
     (void)state;
 
     assert_non_null(s);
     for (int idx = 0; idx < EVP_NCIPHERS; idx++) {
         unsigned char key[32] = { 21 }, iv[16] = { 22 }, aad[7] = { 23 }, tag[16], rtag[16], fin[16];
-        unsigned char *plain = malloc(len), *ref = malloc(len + 16), *din = dm_alloc(len + 64), *dout = dm_alloc(len + 64);
+        unsigned char *plain = malloc(len), *ref = malloc(len + 16), *din = evp_dm_alloc(len + 64, data_gpu), *dout = evp_dm_alloc(len + 64, data_gpu);
         const size_t cuts[] = { 5, 1000, 3, 4096, 1 };
         EVP_CIPHER_CTX *ctx = ordered_ctx(idx, 1, key, s);
         size_t off = 0;
@@ -727,7 +641,7 @@ static void test_unaligned(void **state)
 
         assert_true(plain != NULL && ref != NULL);
         gptest_rand_bytes(plain, len);
-        dm_put(din + 3, plain, len);   /* 3 bytes in: every other update is off its boundary */
+        evp_dm_put(din + 3, plain, len);   /* 3 bytes in: every other update is off its boundary */
         reference(idx, 1, key, iv, aad, is_aead(idx) ? sizeof(aad) : 0, plain, len, ref, rtag);
         assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
         if (is_aead(idx))
@@ -744,15 +658,15 @@ static void test_unaligned(void **state)
             assert_int_equal(evp_get_tag(ctx, tag, 16), 1);
             assert_memory_equal(tag, rtag, 16);
         }
-        stream_sync(s);
+        evp_stream_sync(s);
         assert_dm_equal(dout, ref, len);
         EVP_CIPHER_CTX_free(ctx);
         free(plain);
         free(ref);
-        dm_free_fn(din);
-        dm_free_fn(dout);
+        evp_dm_free(din);
+        evp_dm_free(dout);
     }
-    stream_free(s);
+    evp_stream_free(s);
 }
 
 /* Synchronous and stream-ordered messages on one context, one after the other. */
@@ -761,19 +675,19 @@ static void test_mixed(void **state)
     const int idx = evp_cipher_index("AES-128-GCM");
     const size_t len = 777;
     unsigned char key[32] = { 11 }, iv[16] = { 12 }, rtag[16], tag[16], fin[16], *plain = malloc(len);
-    unsigned char *ref = malloc(len + 16), *din = dm_alloc(len), *dout = dm_alloc(len);
-    void *s = stream_new();
+    unsigned char *ref = malloc(len + 16), *din = evp_dm_alloc(len, data_gpu), *dout = evp_dm_alloc(len, data_gpu);
+    void *s = evp_stream_new(data_gpu);
     EVP_CIPHER_CTX *ctx = ordered_ctx(idx, 1, key, NULL);
     int outl;
     (void)state;
 
     assert_true(s != NULL && plain != NULL && ref != NULL);
     gptest_rand_bytes(plain, len);
-    dm_put(din, plain, len);
+    evp_dm_put(din, plain, len);
     reference(idx, 1, key, iv, NULL, 0, plain, len, ref, rtag);
     for (int round = 0; round < 4; round++) {
         assert_int_equal(set_stream(ctx, round % 2 ? s : NULL), 1);
-        dm_fill(dout, 0, len);
+        evp_dm_fill(dout, 0, len);
         assert_int_equal(EVP_EncryptInit_ex2(ctx, NULL, NULL, iv, NULL), 1);
         assert_int_equal(EVP_EncryptUpdate(ctx, dout, &outl, din, (int)len), 1);
         assert_int_equal(EVP_EncryptFinal_ex(ctx, fin, &outl), 1);
@@ -782,9 +696,9 @@ static void test_mixed(void **state)
         assert_dm_equal(dout, ref, len);
     }
     EVP_CIPHER_CTX_free(ctx);
-    stream_free(s);
-    dm_free_fn(din);
-    dm_free_fn(dout);
+    evp_stream_free(s);
+    evp_dm_free(din);
+    evp_dm_free(dout);
     free(plain);
     free(ref);
 }
@@ -802,8 +716,8 @@ static void test_async_failure(void **state)
     skip();   /* the stand-in's hook; a GPU's failures: devmem-cuda-fault */
 #else
     const int idx = evp_cipher_index("AES-256-GCM");
-    unsigned char key[32] = { 1 }, iv[16] = { 2 }, tag[16], fin[16], *din = dm_alloc(4096), *dout = dm_alloc(4096);
-    void *s = stream_new();
+    unsigned char key[32] = { 1 }, iv[16] = { 2 }, tag[16], fin[16], *din = evp_dm_alloc(4096, data_gpu), *dout = evp_dm_alloc(4096, data_gpu);
+    void *s = evp_stream_new(data_gpu);
     EVP_CIPHER_CTX *ctx;
     int outl;
     (void)state;
@@ -817,7 +731,7 @@ static void test_async_failure(void **state)
     for (int i = 0; i < 4; i++)   /* the third fails when it runs, the fourth does not run */
         assert_int_equal(EVP_EncryptUpdate(ctx, dout + 1024 * i, &outl, din + 1024 * i, 1024), 1);
     stream_hold(s, 0);
-    stream_sync(s);
+    evp_stream_sync(s);
     assert_memory_not_equal(dout + 1024, din, 16);   /* the second ran */
     for (int i = 3 * 1024; i < 4096; i++)
         assert_int_equal(dout[i], 0);                 /* the fourth did not */
@@ -830,9 +744,9 @@ static void test_async_failure(void **state)
     expect_error(EVP_EncryptUpdate(ctx, dout, &outl, din, 16), "a new device-mode message after a failure",
                  "device memory needs a usable GPU");
     EVP_CIPHER_CTX_free(ctx);
-    stream_free(s);
-    dm_free_fn(din);
-    dm_free_fn(dout);
+    evp_stream_free(s);
+    evp_dm_free(din);
+    evp_dm_free(dout);
 #endif
 }
 
@@ -905,9 +819,9 @@ static void test_threads(void **state)
         w[i].ref = malloc(THREAD_LEN + 16);
         assert_true(w[i].plain != NULL && w[i].ref != NULL);
         gptest_rand_bytes(w[i].plain, THREAD_LEN);
-        w[i].din = dm_alloc(THREAD_LEN);
-        w[i].dout = dm_alloc(THREAD_LEN);
-        dm_put(w[i].din, w[i].plain, THREAD_LEN);
+        w[i].din = evp_dm_alloc(THREAD_LEN, data_gpu);
+        w[i].dout = evp_dm_alloc(THREAD_LEN, data_gpu);
+        evp_dm_put(w[i].din, w[i].plain, THREAD_LEN);
         reference(idx, 1, w[i].key, w[i].iv, w[i].aad, sizeof(w[i].aad), w[i].plain, THREAD_LEN, w[i].ref, w[i].rtag);
     }
     for (int i = 0; i < NTHREADS; i++)
@@ -921,8 +835,8 @@ static void test_threads(void **state)
         assert_dm_equal(w[i].dout, w[i].ref, THREAD_LEN);
         for (int m = 0; m < THREAD_MSGS; m++)
             assert_memory_equal(w[i].tag[m], w[i].rtag, 16);
-        dm_free_fn(w[i].din);
-        dm_free_fn(w[i].dout);
+        evp_dm_free(w[i].din);
+        evp_dm_free(w[i].dout);
         free(w[i].plain);
         free(w[i].ref);
     }
@@ -932,23 +846,16 @@ static void test_threads(void **state)
     assert_true(batches < ops);
 }
 
-static int data_gpu_choose(void)
-{
-    const char *g = getenv("GPTEST_DEVMEM_GPU"), *d = getenv("GPUPROV_DEVICE");
-
-    if (g != NULL && *g != '\0')
-        return atoi(g);
-    return d != NULL && *d >= '0' && *d <= '9' ? atoi(d) : 0;
-}
-
 static int group_setup(void **state)
 {
     int rc = evp_group_setup(state);
 
     g_env = *state;
-    data_gpu = data_gpu_choose();
-    if (rc == 0)
-        standins_find();
+    data_gpu = evp_dm_data_gpu();
+    if (rc == 0) {
+        evp_dm_find();
+        stream_extras_find();
+    }
     return rc;
 }
 
