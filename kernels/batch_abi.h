@@ -130,7 +130,9 @@ typedef struct gp_work {
     /* gp_key_sched: its address minus the arena's, modulo 2^64, so that it may lie in the arena or
      * in the cuda executor's table of resident keys (batching/cuda/device.c) */
     uint64_t key_off;
-    uint64_t state_off;           /* gp_msg_state */
+    uint64_t state_off;           /* gp_msg_state; as key_off, modulo 2^64: a stream-ordered batch's
+                                   * work reads its message's state in that message's own block
+                                   * (batching/cuda/ordered.c) */
     uint64_t in_off;              /* request input (AAD or data); as key_off, modulo 2^64: a
                                    * device-mode request's data is the caller's device memory */
     uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG (as in_off) */
@@ -247,7 +249,7 @@ typedef struct gp_ordered_args {
 /*
  * gp_ordered_batch_kernel's parameter (kernels/batch_kernel.cu): one pass of a stream-ordered batch,
  * the requests of up to GP_ORDERED_BATCH_MAX messages queued together on one stream (an OpenSSL
- * 3.5 pipeline call: batching/ordered_plan.h plans it, batching/cuda/ordered.c launches it). Their
+ * 3.5 pipeline call: batching/kstate.h plans it, batching/cuda/ordered.c launches it). Their
  * descriptors go into the lead message's block (`base`): work i at works_at + i, its refs from
  * ref_first[i] (units, then the lead), the claim counter after the last; work i's carried AAD,
  * then its powers of r (pows_off != 0), at extra + extra_at[i]. A kernel parameter of more than

@@ -132,7 +132,7 @@ static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *r
     p.w = &work[ref->work];
     p.k = (const gp_key_sched *)((uintptr_t)arena + p.w->key_off);
     p.pw = p.w->pows_off != 0 ? (const gp_mac_pows *)(arena + p.w->pows_off) : &p.k->mac_pows;
-    p.st = (gp_msg_state *)(arena + p.w->state_off);
+    p.st = (gp_msg_state *)((uintptr_t)arena + p.w->state_off);
     p.in = (const uint8_t *)((uintptr_t)arena + p.w->in_off);
     p.partials = arena + p.w->partials_off;
     p.out = (uint8_t *)((uintptr_t)arena + p.w->out_off);
