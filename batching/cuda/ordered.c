@@ -356,7 +356,7 @@ static int ordered_run_here(void *arg)
                         ? (m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT) : GP_OP_TAG;
     const int gpu = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->b->gpu : -1;
     cudaError_t err = cudaSuccess;
-    int saved;
+    int saved, st;
 
     if (o != NULL && o->failed)
         return GP_REQ_FAILED;
@@ -372,13 +372,15 @@ static int ordered_run_here(void *arg)
     if (!gp_cuda_device_enter(gpu, &saved))
         return GP_REQ_FAILED;
     if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
-        gp_cuda_device_leave(saved);
+        st = GP_REQ_SYNC;   /* no chunk or no room: this one runs synchronously */
         if (err == cudaSuccess || err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
-            return GP_REQ_SYNC;   /* no chunk or no room: this one runs synchronously */
+        } else {
+            gp_cuda_failed(c->e, "stream-ordered setup", err);   /* the GPU current: the fault names it */
+            st = GP_REQ_FAILED;
         }
-        gp_cuda_failed(c->e, "stream-ordered setup", err);
-        return GP_REQ_FAILED;
+        gp_cuda_device_leave(saved);
+        return st;
     }
     o->state_back = 0;
     if (op == GP_OP_AAD) {
@@ -411,8 +413,9 @@ static int ordered_run_here(void *arg)
     }
     if (err == cudaSuccess && op != GP_OP_TAG)
         err = cudaEventRecord(o->b->last, o->b->stream);
+    st = err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);   /* the GPU current */
     gp_cuda_device_leave(saved);
-    return err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);
+    return st;
 }
 
 int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
@@ -607,15 +610,15 @@ static int ordered_batch_here(void *arg)
         if (err == cudaSuccess && !(tags && b->n == 1))
             err = cudaEventRecord(b->last, b->stream);
     }
-    gp_cuda_device_leave(saved);
     OPENSSL_clear_free(args, sizeof(*args));
     for (size_t i = 0; i < n; i++) {
         if (err != cudaSuccess)
             os[i]->failed = os[i]->b->failed = 1;
         reqs[i].status = err == cudaSuccess ? GP_REQ_OK : GP_REQ_FAILED;
     }
-    if (err != cudaSuccess)
+    if (err != cudaSuccess)   /* with the stream's GPU current: the fault names it */
         gp_cuda_failed(c->e, "stream-ordered batch launch", err);
+    gp_cuda_device_leave(saved);
     return GP_REQ_OK;
 }
 
@@ -647,9 +650,12 @@ static int ordered_wait_here(void *arg)
         err = ordered_state_back(o);
     if (err == cudaSuccess)
         err = cudaEventSynchronize(o->b->last);
+    if (err != cudaSuccess) {
+        (void)ordered_failed(o, "stream-ordered work", err);   /* the GPU current: the fault names it */
+        gp_cuda_device_leave(saved);
+        return GP_REQ_FAILED;
+    }
     gp_cuda_device_leave(saved);
-    if (err != cudaSuccess)
-        return ordered_failed(o, "stream-ordered work", err);
     memcpy(&c->m->st, state_host(o), sizeof(gp_msg_state));
     if (c->tag != NULL)
         memcpy(c->tag, tag_host(o), 16);
