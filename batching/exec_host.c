@@ -725,6 +725,7 @@ static int host_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t
         host_ordered *o = host_ordered_of(e, reqs[i].msg);
 
         if (o == NULL) {
+            OPENSSL_cleanse(before, sizeof(before));
             host_batch_item_free(it);
             return GP_REQ_SYNC;   /* those made stay the messages' (the single path would make them) */
         }
@@ -773,6 +774,7 @@ static int host_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t
         }
         npass++;
     }
+    OPENSSL_cleanse(before, sizeof(before));   /* states: one-time MAC keys, keystream */
     for (size_t i = 0; i < n; i++) {
         pthread_mutex_lock(&it->os[i]->lock);
         it->os[i]->queued++;
@@ -789,6 +791,7 @@ static int host_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t
         pthread_mutex_unlock(&it->os[i]->lock);
     }
 oom:
+    OPENSSL_cleanse(before, sizeof(before));
     /* The shadows have moved past requests that will not run: each message fails, as after a
      * failed launch. */
     for (size_t i = 0; i < n; i++) {
