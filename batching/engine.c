@@ -771,8 +771,11 @@ static int submit_ordered(gp_msg *m, gp_request *r)
  * messages on the first such request's stream and executor go to it as one batch (ordered_batch:
  * one launch pair a pass, not a pair per message); taken[i] marks those it took, their statuses
  * set. The rest, and all of them where it declines, go alone (submit_ready, submit_ordered).
+ * Out of line: its 4 KiB of requests are on the stack only while it runs, not under the rest of
+ * gp_msgs_submit's calls (inside an async job, whose stack is 32 KiB).
  */
-static void submit_ordered_together(gp_engine *e, gp_request *reqs, size_t n, unsigned char *taken)
+static __attribute__((noinline)) void submit_ordered_together(gp_engine *e, gp_request *reqs, size_t n,
+                                                              unsigned char *taken)
 {
     gp_request q[GP_ORDERED_BATCH_MAX];
     size_t at[GP_ORDERED_BATCH_MAX], k = 0;
