@@ -33,8 +33,9 @@
  *
  * A pipeline call's messages that start being queued together (ordered_batch) share one block,
  * chunk and event (ordered_block: a group): their states side by side, one key schedule, their
- * tags and states coming back side by side in the chunk; the last of them to be released clears
- * and frees it. A lone message's block is a group of one.
+ * tags and states coming back side by side in the chunk. One released while others still hold
+ * the block has its own slot cleared behind its work (ordered_slot_clear); the last of them to be
+ * released clears and frees the block. A lone message's block is a group of one.
  *
  * Requests it does not queue (GP_REQ_SYNC: the engine runs them synchronously, ordered after the
  * stream; the next one is queued again): a data request with body units whose buffers are off
@@ -676,6 +677,34 @@ static void CUDART_CB ordered_chunk_back(void *arg)
     ordered_block_drop(arg);
 }
 
+/*
+ * A group's message let go while others still hold the block: its state (a Poly1305 key, E_K(J0),
+ * keystream) must not outlive it there. Behind its work on the stream: its slot in the block
+ * zeroed, then that zeroed slot copied over its state going up and coming back in the chunk and
+ * over its tag there (the stream orders these after the copies that wrote them; nothing of the
+ * group's reads the slot again). A call the stream does not take leaves the slot to the last
+ * release, which clears the block and the chunk whole.
+ */
+static void ordered_slot_clear(const cuda_ordered *o)
+{
+    ordered_block *b = o->b;
+    const uint8_t *zero = b->dev + state_at(o);
+    cudaError_t err;
+    int saved;
+
+    if (!gp_cuda_device_enter(b->gpu, &saved))
+        return;
+    if ((err = cudaMemsetAsync(b->dev + state_at(o), 0, ORD_STATE_STRIDE, b->stream)) == cudaSuccess
+        && (err = cudaMemcpyAsync(b->chunk->host + state_at(o), zero, ORD_STATE_STRIDE, cudaMemcpyDeviceToHost,
+                                  b->stream)) == cudaSuccess
+        && (err = cudaMemcpyAsync(state_host(o), zero, ORD_STATE_STRIDE, cudaMemcpyDeviceToHost, b->stream))
+           == cudaSuccess)
+        err = cudaMemcpyAsync(tag_host(o), zero, 16, cudaMemcpyDeviceToHost, b->stream);
+    if (err != cudaSuccess)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
+}
+
 static int ordered_release_here(void *arg)
 {
     gp_msg *m = arg;
@@ -685,11 +714,13 @@ static int ordered_release_here(void *arg)
     int saved;
 
     m->ordered = NULL;
-    OPENSSL_clear_free(o, sizeof(*o));
-    /* In a group, the message's state stays in the block until its last message lets go (the
-     * block is cleared then). */
-    if (--b->holders > 0)
+    if (--b->holders > 0) {
+        /* In a group, the others still run: only this message's slot is cleared, behind its work. */
+        ordered_slot_clear(o);
+        OPENSSL_clear_free(o, sizeof(*o));
         return 0;
+    }
+    OPENSSL_clear_free(o, sizeof(*o));
     if (gp_cuda_device_enter(b->gpu, &saved)) {
         /* The block cleared (states, key, powers, partials) and freed behind its work, then the
          * chunk back. An event may be destroyed before it completes. */
