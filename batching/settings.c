@@ -44,10 +44,10 @@ static const gp_setting_word cuda_call_words[] = {
     { "cudaEventQuery", GP_CF_EVENT_QUERY }, { "cudaEventSynchronize", GP_CF_EVENT_SYNCHRONIZE },
     { "cudaStreamSynchronize", GP_CF_STREAM_SYNCHRONIZE }, { "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED },
     { "cudaStreamWaitEvent", GP_CF_STREAM_WAIT_EVENT }, { "cudaHostRegister", GP_CF_HOST_REGISTER },
-    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES },
+    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES }, { "cudaMallocAsync", GP_CF_MALLOC_ASYNC },
     { NULL, 0 }
 };
-_Static_assert(GP_CF_COUNT == 22, "every gp_cuda_fault_call has its word in cuda_call_words");
+_Static_assert(GP_CF_COUNT == 23, "every gp_cuda_fault_call has its word in cuda_call_words");
 static const gp_setting_word any_device_words[] = { { "any", -1 }, { NULL, 0 } };
 #endif
 

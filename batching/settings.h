@@ -63,6 +63,7 @@ typedef enum gp_cuda_fault_call {
     GP_CF_STREAM_WAIT_EVENT,
     GP_CF_HOST_REGISTER,
     GP_CF_POINTER_GET_ATTRIBUTES,
+    GP_CF_MALLOC_ASYNC,
     GP_CF_COUNT
 } gp_cuda_fault_call;
 
