@@ -118,29 +118,41 @@ static int ordered_failed(cuda_ordered *o, const char *what, cudaError_t err)
     return GP_REQ_FAILED;
 }
 
-/* The block large enough for `need` bytes: a larger one takes the states and key over in stream
- * order, and the old one is freed behind the work that reads it. */
-static cudaError_t ordered_reserve(ordered_block *b, size_t need)
+/* A block's size for `need` bytes from `cap`: at least ORD_MIN_BLOCK, doubled until it holds them. */
+static size_t ordered_cap(size_t cap, size_t need)
 {
-    uint8_t *grown = NULL;
-    size_t cap = b->cap;
-    cudaError_t err;
-
-    if (need <= cap)
-        return cudaSuccess;
     while (cap < need)
         cap = cap < ORD_MIN_BLOCK ? ORD_MIN_BLOCK : cap * 2;
+    return cap;
+}
+
+/*
+ * The block large enough for `need` bytes: a larger one takes the states and key over in stream
+ * order, and the old one is cleared and freed behind the work that reads it. Whatever it returns,
+ * the block is whole: cudaErrorMemoryAllocation (no room on the GPU now; the allocation's, or
+ * an enqueue's before the larger block took over) leaves it as it was, so a caller that has queued
+ * nothing on it yet may decline; an error once the larger block has taken over (clearing or
+ * freeing the old one) leaves the old one to leak uncleared rather than freed uncleared.
+ */
+static cudaError_t ordered_reserve(ordered_block *b, size_t need)
+{
+    uint8_t *grown = NULL, *old = b->dev;
+    const size_t cap = ordered_cap(b->cap, need), old_cap = b->cap;
+    cudaError_t err;
+
+    if (need <= b->cap)
+        return cudaSuccess;
     if ((err = cudaMallocAsync((void **)&grown, cap, b->stream)) != cudaSuccess)
         return err;
-    if ((err = cudaMemcpyAsync(grown, b->dev, ORD_REQ_AT(b->n), cudaMemcpyDeviceToDevice, b->stream)) != cudaSuccess
-        || (err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) != cudaSuccess
-        || (err = cudaFreeAsync(b->dev, b->stream)) != cudaSuccess) {
+    if ((err = cudaMemcpyAsync(grown, old, ORD_REQ_AT(b->n), cudaMemcpyDeviceToDevice, b->stream)) != cudaSuccess) {
         (void)cudaFreeAsync(grown, b->stream);
         return err;
     }
     b->dev = grown;
     b->cap = cap;
-    return cudaSuccess;
+    if ((err = cudaMemsetAsync(old, 0, old_cap, b->stream)) == cudaSuccess)
+        err = cudaFreeAsync(old, b->stream);
+    return err == cudaErrorMemoryAllocation ? cudaErrorUnknown : err;   /* the block changed: not a decline */
 }
 
 /* The block and chunk back, cleansed (the block in stream order behind its work is the caller's). */
@@ -155,9 +167,10 @@ static void ordered_block_drop(ordered_block *b)
  * The ordered state of messages ms[0..n) (one key), made at their first queued request from the
  * states they started with: one block, with their states and key schedule sent up from the chunk
  * in one copy (the chunk keeps them until the block's release, so the copy may run whenever the
- * stream gets there). 0, err cudaSuccess: no chunk free now; nothing changed.
+ * stream gets there), `need` bytes at least (ordered_cap: a batch's block is made at the size its
+ * passes need, not grown to it). 0, err cudaSuccess: no chunk free now; nothing changed.
  */
-static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, int gpu, uint64_t stream,
+static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, int gpu, uint64_t stream, size_t need,
                              cudaError_t *err)
 {
     gp_cuda *g = e->cuda;
@@ -192,9 +205,9 @@ static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, in
     memcpy(b->chunk->host + ORD_KEY_AT(n), gp_key_sched_get(ms[0]->key), GP_KEY_SCHED_DEVICE_BYTES);
     if ((*err = cudaEventCreateWithFlags(&b->last, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
-    if ((*err = cudaMallocAsync((void **)&b->dev, ORD_MIN_BLOCK, b->stream)) != cudaSuccess)
+    b->cap = ordered_cap(0, need > ORD_REQ_AT(n) ? need : ORD_REQ_AT(n));
+    if ((*err = cudaMallocAsync((void **)&b->dev, b->cap, b->stream)) != cudaSuccess)
         goto fail_event;
-    b->cap = ORD_MIN_BLOCK;
     if ((*err = cudaMemcpyAsync(b->dev, b->chunk->host, ORD_KEY_AT(n) + GP_KEY_SCHED_DEVICE_BYTES,
                                 cudaMemcpyHostToDevice, b->stream)) != cudaSuccess) {
         (void)cudaFreeAsync(b->dev, b->stream);
@@ -213,10 +226,11 @@ fail:
     return 0;
 }
 
-/* A lone message's ordered state (a block of its own); NULL, err cudaSuccess: no chunk free now. */
-static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, cudaError_t *err)
+/* A lone message's ordered state (a block of its own, `need` bytes at least); NULL, err
+ * cudaSuccess: no chunk free now. */
+static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, size_t need, cudaError_t *err)
 {
-    return ordered_block_new(e, &m, 1, gpu, stream, err) ? m->ordered : NULL;
+    return ordered_block_new(e, &m, 1, gpu, stream, need, err) ? m->ordered : NULL;
 }
 
 /*
@@ -372,7 +386,7 @@ static int ordered_run_here(void *arg)
     }
     if (!gp_cuda_device_enter(gpu, &saved))
         return GP_REQ_FAILED;
-    if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
+    if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, 0, &err)) == NULL) {
         st = GP_REQ_SYNC;   /* no chunk or no room: this one runs synchronously */
         if (err == cudaSuccess || err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
@@ -437,7 +451,10 @@ int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
  * place; its span counters, AAD, powers, partials and refs are the pass's, in the lead block's
  * request area, which the stream has finished with before the next pass or request rewrites it.
  * After the last pass each block's event is recorded once, after tags its messages' states
- * coming back first (a group's in one copy).
+ * coming back first (a group's in one copy). The passes are planned once on copies of the shadows
+ * before anything is queued, so each lead block is made or grown to its passes' need first: a GPU
+ * without that room (cudaErrorMemoryAllocation) declines the batch, each request then alone, as
+ * the other reasons to decline do, rather than failing it part-way.
  */
 typedef struct ordered_batch_call {
     gp_engine *e;
@@ -464,7 +481,7 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
     size_t smem;
     cudaError_t err;
 
-    if ((err = ordered_reserve(lead, at + pass->end)) != cudaSuccess)
+    if ((err = ordered_reserve(lead, at + pass->end)) != cudaSuccess)   /* reserved already: nothing to do */
         return err;
     base = lead->dev;
     args->base = gpu_addr(base);
@@ -521,6 +538,22 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
     return err;
 }
 
+/* What a batch needs of the heap: zeroed, cleansed at the end (the powers and shadows are secret). */
+typedef struct ordered_batch_mem {
+    gp_ordered_batch_args args;                /* the launch copies all of it (the slots' part is rewritten each pass) */
+    gp_msg_state plan[GP_ORDERED_BATCH_MAX];   /* copies of the shadows, the passes first planned on */
+} ordered_batch_mem;
+
+/* The requests reqs[0..n) as the pass planner takes them, from the shadows `sh`. */
+static void ordered_batch_reqs(const gp_request *reqs, size_t n, gp_msg_state *const *sh, gp_ordered_req *q)
+{
+    for (size_t i = 0; i < n; i++)
+        q[i] = (gp_ordered_req){ .shadow = sh[i], .aad_len = (uint32_t)reqs[i].aad_len,
+                                 .op = reqs[i].kind == GP_REQ_TAG ? GP_OP_TAG
+                                       : reqs[i].msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT,
+                                 .len = reqs[i].kind == GP_REQ_TAG ? 0 : reqs[i].len };
+}
+
 static int ordered_batch_here(void *arg)
 {
     ordered_batch_call *c = arg;
@@ -528,9 +561,12 @@ static int ordered_batch_here(void *arg)
     const size_t n = c->n;
     cuda_ordered *os[GP_ORDERED_BATCH_MAX];
     gp_msg *fresh[GP_ORDERED_BATCH_MAX];
+    gp_msg_state *sh[GP_ORDERED_BATCH_MAX];
     gp_ordered_req q[GP_ORDERED_BATCH_MAX];
+    size_t need[GP_ORDERED_BATCH_MAX], group_need = 0;   /* a lead's request area; the group's */
     gp_ordered_pass pass;
     gp_ordered_batch_args *args;
+    ordered_batch_mem *mem;
     cudaError_t err = cudaSuccess;
     int gpu = -1, saved;
     unsigned int nfresh = 0;
@@ -557,37 +593,68 @@ static int ordered_batch_here(void *arg)
                 return GP_REQ_SYNC;
         }
     }
-    /* zeroed: the launch copies all of it (the slots' part is rewritten each pass) */
-    if ((args = OPENSSL_zalloc(sizeof(*args))) == NULL)
+    if ((mem = OPENSSL_zalloc(sizeof(*mem))) == NULL)
         return GP_REQ_SYNC;
+    args = &mem->args;
+    /* The passes planned first on copies of the shadows (nothing moved): what each pass's lead
+     * block needs of its request area, so that every block has its room before anything is
+     * queued, and a GPU without that room declines the batch rather than failing mid-way. */
+    for (size_t i = 0; i < n; i++) {
+        const cuda_ordered *o = reqs[i].msg->ordered;
+
+        mem->plan[i] = o != NULL ? o->shadow : reqs[i].msg->st;
+        sh[i] = &mem->plan[i];
+        need[i] = 0;
+    }
+    ordered_batch_reqs(reqs, n, sh, q);
+    while (gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), 0, &pass))
+        if (pass.end > need[pass.s[0].req])
+            need[pass.s[0].req] = pass.end;
     if (!gp_cuda_device_enter(gpu, &saved)) {
-        OPENSSL_free(args);
+        OPENSSL_clear_free(mem, sizeof(*mem));
         return GP_REQ_SYNC;
     }
     /* Messages not queued before: one block for them all where they share a key (a pipeline's
-     * first call), else one each. */
+     * first call), else one each; each made at the size its passes need. */
     for (size_t i = 0; i < n; i++)
-        if (reqs[i].msg->ordered == NULL && reqs[i].msg->key == reqs[0].msg->key)
+        if (reqs[i].msg->ordered == NULL && reqs[i].msg->key == reqs[0].msg->key) {
             fresh[nfresh++] = reqs[i].msg;
-    if (nfresh >= 2 && nfresh == n && !ordered_block_new(c->e, fresh, nfresh, gpu, c->stream, &err))
+            group_need = need[i] > group_need ? need[i] : group_need;
+        }
+    if (nfresh >= 2 && nfresh == n
+        && !ordered_block_new(c->e, fresh, nfresh, gpu, c->stream, ORD_REQ_AT(nfresh) + group_need, &err))
         (void)cudaGetLastError();   /* then one each, below */
     for (size_t i = 0; i < n; i++) {
         gp_msg *m = reqs[i].msg;
 
-        if ((os[i] = m->ordered) == NULL && (os[i] = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
+        if ((os[i] = m->ordered) == NULL
+            && (os[i] = ordered_new(c->e, m, gpu, c->stream, ORD_REQ_AT(1) + need[i], &err)) == NULL) {
             /* no chunk or no room now (those made stay their messages'): each alone */
             (void)cudaGetLastError();
             gp_cuda_device_leave(saved);
-            OPENSSL_free(args);
+            OPENSSL_clear_free(mem, sizeof(*mem));
             return GP_REQ_SYNC;
         }
-        os[i]->state_back = 0;
-        q[i] = (gp_ordered_req){ .shadow = &os[i]->shadow, .aad_len = (uint32_t)reqs[i].aad_len,
-                                 .op = reqs[i].kind == GP_REQ_TAG ? GP_OP_TAG : m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT,
-                                 .len = reqs[i].kind == GP_REQ_TAG ? 0 : reqs[i].len };
     }
+    /* Blocks made before: grown to what their passes need (a block made above has its room). */
     err = cudaSuccess;
-    /* From the first pass planned the shadows have moved: every request is queued, or fails. */
+    for (size_t i = 0; i < n && err == cudaSuccess; i++)
+        if (need[i] > 0)
+            err = ordered_reserve(os[i]->b, ORD_REQ_AT(os[i]->b->n) + need[i]);
+    if (err == cudaErrorMemoryAllocation) {
+        /* no room now, nothing queued (the blocks are whole: ordered_reserve): each alone */
+        (void)cudaGetLastError();
+        gp_cuda_device_leave(saved);
+        OPENSSL_clear_free(mem, sizeof(*mem));
+        return GP_REQ_SYNC;
+    }
+    for (size_t i = 0; i < n; i++) {
+        os[i]->state_back = 0;
+        sh[i] = &os[i]->shadow;
+    }
+    ordered_batch_reqs(reqs, n, sh, q);
+    /* From the first pass planned the shadows have moved: every request is queued, or fails. Each
+     * pass is the one planned above, so its lead block has its room already. */
     while (err == cudaSuccess && gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), 0, &pass))
         err = ordered_pass_launch(os, reqs, &pass, args);
     /* Behind the last pass, each block once: its messages' states back after tags, its event. */
@@ -611,7 +678,7 @@ static int ordered_batch_here(void *arg)
         if (err == cudaSuccess && !(tags && b->n == 1))
             err = cudaEventRecord(b->last, b->stream);
     }
-    OPENSSL_clear_free(args, sizeof(*args));
+    OPENSSL_clear_free(mem, sizeof(*mem));
     for (size_t i = 0; i < n; i++) {
         if (err != cudaSuccess)
             os[i]->failed = os[i]->b->failed = 1;
