@@ -40,7 +40,9 @@
  * Requests it does not queue (GP_REQ_SYNC: the engine runs them synchronously, ordered after the
  * stream; the next one is queued again): a data request with body units whose buffers are off
  * their 16-byte boundary at the body (the units' vector accesses; the synchronous path copies
- * such data through its staged region: shape.h), or when no staging chunk is free.
+ * such data through its staged region: shape.h), or when no staging chunk is free, or when the
+ * GPU has no room for the block the whole request needs (cudaErrorMemoryAllocation, found before
+ * any of it is queued: the message is handed back, its queued work waited for).
  */
 
 /*
@@ -237,9 +239,10 @@ static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stre
  * One request on the stream: its descriptors from the launch parameter (gp_ordered_kernel), then
  * the batch kernel on its refs. `in`/`out`: the data (device memory), an AAD piece (`in` in the
  * block's AAD room), or a tag's destination (`out`: the chunk, mapped). The shadow moves on.
+ * need != NULL: only planned (nothing queued), the block's bytes it needs raised into *need.
  */
 static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const uint8_t *aad, size_t aad_len,
-                                  const uint8_t *in, uint8_t *out, size_t len)
+                                  const uint8_t *in, uint8_t *out, size_t len, size_t *need)
 {
     gp_ordered_args args_mem, *args = &args_mem;   /* on a thread's stack (never a job's) */
     ordered_block *b = o->b;
@@ -256,10 +259,16 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     void *sargs[1], *kargs[5];
     cudaError_t err;
 
-    memset(args, 0, sizeof(*args));
     gp_job_plan(&j, &o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
     ordered_layout_of(b, &j, &l);
-    if ((err = ordered_reserve(b, l.end)) != cudaSuccess)
+    if (need != NULL) {
+        *need = l.end > *need ? l.end : *need;
+        gp_kstate_shadow_advance(&o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
+        OPENSSL_cleanse(&j, sizeof(j));
+        return cudaSuccess;
+    }
+    memset(args, 0, sizeof(*args));
+    if ((err = ordered_reserve(b, l.end)) != cudaSuccess)   /* reserved already (ordered_run_here) */
         return err;
     base = b->dev;
     args->work.job = j;
@@ -361,6 +370,43 @@ static int ordered_give_back(gp_engine *e, gp_msg *m)
     return GP_REQ_SYNC;
 }
 
+/* Request r's launches (op: its kind) on the stream; need != NULL: only planned, as ordered_launch. */
+static cudaError_t ordered_request(gp_engine *e, cuda_ordered *o, gp_msg *m, const gp_request *r, uint32_t op,
+                                   size_t *need)
+{
+    cudaError_t err = cudaSuccess;
+
+    if (op == GP_OP_AAD) {
+        /* In pieces the launch parameter holds, each carried by an AAD request of no bytes of its
+         * own (the lead absorbs carried AAD first: the same MAC input in the same order). Held
+         * AAD before it (none: an AAD request is not held when it is this long) goes first. */
+        if (r->aad_len > 0)
+            err = ordered_launch(o, m, GP_OP_AAD, r->aad, r->aad_len, NULL, NULL, 0, need);
+        for (size_t off = 0; off < r->len && err == cudaSuccess; off += GP_ORDERED_AAD_MAX) {
+            const size_t n = r->len - off < GP_ORDERED_AAD_MAX ? r->len - off : GP_ORDERED_AAD_MAX;
+
+            err = ordered_launch(o, m, GP_OP_AAD, r->in + off, n, NULL, NULL, 0, need);
+        }
+    } else if (op == GP_OP_TAG) {
+        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)tag_dev(o), 0, need);
+        if (err == cudaSuccess && need == NULL)
+            err = ordered_state_back(o);
+    } else {
+        /* Long requests in slices (kstate.h): the block stays bounded, as the slots' arenas do. */
+        const size_t slice = gp_kstate_slice_bytes(e);
+        size_t off = 0;
+
+        do {
+            const size_t n = r->len - off < slice ? r->len - off : slice;
+
+            err = ordered_launch(o, m, op, off == 0 ? r->aad : NULL, off == 0 ? r->aad_len : 0, r->in + off,
+                                 r->out + off, n, need);
+            off += n;
+        } while (off < r->len && err == cudaSuccess);
+    }
+    return err;
+}
+
 static int ordered_run_here(void *arg)
 {
     ordered_call *c = arg;
@@ -397,35 +443,24 @@ static int ordered_run_here(void *arg)
         gp_cuda_device_leave(saved);
         return st;
     }
-    o->state_back = 0;
-    if (op == GP_OP_AAD) {
-        /* In pieces the launch parameter holds, each carried by an AAD request of no bytes of its
-         * own (the lead absorbs carried AAD first: the same MAC input in the same order). Held
-         * AAD before it (none: an AAD request is not held when it is this long) goes first. */
-        if (r->aad_len > 0)
-            err = ordered_launch(o, m, GP_OP_AAD, r->aad, r->aad_len, NULL, NULL, 0);
-        for (size_t off = 0; off < r->len && err == cudaSuccess; off += GP_ORDERED_AAD_MAX) {
-            const size_t n = r->len - off < GP_ORDERED_AAD_MAX ? r->len - off : GP_ORDERED_AAD_MAX;
+    /* The block's room for the whole request first, planned on the shadow before it moves: a GPU
+     * without it declines the request (synchronous, as with no chunk) before any of it is queued. */
+    {
+        gp_msg_state sh = o->shadow;
+        size_t need = 0;
 
-            err = ordered_launch(o, m, GP_OP_AAD, r->in + off, n, NULL, NULL, 0);
+        (void)ordered_request(c->e, o, m, r, op, &need);
+        o->shadow = sh;
+        OPENSSL_cleanse(&sh, sizeof(sh));
+        if ((err = ordered_reserve(o->b, need)) == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            gp_cuda_device_leave(saved);
+            return ordered_give_back(c->e, m);
         }
-    } else if (op == GP_OP_TAG) {
-        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)tag_dev(o), 0);
-        if (err == cudaSuccess)
-            err = ordered_state_back(o);
-    } else {
-        /* Long requests in slices (kstate.h): the block stays bounded, as the slots' arenas do. */
-        const size_t slice = gp_kstate_slice_bytes(c->e);
-        size_t off = 0;
-
-        do {
-            const size_t n = r->len - off < slice ? r->len - off : slice;
-
-            err = ordered_launch(o, m, op, off == 0 ? r->aad : NULL, off == 0 ? r->aad_len : 0, r->in + off,
-                                 r->out + off, n);
-            off += n;
-        } while (off < r->len && err == cudaSuccess);
     }
+    o->state_back = 0;
+    if (err == cudaSuccess)
+        err = ordered_request(c->e, o, m, r, op, NULL);
     if (err == cudaSuccess && op != GP_OP_TAG)
         err = cudaEventRecord(o->b->last, o->b->stream);
     st = err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);   /* the GPU current */
