@@ -575,7 +575,7 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
 
 /* What a batch needs of the heap: zeroed, cleansed at the end (the powers and shadows are secret). */
 typedef struct ordered_batch_mem {
-    gp_ordered_batch_args args;                /* the launch copies all of it (the slots' part is rewritten each pass) */
+    gp_ordered_batch_args args;                /* the launch copies all of it (the slots' rewritten each pass) */
     gp_msg_state plan[GP_ORDERED_BATCH_MAX];   /* copies of the shadows, the passes first planned on */
 } ordered_batch_mem;
 
