@@ -991,11 +991,12 @@ static int group_setup(void **state)
     g_env = *state;
     if (rc == 0 && devmem)
         evp_dm_find();
-    if (rc == 0)
+    if (rc == 0 && api.update != NULL)   /* no pipeline calls (a 3.0 libcrypto): no stream */
         pipe_stream_new();
     return rc;
 }
 
+/* The stream goes before the module does: a fake stream's thread runs the module's code. */
 static int group_teardown(void **state)
 {
     evp_stream_free(pipe_stream);
@@ -1029,7 +1030,7 @@ int main(void)
     }
     devmem = hd != NULL && hd[0] == '1';
     if (!pipe_api_load(&api)) {
-        int rc = cmocka_run_group_tests(old_tests, group_setup, evp_group_teardown);
+        int rc = cmocka_run_group_tests(old_tests, group_setup, group_teardown);
 
         if (rc != 0)
             return rc;
