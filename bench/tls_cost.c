@@ -29,7 +29,7 @@
 
 #define BUF 16384
 
-static void die(const char *what)
+_Noreturn static void die(const char *what)
 {
     fprintf(stderr, "tls_cost: %s\n", what);
     ERR_print_errors_fp(stderr);

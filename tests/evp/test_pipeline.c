@@ -510,6 +510,21 @@ static EVP_CIPHER_CTX *bad_ctx(int idx, size_t n, int enc, unsigned char ivs[][1
     return c;
 }
 
+/* Pipe i of n holds, in got[i], the default provider's encryption under cipher idx, `key` and the
+ * 12-byte IV ivs[i] of 64 bytes of value i (the bad-input tests' plaintext); device memory synced. */
+static void assert_pipes_default(int idx, const unsigned char *key, unsigned char ivs[][16],
+                                 unsigned char *const *got, int n)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned char want[64], plain[64], tag[16];
+        msg m = { .iv = ivs[i], .in = plain, .len = 64 };
+
+        memset(plain, i, 64);
+        reference(idx, 1, key, 12, &m, want, tag);
+        assert_memory_equal(got[i], want, 64);
+    }
+}
+
 static void test_bad_input(void **state)
 {
     unsigned char ivs[PIPE_MAX][16] = { { 0 } }, key[32] = { 7 }, *outp[4], *buf[4], *tagp[4], tags[4][16];
@@ -613,14 +628,7 @@ static void test_bad_input(void **state)
     outsize[1] = 64;
     assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
     gpu_sync();
-    for (int i = 0; i < 4; i++) {
-        unsigned char want[64], plain[64], tag[16];
-        msg m = { .iv = ivs[i], .in = plain, .len = 64 };
-
-        memset(plain, i, 64);
-        reference(6, 1, key, 12, &m, want, tag);
-        assert_memory_equal(buf[i], want, 64);
-    }
+    assert_pipes_default(6, key, ivs, buf, 4);
     EVP_CIPHER_CTX_free(c);
     for (int i = 0; i < 4; i++)
         buf_free(buf[i], devmem);
@@ -666,11 +674,11 @@ static void test_mixed_memory(void **state)
  * queued, and the same context on the right stream then gives the default provider's bytes. */
 static void test_bad_stream(void **state)
 {
-    unsigned char key[32] = { 3 }, ivs[PIPE_MAX][16] = { { 0 } }, *outp[4], *dev[4];
+    unsigned char key[32] = { 7 }, ivs[PIPE_MAX][16] = { { 0 } }, *outp[4], *dev[4];   /* bad_ctx's key */
     const unsigned char *ivp[PIPE_MAX], *inp[4];
     size_t outl[4], outsize[4], inl[4];
     const int idx = 5;
-    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    EVP_CIPHER_CTX *c;
 
     (void)state;
 #ifdef PIPE_TEST_CUDA
@@ -679,16 +687,13 @@ static void test_bad_stream(void **state)
     if (stream == NULL)
         skip();
     for (int i = 0; i < 4; i++) {
-        ivp[i] = ivs[i];
-        ivs[i][0] = (unsigned char)i;
         dev[i] = buf_new(64, 1);
         memset(dev[i], i, 64);
         outp[i] = dev[i];
         inp[i] = dev[i];
         outsize[i] = inl[i] = 64;
     }
-    assert_int_equal(api.encrypt_init(c, evp_cipher(g_env, idx, 1), key, evp_ciphers[idx].keylen, 4, ivp, 12), 1);
-    assert_int_equal(set_memory(c, "device"), 1);
+    c = bad_ctx(idx, 4, 1, ivs, ivp);
     assert_int_equal(set_stream(c, (void *)(uintptr_t)0x5151), 1);
     expect_error(api.update(c, outp, outl, outsize, inp, inl), "a stream of no GPU of the buffers", "pipe 0",
                  "not a CUDA stream");
@@ -699,14 +704,7 @@ static void test_bad_stream(void **state)
     assert_int_equal(set_stream(c, stream), 1);
     assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
     evp_stream_sync(stream);
-    for (int i = 0; i < 4; i++) {
-        unsigned char want[64], plain[64], tag[16];
-        msg m = { .iv = ivs[i], .in = plain, .len = 64 };
-
-        memset(plain, i, 64);
-        reference(idx, 1, key, 12, &m, want, tag);
-        assert_memory_equal(dev[i], want, 64);
-    }
+    assert_pipes_default(idx, key, ivs, dev, 4);
     EVP_CIPHER_CTX_free(c);
     for (int i = 0; i < 4; i++)
         buf_free(dev[i], 1);
@@ -1023,11 +1021,12 @@ static int group_setup(void **state)
     g_env = *state;
     if (rc == 0 && devmem)
         evp_dm_find();
-    if (rc == 0 && stream_wanted)
+    if (rc == 0 && stream_wanted && api.update != NULL)   /* no pipeline calls (a 3.0 libcrypto): no stream */
         stream = evp_stream_new(0);   /* GPU 0: the managed buffers' */
     return rc;
 }
 
+/* The stream goes before the module does: a fake stream's thread runs the module's code. */
 static int group_teardown(void **state)
 {
     evp_stream_free(stream);
@@ -1070,7 +1069,7 @@ int main(void)
     }
     devmem = hd != NULL && hd[0] == '1';
     if (!pipe_api_load(&api)) {
-        int rc = cmocka_run_group_tests(old_tests, group_setup, evp_group_teardown);
+        int rc = cmocka_run_group_tests(old_tests, group_setup, group_teardown);
 
         if (rc != 0)
             return rc;
