@@ -702,38 +702,35 @@ static int hold_aad(gp_msg *m, gp_request *r)
     return 1;
 }
 
-/*
- * Stream-ordered device mode (gp_msg_set_stream), on an executor that queues on the caller's
- * stream: AAD, data and tags are queued there with the AAD the message holds (the executor copies
- * it) and the call returns; a verdict waits for the message's own queued work (its tag, computed in
- * stream order) and compares here, in constant time (SP 800-38D §7.2 step 8).
- */
-static int submit_ordered(gp_msg *m, gp_request *r)
+/* r as the executor queues it: with the AAD the message holds; a verdict as a tag request whose
+ * tag the executor keeps for ordered_wait. */
+static void ordered_request(gp_msg *m, const gp_request *r, gp_request *q)
+{
+    *q = *r;
+    if (m->aad_hold_len > 0) {
+        q->aad = m->aad_hold;
+        q->aad_len = m->aad_hold_len;
+    }
+    q->msg = m;
+    q->stream = m->stream_now;
+    if (r->kind == GP_REQ_VERIFY || r->kind == GP_REQ_TAG) {
+        q->kind = GP_REQ_TAG;
+        q->tag_out = NULL;
+    }
+}
+
+/* r's end once its executor took it (ordered_run, ordered_batch) with status st: the held AAD went
+ * with it; a queued tag is pending; a verdict waits for the message's work and compares. */
+static int ordered_taken(gp_msg *m, gp_request *r, int st)
 {
     gp_engine *e = m->engine;
     const gp_executor *x = m->exec;
-    const int verify = r->kind == GP_REQ_VERIFY;
-    gp_request q = *r;
     uint8_t tag[16];
-    int st;
 
-    if (m->aad_hold_len > 0) {
-        q.aad = m->aad_hold;
-        q.aad_len = m->aad_hold_len;
-    }
-    q.msg = m;
-    q.stream = m->stream_now;
-    if (verify || q.kind == GP_REQ_TAG) {
-        q.kind = GP_REQ_TAG;
-        q.tag_out = NULL;   /* the executor keeps it for ordered_wait */
-    }
-    st = x->ordered_run(e, &q, m->stream_now);
-    if (st == GP_REQ_SYNC)
-        return st;   /* the caller runs it synchronously, with the AAD still held */
     m->aad_hold_len = 0;
-    if (st == GP_REQ_OK && q.kind == GP_REQ_TAG)
+    if (st == GP_REQ_OK && (r->kind == GP_REQ_TAG || r->kind == GP_REQ_VERIFY))
         m->ordered_tag = 1;
-    if (st == GP_REQ_OK && verify) {
+    if (st == GP_REQ_OK && r->kind == GP_REQ_VERIFY) {
         st = x->ordered_wait(e, m, tag);
         m->ordered_tag = 0;
         if (st == GP_REQ_OK)
@@ -749,6 +746,64 @@ static int submit_ordered(gp_msg *m, gp_request *r)
         gp_stat_add(e, GP_ST_EXEC_OPS + x->id, 1);
     }
     return r->status = st;
+}
+
+/*
+ * Stream-ordered device mode (gp_msg_set_stream), on an executor that queues on the caller's
+ * stream: AAD, data and tags are queued there with the AAD the message holds (the executor copies
+ * it) and the call returns; a verdict waits for the message's own queued work (its tag, computed in
+ * stream order) and compares here, in constant time (SP 800-38D §7.2 step 8).
+ */
+static int submit_ordered(gp_msg *m, gp_request *r)
+{
+    gp_request q;
+    int st;
+
+    ordered_request(m, r, &q);
+    st = m->exec->ordered_run(m->engine, &q, m->stream_now);
+    if (st == GP_REQ_SYNC)
+        return st;   /* the caller runs it synchronously, with the AAD still held */
+    return ordered_taken(m, r, st);
+}
+
+/*
+ * A pipeline call's stream-ordered requests (gp_msgs_submit): the data requests or tags of the
+ * messages on the first such request's stream and executor go to it as one batch (ordered_batch:
+ * one launch pair a pass, not a pair per message); taken[i] marks those it took, their statuses
+ * set. The rest, and all of them where it declines, go alone (submit_ready, submit_ordered).
+ * Out of line: its 4 KiB of requests are on the stack only while it runs, not under the rest of
+ * gp_msgs_submit's calls (inside an async job, whose stack is 32 KiB).
+ */
+static __attribute__((noinline)) void submit_ordered_together(gp_engine *e, gp_request *reqs, size_t n,
+                                                              unsigned char *taken)
+{
+    gp_request q[GP_ORDERED_BATCH_MAX];
+    size_t at[GP_ORDERED_BATCH_MAX], k = 0;
+    const gp_executor *x = NULL;
+    uint64_t stream = 0;
+
+    for (size_t i = 0; i < n && k < GP_ORDERED_BATCH_MAX; i++) {
+        gp_msg *m = reqs[i].msg;
+        const int kind = reqs[i].kind;
+
+        if (!m->routed || m->exec == NULL || m->exec->ordered_batch == NULL || m->stream_now == 0
+            || !((kind == GP_REQ_CRYPT && reqs[i].devmem) || kind == GP_REQ_TAG || kind == GP_REQ_VERIFY))
+            continue;
+        if (x == NULL) {
+            x = m->exec;
+            stream = m->stream_now;
+        } else if (m->exec != x || m->stream_now != stream) {
+            continue;
+        }
+        ordered_request(m, &reqs[i], &q[k]);
+        at[k++] = i;
+    }
+    if (k < 2 || x->ordered_batch(e, q, k, stream) == GP_REQ_SYNC)
+        return;
+    for (size_t j = 0; j < k; j++) {
+        taken[at[j]] = 1;
+        (void)ordered_taken(reqs[at[j]].msg, &reqs[at[j]], q[j].status);
+    }
 }
 
 int gp_msg_tag_pending(const gp_msg *m)
@@ -856,6 +911,7 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
 {
     gp_request stack[32], *batch = stack;
     size_t from_stack[32], *from = from_stack, k = 0;
+    unsigned char taken[GP_ORDERED_BATCH_MAX] = { 0 };   /* queued together on a stream */
     int all_ok = 1;
 
     if (n > 32) {
@@ -871,6 +927,8 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
         }
     }
     route_together(e, reqs, n);
+    if (n <= GP_ORDERED_BATCH_MAX && !e->knobs.test.ordered_alone)
+        submit_ordered_together(e, reqs, n, taken);
     for (size_t i = 0, total = 0; i < n; i++) {
         /* A pipeline call's data is the process's demand for the GPU as one message's would be
          * (gp_engine_note_large): backend auto opens and measures it for the calls that follow. */
@@ -881,7 +939,7 @@ int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n)
     for (size_t i = 0; i < n; i++) {
         gp_msg *m = reqs[i].msg;
 
-        if (!submit_ready(m, &reqs[i]))
+        if ((n <= GP_ORDERED_BATCH_MAX && taken[i]) || !submit_ready(m, &reqs[i]))
             continue;
         if (m->exec == NULL || m->exec == &gp_exec_cpu || gp_async_in_job()) {
             /* The cpu executor runs each at once (the default provider's code: nothing to gather);

@@ -93,7 +93,9 @@ int gp_engine_submit(gp_engine *e, gp_request *reqs, size_t n);
  * hybrid policy weighs its whole length: one round trip serves it). Those on the cpu executor run
  * there one by one (the default provider's code); the GPU side's run as one batch, one run of the
  * executor (gp_engine_submit: one launch on the GPU), except inside an async job, where each is
- * queued. Returns 1 when every request succeeded; each status says which did not.
+ * queued. Stream-ordered messages' data requests and tags are queued on their stream as one batch
+ * where the executor takes them so (gp_executor.ordered_batch), else each alone. Returns 1 when
+ * every request succeeded; each status says which did not.
  */
 int gp_msgs_submit(gp_engine *e, gp_request *reqs, size_t n);
 

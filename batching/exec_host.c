@@ -621,6 +621,187 @@ static int host_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
     return GP_REQ_OK;
 }
 
+/*
+ * ordered_batch (batching/executor.h): the requests planned in passes at queue time with the
+ * planner the cuda executor launches from (kstate.h, gp_ordered_pass_next), each slice from its
+ * message's shadow, and queued as one item; the stream's thread runs the slices in the passes'
+ * order, each after checking that the plan made at queue time is the plan of the state it finds,
+ * and a test hook host_fail_after failure fails a whole pass, as a failed launch pair would.
+ */
+typedef struct host_batch_slot {
+    host_ordered *o;
+    gp_request r;                /* the slice (a tag: the whole request) */
+    uint32_t pass;
+    gp_job job;                  /* planned at queue time */
+    gp_msg_state expect;         /* the shadow it was planned from */
+} host_batch_slot;
+
+typedef struct host_batch_item {
+    size_t nmsgs, nslots;
+    host_ordered *os[GP_ORDERED_BATCH_MAX];
+    uint8_t aad[GP_ORDERED_BATCH_MAX][GP_MSG_AAD_HOLD];   /* copies of the carried AAD */
+    host_batch_slot *slots;
+} host_batch_item;
+
+static void host_batch_item_free(host_batch_item *it)
+{
+    OPENSSL_clear_free(it->slots, it->nslots * sizeof(*it->slots));
+    OPENSSL_clear_free(it, sizeof(*it));
+}
+
+static void host_batch_item_run(void *arg)
+{
+    host_batch_item *it = arg;
+    int pass_failed = 0;
+
+    for (size_t k = 0; k < it->nslots; k++) {
+        host_batch_slot *sl = &it->slots[k];
+        host_ordered *o = sl->o;
+        gp_job j;
+
+        if (k == 0 || sl->pass != it->slots[k - 1].pass)
+            pass_failed = host_fails_now(o->e);
+        if (o->failed)
+            continue;
+        gp_job_plan(&j, &o->msg->st, op_of_kind(&sl->r), sl->r.kind == GP_REQ_TAG ? 0 : sl->r.len,
+                    (uint32_t)sl->r.aad_len);
+        sl->r.msg = o->msg;
+        sl->r.status = GP_REQ_FAILED;
+        if (!pass_failed && gp_kstate_shadow_matches(&o->msg->st, &sl->expect) && memcmp(&j, &sl->job, sizeof(j)) == 0)
+            host_run_one(&sl->r);
+        /* else: the plan made at queue time is not the plan of the state the slice finds (or the
+         * pass failed): the suites fail on it */
+        if (sl->r.status != GP_REQ_OK)
+            o->failed = 1;
+        OPENSSL_cleanse(&j, sizeof(j));
+    }
+    for (size_t i = 0; i < it->nmsgs; i++) {
+        host_ordered *o = it->os[i];
+        int last;
+
+        pthread_mutex_lock(&o->lock);
+        o->done++;
+        last = o->released && o->done == o->queued;
+        pthread_cond_broadcast(&o->ran);
+        pthread_mutex_unlock(&o->lock);
+        if (last)
+            host_ordered_free(o);
+    }
+    host_batch_item_free(it);
+}
+
+static int host_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream)
+{
+    gp_fake_stream *s = gp_fake_stream_find(stream);
+    gp_ordered_req q[GP_ORDERED_BATCH_MAX];
+    gp_msg_state before[GP_ORDERED_BATCH_MAX];
+    gp_ordered_pass pass;
+    host_batch_item *it;
+    size_t cap = 0;
+    uint32_t npass = 0;
+
+    if (s == NULL || n < 2 || n > GP_ORDERED_BATCH_MAX)
+        return GP_REQ_SYNC;
+    /* Whatever one of them needs of the single path (a hand-over, a failure to report): all go
+     * alone, nothing changed. */
+    for (size_t i = 0; i < n; i++) {
+        const gp_request *r = &reqs[i];
+        const host_ordered *o = r->msg->ordered;
+        gp_job j;
+
+        if ((r->kind != GP_REQ_CRYPT && r->kind != GP_REQ_TAG) || r->aad_len > GP_MSG_AAD_HOLD
+            || (o != NULL && o->failed))
+            return GP_REQ_SYNC;
+        if (r->kind == GP_REQ_CRYPT && r->len > 0) {
+            gp_job_plan(&j, o != NULL ? &o->shadow : &r->msg->st, op_of_kind(r), r->len, (uint32_t)r->aad_len);
+            if (j.nunits > 0
+                && ((((uintptr_t)r->in + j.head_len) & 15) != 0 || (((uintptr_t)r->out + j.head_len) & 15) != 0))
+                return GP_REQ_SYNC;
+        }
+    }
+    if ((it = OPENSSL_zalloc(sizeof(*it))) == NULL)
+        return GP_REQ_SYNC;
+    for (size_t i = 0; i < n; i++) {
+        host_ordered *o = host_ordered_of(e, reqs[i].msg);
+
+        if (o == NULL) {
+            OPENSSL_cleanse(before, sizeof(before));
+            host_batch_item_free(it);
+            return GP_REQ_SYNC;   /* those made stay the messages' (the single path would make them) */
+        }
+        it->os[i] = o;
+        before[i] = o->shadow;
+        q[i] = (gp_ordered_req){ .shadow = &o->shadow, .op = op_of_kind(&reqs[i]),
+                                 .aad_len = (uint32_t)reqs[i].aad_len,
+                                 .len = reqs[i].kind == GP_REQ_CRYPT ? reqs[i].len : 0 };
+        if (reqs[i].aad_len > 0)
+            memcpy(it->aad[i], reqs[i].aad, reqs[i].aad_len);
+    }
+    it->nmsgs = n;
+    /* The shadows move as the passes are planned: from here every request is queued. */
+    while (gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(e), 0, &pass)) {
+        for (uint32_t k = 0; k < pass.n; k++) {
+            const gp_ordered_slot *sl = &pass.s[k];
+            const gp_request *r = &reqs[sl->req];
+            host_batch_slot *hs;
+
+            if (it->nslots == cap) {
+                host_batch_slot *grown = OPENSSL_zalloc((cap = cap ? cap * 2 : 64) * sizeof(*grown));
+
+                if (grown == NULL)
+                    goto oom;
+                if (it->nslots > 0)
+                    memcpy(grown, it->slots, it->nslots * sizeof(*grown));
+                OPENSSL_clear_free(it->slots, it->nslots * sizeof(*grown));
+                it->slots = grown;
+            }
+            hs = &it->slots[it->nslots++];
+            hs->o = it->os[sl->req];
+            hs->pass = npass;
+            hs->job = sl->job;
+            hs->expect = before[sl->req];
+            gp_kstate_shadow_advance(&before[sl->req], q[sl->req].op, sl->len, sl->aad_len);
+            hs->r = *r;
+            hs->r.aad = sl->aad_len > 0 ? it->aad[sl->req] : NULL;
+            hs->r.aad_len = sl->aad_len;
+            if (r->kind == GP_REQ_TAG) {
+                hs->r.tag_out = hs->o->tag;
+            } else {
+                hs->r.in = r->in + sl->off;
+                hs->r.out = r->out + sl->off;
+                hs->r.len = sl->len;
+            }
+        }
+        npass++;
+    }
+    OPENSSL_cleanse(before, sizeof(before));   /* states: one-time MAC keys, keystream */
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&it->os[i]->lock);
+        it->os[i]->queued++;
+        pthread_mutex_unlock(&it->os[i]->lock);
+    }
+    if (gp_fake_stream_enqueue(s, host_batch_item_run, it)) {
+        for (size_t i = 0; i < n; i++)
+            reqs[i].status = GP_REQ_OK;
+        return GP_REQ_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&it->os[i]->lock);
+        it->os[i]->queued--;
+        pthread_mutex_unlock(&it->os[i]->lock);
+    }
+oom:
+    OPENSSL_cleanse(before, sizeof(before));
+    /* The shadows have moved past requests that will not run: each message fails, as after a
+     * failed launch. */
+    for (size_t i = 0; i < n; i++) {
+        it->os[i]->failed = 1;
+        reqs[i].status = GP_REQ_FAILED;
+    }
+    host_batch_item_free(it);
+    return GP_REQ_OK;
+}
+
 static int host_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16])
 {
     host_ordered *o = m->ordered;
@@ -675,6 +856,7 @@ const gp_executor gp_exec_host = {
     .stream_check = host_stream_check,
     .ordered_run = host_ordered_run,
     .ordered_wait = host_ordered_wait,
+    .ordered_batch = host_ordered_batch,
 #else
     .msg_clear = NULL,
 #endif

@@ -61,9 +61,19 @@ typedef struct gp_executor {
      * queued tag to `tag` (may be NULL) and the message's state to m->st; enum gp_req_status. The
      * executor's per-message state of the mode (m->ordered) is released by msg_clear, deferred
      * until the stream has run what it holds.
+     *
+     * ordered_batch: requests of n messages (2..GP_ORDERED_BATCH_MAX, at most one each, already
+     * queued on `stream` or starting there), each a data request (device memory) or a tag
+     * (GP_REQ_TAG), carrying at most GP_MSG_AAD_HOLD bytes of AAD: queued as one batch, in passes
+     * of one launch pair each (batching/kstate.h, gp_ordered_pass_next), and the call returns at
+     * once. GP_REQ_SYNC: none queued and nothing changed (one of them cannot be queued now, or its
+     * message failed before): the engine queues each alone (ordered_run). Otherwise every
+     * reqs[i].status is set (GP_REQ_OK: queued; GP_REQ_FAILED: not queued, the launch failed) and
+     * the call returns GP_REQ_OK. NULL: each alone.
      */
     int (*stream_check)(gp_engine *e, uint64_t stream, int gpu);
     int (*ordered_run)(gp_engine *e, gp_request *r, uint64_t stream);
+    int (*ordered_batch)(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream);
     int (*ordered_wait)(gp_engine *e, gp_msg *m, uint8_t tag[16]);
 } gp_executor;
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kernel state shared by the host and cuda executors: a message's start and its MAC powers. */
+/* Kernel state shared by the host and cuda executors: a message's start, its MAC powers, stream-ordered shadows and passes. */
 /* The start is J0 and E_K(J0); the powers are the ones its requests read. Neither executor calls
  * into the other; both call this. */
 #include <string.h>
@@ -154,4 +154,62 @@ int gp_kstate_shadow_matches(const gp_msg_state *st, const gp_msg_state *sh)
     return st->alg == sh->alg && st->text_len == sh->text_len && st->aad_len == sh->aad_len
            && st->mac_pend_len == sh->mac_pend_len && st->in_text == sh->in_text
            && memcmp(st->ctr, sh->ctr, 16) == 0 && st->ks_used == sh->ks_used;
+}
+
+#define PLAN_ALIGN16(x) (((x) + 15) & ~(uint64_t)15)
+#define PLAN_ALIGN128(x) (((x) + 127) & ~(uint64_t)127)
+
+/* What slot s carries in the launch's parameter: its AAD, padded, then its powers. */
+static uint32_t slot_extra(const gp_ordered_slot *s)
+{
+    return (uint32_t)PLAN_ALIGN16(s->aad_len) + (s->pows ? (uint32_t)sizeof(gp_mac_pows) : 0u);
+}
+
+int gp_ordered_pass_next(gp_ordered_req *reqs, size_t n, size_t slice, uint64_t at, gp_ordered_pass *p)
+{
+    uint64_t cur;
+
+    p->n = 0;
+    p->nrefs = 0;
+    p->extra = 0;
+    for (size_t i = 0; i < n && p->n < GP_ORDERED_BATCH_MAX; i++) {
+        gp_ordered_req *q = &reqs[i];
+        gp_ordered_slot *s = &p->s[p->n];
+
+        if (q->begun && q->planned >= q->len)
+            continue;   /* planned whole */
+        s->req = (uint32_t)i;
+        s->off = q->planned;
+        s->len = q->len - q->planned < slice ? q->len - q->planned : slice;
+        s->aad_len = q->begun ? 0 : q->aad_len;
+        gp_job_plan(&s->job, q->shadow, q->op, s->len, s->aad_len);
+        s->pows = q->shadow->alg == GP_ALG_CHACHA20_POLY1305 && s->job.nunits > 0;
+        if (p->extra + slot_extra(s) > GP_ORDERED_BATCH_EXTRA)
+            continue;   /* the next pass takes it (every slot alone fits: 64 + 2 KiB) */
+        s->extra_at = p->extra;
+        p->extra += slot_extra(s);
+        s->ref_first = p->nrefs;
+        p->nrefs += s->job.nunits + 1;   /* the lead always runs: its state is not the host's to skip */
+        gp_kstate_shadow_advance(q->shadow, q->op, s->len, s->aad_len);
+        q->planned += s->len;
+        q->begun = 1;
+        p->n++;
+    }
+    if (p->n == 0)
+        return 0;
+    /* The area: works, then each slot's span counters, AAD, powers and partials, then the refs. */
+    p->works = at;
+    cur = at + (uint64_t)p->n * sizeof(gp_work);
+    for (uint32_t k = 0; k < p->n; k++) {
+        gp_ordered_slot *s = &p->s[k];
+
+        s->spans = PLAN_ALIGN16(cur);
+        s->aad = PLAN_ALIGN16(s->spans + (uint64_t)s->job.nspans * sizeof(uint32_t));
+        s->pow_at = PLAN_ALIGN16(s->aad + s->aad_len);
+        s->partials = PLAN_ALIGN128(s->pow_at + (s->pows ? sizeof(gp_mac_pows) : 0));
+        cur = s->partials + gp_partials_bytes(&s->job);
+    }
+    p->refs = PLAN_ALIGN16(cur);
+    p->end = p->refs + ((uint64_t)p->nrefs + 1) * sizeof(gp_unit_ref);
+    return 1;
 }

@@ -48,6 +48,50 @@ void gp_kstate_shadow_advance(gp_msg_state *sh, uint32_t op, uint64_t len, uint3
 int gp_kstate_shadow_matches(const gp_msg_state *st, const gp_msg_state *sh);
 
 /*
+ * Stream-ordered batches (batching/executor.h, ordered_batch): the requests of several messages on
+ * one stream, at most one each (an OpenSSL 3.5 pipeline call), queued together and run in passes,
+ * each one launch pair (kernels/batch_abi.h, gp_ordered_batch_args). A pass takes the next slice
+ * of every request not yet planned whole, in the requests' order, while the pass's parameter holds
+ * their carried AAD and powers of r (GP_ORDERED_BATCH_EXTRA); a request's first slice carries its
+ * AAD; a tag, or a request of no bytes, is one slice of none. Each slice is planned from its
+ * message's shadow (above), which then moves past it, so a message's slices are planned in order,
+ * each from the state the ones before leave, and a message is in a pass at most once. Both
+ * kernel-code executors plan with it: the cuda executor lays each pass out in its lead message's
+ * block from `at`; the host stand-in checks each slice's plan against the state it finds.
+ */
+typedef struct gp_ordered_req {
+    gp_msg_state *shadow;         /* the message's shadow: moved on as its slices are planned */
+    uint32_t op;                  /* enum gp_op */
+    uint32_t aad_len;             /* carried AAD (at most GP_MSG_AAD_HOLD), with the first slice */
+    uint64_t len;                 /* data bytes; 0 for a tag */
+    uint64_t planned;             /* bytes planned so far */
+    int begun;                    /* a slice of it has been planned */
+} gp_ordered_req;
+
+typedef struct gp_ordered_slot {
+    uint32_t req;                 /* the request's index */
+    uint32_t aad_len;             /* carried AAD (the first slice's), 0 after */
+    uint64_t off, len;            /* the slice of the request's data */
+    gp_job job;                   /* planned from the shadow the slice starts from */
+    int pows;                     /* ChaCha20-Poly1305 with body units: the message's powers of r ride along */
+    uint32_t ref_first;           /* its refs, units then the lead, from this index */
+    uint32_t extra_at;            /* its AAD (padded to 16 bytes), then its powers, in the parameter */
+    uint64_t spans, aad, pow_at, partials;   /* its regions in the pass's area, from `at` */
+} gp_ordered_slot;
+
+typedef struct gp_ordered_pass {
+    uint32_t n;                   /* slots, in the requests' order */
+    uint32_t nrefs;               /* refs of every slot; the claim counter follows them */
+    uint32_t extra;               /* bytes of the parameter's extra used */
+    uint64_t works, refs, end;    /* the gp_work table, the refs, the area's end (all from `at`) */
+    gp_ordered_slot s[GP_ORDERED_BATCH_MAX];
+} gp_ordered_pass;
+
+/* The next pass of reqs[0..n) (n <= GP_ORDERED_BATCH_MAX) in slices of `slice` bytes, its area
+ * from `at`; 0 when every request is planned whole. */
+int gp_ordered_pass_next(gp_ordered_req *reqs, size_t n, size_t slice, uint64_t at, gp_ordered_pass *p);
+
+/*
  * A data request longer than a slice runs as consecutive requests of a slice each, every one from
  * the state the one before left (counters and GHASH or Poly1305 state carry from slice to slice as
  * they do from update to update): what one pass takes (the cuda executor's arenas, the host

@@ -44,10 +44,10 @@ static const gp_setting_word cuda_call_words[] = {
     { "cudaEventQuery", GP_CF_EVENT_QUERY }, { "cudaEventSynchronize", GP_CF_EVENT_SYNCHRONIZE },
     { "cudaStreamSynchronize", GP_CF_STREAM_SYNCHRONIZE }, { "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED },
     { "cudaStreamWaitEvent", GP_CF_STREAM_WAIT_EVENT }, { "cudaHostRegister", GP_CF_HOST_REGISTER },
-    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES },
+    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES }, { "cudaMallocAsync", GP_CF_MALLOC_ASYNC },
     { NULL, 0 }
 };
-_Static_assert(GP_CF_COUNT == 22, "every gp_cuda_fault_call has its word in cuda_call_words");
+_Static_assert(GP_CF_COUNT == 23, "every gp_cuda_fault_call has its word in cuda_call_words");
 static const gp_setting_word any_device_words[] = { { "any", -1 }, { NULL, 0 } };
 #endif
 
@@ -194,6 +194,10 @@ static const gp_setting registry[] = {
       FIELD(test.host_devmem), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the host executor stands in for the GPU in device mode (gpuprov-memory = device), "
                  "with fake allocations from gpuprov_test_devmem_alloc" },
+    { .env = "GPUPROV_TEST_ORDERED_ALONE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
+      FIELD(test.ordered_alone), .dflt = 0, .words = bool_words, .expected = "0 or 1",
+      .meaning = "a pipeline call's stream-ordered requests queue each alone, not as one batch "
+                 "(the fallback's test; the batch's A/B on a GPU)" },
     { .env = "GPUPROV_TEST_CPUS_FREE", .cls = GP_SETTING_TEST, .syntax = GP_SYNTAX_WORD,
       FIELD(test.cpus_free), .dflt = 0, .words = bool_words, .expected = "0 or 1",
       .meaning = "the auto backend's warm-up finds a free CPU at every look (the machine's load does not decide)" },

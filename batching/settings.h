@@ -63,6 +63,7 @@ typedef enum gp_cuda_fault_call {
     GP_CF_STREAM_WAIT_EVENT,
     GP_CF_HOST_REGISTER,
     GP_CF_POINTER_GET_ATTRIBUTES,
+    GP_CF_MALLOC_ASYNC,
     GP_CF_COUNT
 } gp_cuda_fault_call;
 
@@ -84,6 +85,8 @@ typedef struct gp_test_hooks {
                                * many bytes (batching/kstate.h); 0: GP_SLICE_BYTES */
     int host_devmem;          /* the host executor stands in for the GPU in device mode, with a
                                * registry of fake allocations (batching/exec_host.c) */
+    int ordered_alone;        /* a pipeline call's stream-ordered requests queue each alone, not as
+                               * one batch (batching/engine.c, submit_ordered_together) */
     int cpus_free;            /* the auto backend's warm-up finds a free CPU at every look */
     char gpu_model[64];       /* the priors see every GPU as this model; "": the driver's */
     char share_key[64];       /* the host executor standing in for the GPU shares its counts

@@ -130,7 +130,9 @@ typedef struct gp_work {
     /* gp_key_sched: its address minus the arena's, modulo 2^64, so that it may lie in the arena or
      * in the cuda executor's table of resident keys (batching/cuda/device.c) */
     uint64_t key_off;
-    uint64_t state_off;           /* gp_msg_state */
+    uint64_t state_off;           /* gp_msg_state; as key_off, modulo 2^64: a stream-ordered batch's
+                                   * work reads its message's state in that message's own block
+                                   * (batching/cuda/ordered.c) */
     uint64_t in_off;              /* request input (AAD or data); as key_off, modulo 2^64: a
                                    * device-mode request's data is the caller's device memory */
     uint64_t out_off;             /* request output, or the 16-byte tag for GP_OP_TAG (as in_off) */
@@ -244,6 +246,31 @@ typedef struct gp_ordered_args {
     uint8_t aad[GP_ORDERED_AAD_MAX];
 } gp_ordered_args;
 
+/*
+ * gp_ordered_batch_kernel's parameter (kernels/batch_kernel.cu): one pass of a stream-ordered batch,
+ * the requests of up to GP_ORDERED_BATCH_MAX messages queued together on one stream (an OpenSSL
+ * 3.5 pipeline call: batching/kstate.h plans it, batching/cuda/ordered.c launches it). Their
+ * descriptors go into the lead message's block (`base`): work i at works_at + i, its refs from
+ * ref_first[i] (units, then the lead), the claim counter after the last; work i's carried AAD,
+ * then its powers of r (pows_off != 0), at extra + extra_at[i]. A kernel parameter of more than
+ * 4 KiB (CUDA 12.1 and later, sm_70 and later), copied when the launch is made, as
+ * gp_ordered_args is.
+ */
+#define GP_ORDERED_BATCH_MAX 32u      /* messages of one pass: OpenSSL's EVP_MAX_PIPES */
+#define GP_ORDERED_BATCH_EXTRA 16384u /* carried AAD and powers of one pass (a pass with more is two) */
+
+typedef struct gp_ordered_batch_args {
+    uint64_t base;                /* the lead message's block: the works' offsets are from it */
+    uint64_t works_at;
+    uint64_t refs_at;
+    uint32_t nworks;
+    uint32_t nrefs;               /* every work's refs; the claim counter is refs[nrefs] */
+    uint32_t ref_first[GP_ORDERED_BATCH_MAX];
+    uint32_t extra_at[GP_ORDERED_BATCH_MAX];
+    gp_work work[GP_ORDERED_BATCH_MAX];   /* done 0: every lead runs */
+    uint8_t extra[GP_ORDERED_BATCH_EXTRA];
+} gp_ordered_batch_args;
+
 #if defined(__cplusplus)
 # define GP_STATIC_ASSERT static_assert
 #else
@@ -256,6 +283,7 @@ GP_STATIC_ASSERT(sizeof(gp_copy) == 32, "gp_copy layout is shared by host and de
 GP_STATIC_ASSERT(sizeof(gp_copy_head) == 32 * GP_COPY_INLINE, "gp_copy_head is a kernel parameter");
 GP_STATIC_ASSERT(sizeof(gp_lone_args) == 88, "gp_lone_args is a kernel parameter");
 GP_STATIC_ASSERT(sizeof(gp_ordered_args) <= 4096, "gp_ordered_args fits a kernel's parameter space");
+GP_STATIC_ASSERT(sizeof(gp_ordered_batch_args) <= 32764, "gp_ordered_batch_args fits a kernel's parameter space (CUDA 12.1+)");
 /* The device loads a round key in one 16-byte access (kernels/aes_tt.h); schedules sit on 16-byte
  * boundaries in a batch arena (batching/cuda/internal.h KEY_STRIDE). */
 GP_STATIC_ASSERT((offsetof(gp_key_sched, aes) + offsetof(gp_aes_sched, ek)) % 16 == 0,

@@ -132,7 +132,7 @@ static __device__ __forceinline__ batch_ptrs batch_ref_ptrs(const gp_unit_ref *r
     p.w = &work[ref->work];
     p.k = (const gp_key_sched *)((uintptr_t)arena + p.w->key_off);
     p.pw = p.w->pows_off != 0 ? (const gp_mac_pows *)(arena + p.w->pows_off) : &p.k->mac_pows;
-    p.st = (gp_msg_state *)(arena + p.w->state_off);
+    p.st = (gp_msg_state *)((uintptr_t)arena + p.w->state_off);
     p.in = (const uint8_t *)((uintptr_t)arena + p.w->in_off);
     p.partials = arena + p.w->partials_off;
     p.out = (uint8_t *)((uintptr_t)arena + p.w->out_off);
@@ -764,4 +764,50 @@ extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK) gp_ordered_kernel(co
             ((uint32_t *)(uintptr_t)a.pows_at)[i] = ((const uint32_t *)&a.pows)[i];
     if (t == 0)
         *(gp_work *)(uintptr_t)a.work_at = a.work;
+}
+
+/*
+ * A stream-ordered batch pass (batching/cuda/ordered.c): every work's descriptors, as
+ * gp_ordered_kernel writes one request's, from the launch's parameter into the lead message's
+ * block. Blocks (x, y) serve work y: its refs (units first, then the lead, work index y), its zeroed
+ * span counters, its carried AAD and powers; block (0, 0) also the claim counter.
+ */
+extern "C" __global__ void __launch_bounds__(GP_COPY_BLOCK) gp_ordered_batch_kernel(const gp_ordered_batch_args a)
+{
+    const unsigned int w = blockIdx.y, t = blockIdx.x * blockDim.x + threadIdx.x, stride = gridDim.x * blockDim.x;
+    const gp_work *wk = &a.work[w];
+    const uint32_t n = wk->job.nunits;
+    uint8_t *base = (uint8_t *)(uintptr_t)a.base;
+    gp_unit_ref *refs = (gp_unit_ref *)(uintptr_t)a.refs_at + a.ref_first[w];
+    const uint8_t *extra = a.extra + a.extra_at[w];
+
+    if (w >= a.nworks)
+        return;
+    for (uint32_t i = t; i < n + 1; i += stride) {
+        gp_unit_ref r;
+
+        r.work = w;
+        r.unit = i < n ? i : GP_UNIT_LEAD;
+        refs[i] = r;
+    }
+    for (uint32_t i = t; i < wk->job.nspans; i += stride)
+        ((unsigned int *)(base + wk->spans_off))[i] = 0u;
+    for (uint32_t i = t; i < wk->job.aad_len; i += stride)
+        base[wk->job.aad_off + i] = extra[i];
+    if (wk->pows_off != 0) {
+        const uint32_t *pw = (const uint32_t *)(extra + ((wk->job.aad_len + 15u) & ~15u));
+
+        for (uint32_t i = t; i < (uint32_t)(sizeof(gp_mac_pows) / 4); i += stride)
+            ((uint32_t *)(base + wk->pows_off))[i] = pw[i];
+    }
+    if (t == 0) {
+        ((gp_work *)(uintptr_t)a.works_at)[w] = *wk;
+        if (w == 0) {
+            gp_unit_ref c;
+
+            c.work = 0;
+            c.unit = 0;
+            ((gp_unit_ref *)(uintptr_t)a.refs_at)[a.nrefs] = c;
+        }
+    }
 }

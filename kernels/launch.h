@@ -22,6 +22,8 @@ void gp_copy_kernel(const gp_copy_head head, const gp_copy *list, unsigned int n
 void gp_lone_kernel(const gp_lone_args a);
 /* A stream-ordered request's descriptors into its message's device block (blocks of GP_COPY_BLOCK). */
 void gp_ordered_kernel(const gp_ordered_args a);
+/* A stream-ordered batch pass's descriptors into its lead message's block (grid y: the works). */
+void gp_ordered_batch_kernel(const gp_ordered_batch_args a);
 
 /* How this kernel runs on one device (gp_kernel_prepare): the block, the AES table's layout and
  * the grid cap. */

@@ -265,6 +265,7 @@ gp_stage_pool *gp_cuda_stage_pool(gp_engine *e);
 
 /* ordered.c: stream-ordered device mode. */
 int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream);
+int gp_cuda_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream);
 int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
 void gp_cuda_ordered_release(gp_msg *m);
 

@@ -31,49 +31,74 @@
  * block and frees it behind the message's work, and hands the chunk back from a host function
  * that the stream runs after that work.
  *
+ * A pipeline call's messages that start being queued together (ordered_batch) share one block,
+ * chunk and event (ordered_block: a group): their states side by side, one key schedule, their
+ * tags and states coming back side by side in the chunk. One released while others still hold
+ * the block has its own slot cleared behind its work (ordered_slot_clear); the last of them to be
+ * released clears and frees the block. A lone message's block is a group of one.
+ *
  * Requests it does not queue (GP_REQ_SYNC: the engine runs them synchronously, ordered after the
  * stream; the next one is queued again): a data request with body units whose buffers are off
  * their 16-byte boundary at the body (the units' vector accesses; the synchronous path copies
- * such data through its staged region: shape.h), or when no staging chunk is free.
+ * such data through its staged region: shape.h), or when no staging chunk is free, or when the
+ * GPU has no room for the block the whole request needs (cudaErrorMemoryAllocation, found before
+ * any of it is queued: the message is handed back, its queued work waited for).
  */
 
-/* The block: the state, the key schedule, then one request's part (ordered_layout). */
-#define ORD_STATE_AT 0u
-#define ORD_KEY_AT 512u
-#define ORD_REQ_AT (ORD_KEY_AT + ((KEY_STRIDE + 127) & ~(size_t)127))
+/*
+ * A block serves n messages (n = 1: a lone message's; 2..GP_ORDERED_BATCH_MAX: a group, the
+ * messages of a pipeline call that start being queued together, one key): their states side by
+ * side (message i's at i * ORD_STATE_STRIDE), the key schedule, then the request area (one
+ * request's part, ordered_layout, or a batch pass's, gp_ordered_pass_next). Its chunk (host,
+ * mapped) lays the states and key out as the block does, going up once, then the messages' tags
+ * and their states coming back. One event follows the block's last queued work.
+ */
+#define ORD_STATE_STRIDE 512u
+#define ORD_KEY_AT(n) ((size_t)(n) * ORD_STATE_STRIDE)
+#define ORD_REQ_AT(n) ((ORD_KEY_AT(n) + KEY_STRIDE + 127) & ~(size_t)127)
+#define ORD_CH_TAG(n) ORD_REQ_AT(n)
+#define ORD_CH_STATE(n) ((ORD_CH_TAG(n) + (size_t)(n) * 16 + 127) & ~(size_t)127)
+#define ORD_CH_USED(n) (ORD_CH_STATE(n) + (size_t)(n) * ORD_STATE_STRIDE)
 #define ORD_POWS_BYTES ALIGN16(sizeof(gp_mac_pows))
-/* The chunk (host, mapped): the state and key going up, the tag and the state coming back. */
-#define ORD_CH_UP_STATE 0u
-#define ORD_CH_UP_KEY 512u
-#define ORD_CH_TAG 16384u
-#define ORD_CH_STATE 16512u
-#define ORD_CH_USED 17024u
-_Static_assert(sizeof(gp_msg_state) <= 512 && ORD_CH_UP_KEY + KEY_STRIDE <= ORD_CH_TAG
-               && ORD_CH_USED <= GP_STAGE_CHUNK_BYTES, "the chunk holds an ordered message's host side");
+_Static_assert(sizeof(gp_msg_state) <= ORD_STATE_STRIDE && ORD_CH_USED(GP_ORDERED_BATCH_MAX) <= GP_STAGE_CHUNK_BYTES,
+               "the chunk holds a group's host side");
 #define ORD_MIN_BLOCK ((size_t)1 << 20)
 
-typedef struct cuda_ordered {
+typedef struct ordered_block {
     gp_cuda *g;
-    gp_engine *e;
     int gpu;
+    unsigned int n;              /* messages laid out in it */
+    unsigned int holders;        /* messages still holding it (the last one's release frees it) */
     cudaStream_t stream;
-    uint8_t *dev;                /* the block (cudaMallocAsync on `stream`) */
-    size_t dev_cap;
-    gp_stage_chunk *chunk;       /* mapped pinned: tag and state back */
-    cudaEvent_t last;            /* after the message's last queued request (and its tag, state) */
-    int state_back;              /* the state copy behind `last` is current */
+    uint8_t *dev;                /* cudaMallocAsync on `stream` */
+    size_t cap;
+    gp_stage_chunk *chunk;
+    cudaEvent_t last;            /* after the block's last queued work */
+    int failed;                  /* work of one of its messages failed */
+} ordered_block;
+
+typedef struct cuda_ordered {
+    ordered_block *b;
+    gp_engine *e;
+    unsigned int slot;           /* its state at slot * ORD_STATE_STRIDE; its tag and state in the chunk */
+    int state_back;              /* its state's copy behind b->last is current */
     int failed;
     gp_msg_state shadow;         /* the state the requests queued so far will leave */
 } cuda_ordered;
 
-/* One request's part of the block, from ORD_REQ_AT. */
+static size_t state_at(const cuda_ordered *o)
+{
+    return (size_t)o->slot * ORD_STATE_STRIDE;
+}
+
+/* One request's part of the block, from its request area. */
 typedef struct ordered_layout {
     size_t work, spans, aad, pows, partials, refs, end;
 } ordered_layout;
 
-static void ordered_layout_of(const gp_job *j, ordered_layout *l)
+static void ordered_layout_of(const ordered_block *b, const gp_job *j, ordered_layout *l)
 {
-    l->work = ORD_REQ_AT;
+    l->work = ORD_REQ_AT(b->n);
     l->spans = l->work + ALIGN16(sizeof(gp_work));
     l->aad = ALIGN16(l->spans + j->nspans * sizeof(uint32_t));
     l->pows = ALIGN16(l->aad + GP_ORDERED_AAD_MAX);
@@ -90,94 +115,138 @@ static const gp_kernel_shape *shape_of(const gp_cuda *g, int gpu)
 static int ordered_failed(cuda_ordered *o, const char *what, cudaError_t err)
 {
     o->failed = 1;
+    o->b->failed = 1;
     gp_cuda_failed(o->e, what, err);
     return GP_REQ_FAILED;
 }
 
-/* The block large enough for `need` bytes: a larger one takes the state and key over in stream
- * order, and the old one is freed behind the work that reads it. */
-static cudaError_t ordered_reserve(cuda_ordered *o, size_t need)
+/* A block's size for `need` bytes from `cap`: at least ORD_MIN_BLOCK, doubled until it holds them. */
+static size_t ordered_cap(size_t cap, size_t need)
 {
-    uint8_t *grown = NULL;
-    size_t cap = o->dev_cap;
-    cudaError_t err;
-
-    if (need <= cap)
-        return cudaSuccess;
     while (cap < need)
         cap = cap < ORD_MIN_BLOCK ? ORD_MIN_BLOCK : cap * 2;
-    if ((err = cudaMallocAsync((void **)&grown, cap, o->stream)) != cudaSuccess)
-        return err;
-    if ((err = cudaMemcpyAsync(grown, o->dev, ORD_REQ_AT, cudaMemcpyDeviceToDevice, o->stream)) != cudaSuccess
-        || (err = cudaMemsetAsync(o->dev, 0, o->dev_cap, o->stream)) != cudaSuccess
-        || (err = cudaFreeAsync(o->dev, o->stream)) != cudaSuccess) {
-        (void)cudaFreeAsync(grown, o->stream);
-        return err;
-    }
-    o->dev = grown;
-    o->dev_cap = cap;
-    return cudaSuccess;
+    return cap;
 }
 
-/* The message's ordered state, made at its first queued request from the state it started with:
- * the block, with its state and key schedule sent up from the chunk (which keeps them until the
- * release, so the copy may run whenever the stream gets there). NULL, err cudaSuccess: no chunk
- * free now. */
-static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, cudaError_t *err)
+/*
+ * The block large enough for `need` bytes: a larger one takes the states and key over in stream
+ * order, and the old one is cleared and freed behind the work that reads it. Whatever it returns,
+ * the block is whole: cudaErrorMemoryAllocation (no room on the GPU now; the allocation's, or
+ * an enqueue's before the larger block took over) leaves it as it was, so a caller that has queued
+ * nothing on it yet may decline; an error once the larger block has taken over (clearing or
+ * freeing the old one) leaves the old one to leak uncleared rather than freed uncleared.
+ */
+static cudaError_t ordered_reserve(ordered_block *b, size_t need)
+{
+    uint8_t *grown = NULL, *old = b->dev;
+    const size_t cap = ordered_cap(b->cap, need), old_cap = b->cap;
+    cudaError_t err;
+
+    if (need <= b->cap)
+        return cudaSuccess;
+    if ((err = cudaMallocAsync((void **)&grown, cap, b->stream)) != cudaSuccess)
+        return err;
+    if ((err = cudaMemcpyAsync(grown, old, ORD_REQ_AT(b->n), cudaMemcpyDeviceToDevice, b->stream)) != cudaSuccess) {
+        (void)cudaFreeAsync(grown, b->stream);
+        return err;
+    }
+    b->dev = grown;
+    b->cap = cap;
+    if ((err = cudaMemsetAsync(old, 0, old_cap, b->stream)) == cudaSuccess)
+        err = cudaFreeAsync(old, b->stream);
+    return err == cudaErrorMemoryAllocation ? cudaErrorUnknown : err;   /* the block changed: not a decline */
+}
+
+/* The block and chunk back, cleansed (the block in stream order behind its work is the caller's). */
+static void ordered_block_drop(ordered_block *b)
+{
+    OPENSSL_cleanse(b->chunk->host, ORD_CH_USED(b->n));
+    gp_stage_put(&b->g->stage, b->chunk);
+    OPENSSL_clear_free(b, sizeof(*b));
+}
+
+/*
+ * The ordered state of messages ms[0..n) (one key), made at their first queued request from the
+ * states they started with: one block, with their states and key schedule sent up from the chunk
+ * in one copy (the chunk keeps them until the block's release, so the copy may run whenever the
+ * stream gets there), `need` bytes at least (ordered_cap: a batch's block is made at the size its
+ * passes need, not grown to it). 0, err cudaSuccess: no chunk free now; nothing changed.
+ */
+static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, int gpu, uint64_t stream, size_t need,
+                             cudaError_t *err)
 {
     gp_cuda *g = e->cuda;
-    cuda_ordered *o;
+    cuda_ordered *os[GP_ORDERED_BATCH_MAX];
+    ordered_block *b;
+    unsigned int i;
 
     *err = cudaSuccess;
-    if (!g->stage_ready)
-        return NULL;
+    if (!g->stage_ready || n == 0 || n > GP_ORDERED_BATCH_MAX)
+        return 0;
     gp_stage_grow(&g->stage);
-    if ((o = OPENSSL_zalloc(sizeof(*o))) == NULL)
-        return NULL;
-    if ((o->chunk = gp_stage_get(&g->stage)) == NULL) {
-        OPENSSL_free(o);
-        return NULL;
+    if ((b = OPENSSL_zalloc(sizeof(*b))) == NULL)
+        return 0;
+    if ((b->chunk = gp_stage_get(&g->stage)) == NULL) {
+        OPENSSL_free(b);
+        return 0;
     }
-    o->g = g;
-    o->e = e;
-    o->gpu = gpu;
-    o->stream = (cudaStream_t)(uintptr_t)stream;
-    o->shadow = m->st;
-    memcpy(o->chunk->host + ORD_CH_UP_STATE, &m->st, sizeof(m->st));
-    memcpy(o->chunk->host + ORD_CH_UP_KEY, gp_key_sched_get(m->key), GP_KEY_SCHED_DEVICE_BYTES);
-    if ((*err = cudaEventCreateWithFlags(&o->last, cudaEventDisableTiming)) != cudaSuccess)
+    b->g = g;
+    b->gpu = gpu;
+    b->n = n;
+    b->stream = (cudaStream_t)(uintptr_t)stream;
+    for (i = 0; i < n; i++) {
+        if ((os[i] = OPENSSL_zalloc(sizeof(*os[i]))) == NULL)
+            goto fail;
+        os[i]->b = b;
+        os[i]->e = e;
+        os[i]->slot = i;
+        os[i]->shadow = ms[i]->st;
+        memcpy(b->chunk->host + state_at(os[i]), &ms[i]->st, sizeof(ms[i]->st));
+        memset(b->chunk->host + state_at(os[i]) + sizeof(ms[i]->st), 0, ORD_STATE_STRIDE - sizeof(ms[i]->st));
+    }
+    memcpy(b->chunk->host + ORD_KEY_AT(n), gp_key_sched_get(ms[0]->key), GP_KEY_SCHED_DEVICE_BYTES);
+    if ((*err = cudaEventCreateWithFlags(&b->last, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
-    if ((*err = cudaMallocAsync((void **)&o->dev, ORD_MIN_BLOCK, o->stream)) != cudaSuccess)
+    b->cap = ordered_cap(0, need > ORD_REQ_AT(n) ? need : ORD_REQ_AT(n));
+    if ((*err = cudaMallocAsync((void **)&b->dev, b->cap, b->stream)) != cudaSuccess)
         goto fail_event;
-    o->dev_cap = ORD_MIN_BLOCK;
-    if ((*err = cudaMemcpyAsync(o->dev + ORD_STATE_AT, o->chunk->host + ORD_CH_UP_STATE, sizeof(gp_msg_state),
-                                cudaMemcpyHostToDevice, o->stream)) != cudaSuccess
-        || (*err = cudaMemcpyAsync(o->dev + ORD_KEY_AT, o->chunk->host + ORD_CH_UP_KEY, GP_KEY_SCHED_DEVICE_BYTES,
-                                   cudaMemcpyHostToDevice, o->stream)) != cudaSuccess) {
-        (void)cudaFreeAsync(o->dev, o->stream);
+    if ((*err = cudaMemcpyAsync(b->dev, b->chunk->host, ORD_KEY_AT(n) + GP_KEY_SCHED_DEVICE_BYTES,
+                                cudaMemcpyHostToDevice, b->stream)) != cudaSuccess) {
+        (void)cudaFreeAsync(b->dev, b->stream);
         goto fail_event;
     }
-    m->ordered = o;
-    return o;
+    for (i = 0; i < n; i++)
+        ms[i]->ordered = os[i];
+    b->holders = n;
+    return 1;
 fail_event:
-    (void)cudaEventDestroy(o->last);
+    (void)cudaEventDestroy(b->last);
 fail:
-    OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-    gp_stage_put(&g->stage, o->chunk);
-    OPENSSL_free(o);
-    return NULL;
+    while (i-- > 0)
+        OPENSSL_clear_free(os[i], sizeof(*os[i]));
+    ordered_block_drop(b);
+    return 0;
+}
+
+/* A lone message's ordered state (a block of its own, `need` bytes at least); NULL, err
+ * cudaSuccess: no chunk free now. */
+static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stream, size_t need, cudaError_t *err)
+{
+    return ordered_block_new(e, &m, 1, gpu, stream, need, err) ? m->ordered : NULL;
 }
 
 /*
  * One request on the stream: its descriptors from the launch parameter (gp_ordered_kernel), then
  * the batch kernel on its refs. `in`/`out`: the data (device memory), an AAD piece (`in` in the
  * block's AAD room), or a tag's destination (`out`: the chunk, mapped). The shadow moves on.
+ * need != NULL: only planned (nothing queued), the block's bytes it needs raised into *need.
  */
 static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const uint8_t *aad, size_t aad_len,
-                                  const uint8_t *in, uint8_t *out, size_t len)
+                                  const uint8_t *in, uint8_t *out, size_t len, size_t *need)
 {
     gp_ordered_args args_mem, *args = &args_mem;   /* on a thread's stack (never a job's) */
-    const gp_kernel_shape *ks = shape_of(o->g, o->gpu);
+    ordered_block *b = o->b;
+    const gp_kernel_shape *ks = shape_of(b->g, b->gpu);
     gp_job j;
     ordered_layout l;
     unsigned int nr, flags = gp_alg_is_aes(o->shadow.alg) ? GP_BATCH_AES : 0;
@@ -190,15 +259,21 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     void *sargs[1], *kargs[5];
     cudaError_t err;
 
-    memset(args, 0, sizeof(*args));
     gp_job_plan(&j, &o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
-    ordered_layout_of(&j, &l);
-    if ((err = ordered_reserve(o, l.end)) != cudaSuccess)
+    ordered_layout_of(b, &j, &l);
+    if (need != NULL) {
+        *need = l.end > *need ? l.end : *need;
+        gp_kstate_shadow_advance(&o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
+        OPENSSL_cleanse(&j, sizeof(j));
+        return cudaSuccess;
+    }
+    memset(args, 0, sizeof(*args));
+    if ((err = ordered_reserve(b, l.end)) != cudaSuccess)   /* reserved already (ordered_run_here) */
         return err;
-    base = o->dev;
+    base = b->dev;
     args->work.job = j;
-    args->work.key_off = ORD_KEY_AT;
-    args->work.state_off = ORD_STATE_AT;
+    args->work.key_off = ORD_KEY_AT(b->n);
+    args->work.state_off = state_at(o);
     args->work.partials_off = l.partials;
     args->work.spans_off = (uint32_t)l.spans;
     args->work.in_off = gpu_addr(in) - gpu_addr(base);
@@ -231,8 +306,8 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     kargs[3] = &base;
     kargs[4] = &flags;
     kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
-    if ((err = cudaLaunchKernel((const void *)gp_ordered_kernel, sgrid, sblock, sargs, 0, o->stream)) == cudaSuccess)
-        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, o->stream);
+    if ((err = cudaLaunchKernel((const void *)gp_ordered_kernel, sgrid, sblock, sargs, 0, b->stream)) == cudaSuccess)
+        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, b->stream);
     OPENSSL_cleanse(args, sizeof(*args));   /* the launch copied it (the powers are secret) */
     OPENSSL_cleanse(&j, sizeof(j));
     if (err == cudaSuccess)
@@ -240,14 +315,31 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     return err;
 }
 
-/* The state behind the message's work, into the chunk, and the event after it. */
+/* Where o's tag and its state coming back are in the chunk (host; tag_dev: as the GPU sees it). */
+static uint8_t *tag_host(const cuda_ordered *o)
+{
+    return o->b->chunk->host + ORD_CH_TAG(o->b->n) + (size_t)o->slot * 16;
+}
+
+static uint64_t tag_dev(const cuda_ordered *o)
+{
+    return o->b->chunk->dev + ORD_CH_TAG(o->b->n) + (size_t)o->slot * 16;
+}
+
+static uint8_t *state_host(const cuda_ordered *o)
+{
+    return o->b->chunk->host + ORD_CH_STATE(o->b->n) + state_at(o);
+}
+
+/* The state behind the message's work, into the chunk, and the block's event after it. */
 static cudaError_t ordered_state_back(cuda_ordered *o)
 {
+    ordered_block *b = o->b;
     cudaError_t err;
 
-    if ((err = cudaMemcpyAsync(o->chunk->host + ORD_CH_STATE, o->dev + ORD_STATE_AT, sizeof(gp_msg_state),
-                               cudaMemcpyDeviceToHost, o->stream)) == cudaSuccess
-        && (err = cudaEventRecord(o->last, o->stream)) == cudaSuccess)
+    if ((err = cudaMemcpyAsync(state_host(o), b->dev + state_at(o), sizeof(gp_msg_state), cudaMemcpyDeviceToHost,
+                               b->stream)) == cudaSuccess
+        && (err = cudaEventRecord(b->last, b->stream)) == cudaSuccess)
         o->state_back = 1;
     return err;
 }
@@ -278,6 +370,43 @@ static int ordered_give_back(gp_engine *e, gp_msg *m)
     return GP_REQ_SYNC;
 }
 
+/* Request r's launches (op: its kind) on the stream; need != NULL: only planned, as ordered_launch. */
+static cudaError_t ordered_request(gp_engine *e, cuda_ordered *o, gp_msg *m, const gp_request *r, uint32_t op,
+                                   size_t *need)
+{
+    cudaError_t err = cudaSuccess;
+
+    if (op == GP_OP_AAD) {
+        /* In pieces the launch parameter holds, each carried by an AAD request of no bytes of its
+         * own (the lead absorbs carried AAD first: the same MAC input in the same order). Held
+         * AAD before it (none: an AAD request is not held when it is this long) goes first. */
+        if (r->aad_len > 0)
+            err = ordered_launch(o, m, GP_OP_AAD, r->aad, r->aad_len, NULL, NULL, 0, need);
+        for (size_t off = 0; off < r->len && err == cudaSuccess; off += GP_ORDERED_AAD_MAX) {
+            const size_t n = r->len - off < GP_ORDERED_AAD_MAX ? r->len - off : GP_ORDERED_AAD_MAX;
+
+            err = ordered_launch(o, m, GP_OP_AAD, r->in + off, n, NULL, NULL, 0, need);
+        }
+    } else if (op == GP_OP_TAG) {
+        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)tag_dev(o), 0, need);
+        if (err == cudaSuccess && need == NULL)
+            err = ordered_state_back(o);
+    } else {
+        /* Long requests in slices (kstate.h): the block stays bounded, as the slots' arenas do. */
+        const size_t slice = gp_kstate_slice_bytes(e);
+        size_t off = 0;
+
+        do {
+            const size_t n = r->len - off < slice ? r->len - off : slice;
+
+            err = ordered_launch(o, m, op, off == 0 ? r->aad : NULL, off == 0 ? r->aad_len : 0, r->in + off,
+                                 r->out + off, n, need);
+            off += n;
+        } while (off < r->len && err == cudaSuccess);
+    }
+    return err;
+}
+
 static int ordered_run_here(void *arg)
 {
     ordered_call *c = arg;
@@ -286,9 +415,9 @@ static int ordered_run_here(void *arg)
     cuda_ordered *o = m->ordered;
     const uint32_t op = r->kind == GP_REQ_AAD ? GP_OP_AAD : r->kind == GP_REQ_CRYPT
                         ? (m->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT) : GP_OP_TAG;
-    const int gpu = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->gpu : -1;
+    const int gpu = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->b->gpu : -1;
     cudaError_t err = cudaSuccess;
-    int saved;
+    int saved, st;
 
     if (o != NULL && o->failed)
         return GP_REQ_FAILED;
@@ -303,48 +432,40 @@ static int ordered_run_here(void *arg)
     }
     if (!gp_cuda_device_enter(gpu, &saved))
         return GP_REQ_FAILED;
-    if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, &err)) == NULL) {
-        gp_cuda_device_leave(saved);
+    if (o == NULL && (o = ordered_new(c->e, m, gpu, c->stream, 0, &err)) == NULL) {
+        st = GP_REQ_SYNC;   /* no chunk or no room: this one runs synchronously */
         if (err == cudaSuccess || err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
-            return GP_REQ_SYNC;   /* no chunk or no room: this one runs synchronously */
+        } else {
+            gp_cuda_failed(c->e, "stream-ordered setup", err);   /* the GPU current: the fault names it */
+            st = GP_REQ_FAILED;
         }
-        gp_cuda_failed(c->e, "stream-ordered setup", err);
-        return GP_REQ_FAILED;
+        gp_cuda_device_leave(saved);
+        return st;
+    }
+    /* The block's room for the whole request first, planned on the shadow before it moves: a GPU
+     * without it declines the request (synchronous, as with no chunk) before any of it is queued. */
+    {
+        gp_msg_state sh = o->shadow;
+        size_t need = 0;
+
+        (void)ordered_request(c->e, o, m, r, op, &need);
+        o->shadow = sh;
+        OPENSSL_cleanse(&sh, sizeof(sh));
+        if ((err = ordered_reserve(o->b, need)) == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            gp_cuda_device_leave(saved);
+            return ordered_give_back(c->e, m);
+        }
     }
     o->state_back = 0;
-    if (op == GP_OP_AAD) {
-        /* In pieces the launch parameter holds, each carried by an AAD request of no bytes of its
-         * own (the lead absorbs carried AAD first: the same MAC input in the same order). Held
-         * AAD before it (none: an AAD request is not held when it is this long) goes first. */
-        if (r->aad_len > 0)
-            err = ordered_launch(o, m, GP_OP_AAD, r->aad, r->aad_len, NULL, NULL, 0);
-        for (size_t off = 0; off < r->len && err == cudaSuccess; off += GP_ORDERED_AAD_MAX) {
-            const size_t n = r->len - off < GP_ORDERED_AAD_MAX ? r->len - off : GP_ORDERED_AAD_MAX;
-
-            err = ordered_launch(o, m, GP_OP_AAD, r->in + off, n, NULL, NULL, 0);
-        }
-    } else if (op == GP_OP_TAG) {
-        err = ordered_launch(o, m, GP_OP_TAG, r->aad, r->aad_len, NULL, (uint8_t *)(uintptr_t)(o->chunk->dev + ORD_CH_TAG), 0);
-        if (err == cudaSuccess)
-            err = ordered_state_back(o);
-    } else {
-        /* Long requests in slices (kstate.h): the block stays bounded, as the slots' arenas do. */
-        const size_t slice = gp_kstate_slice_bytes(c->e);
-        size_t off = 0;
-
-        do {
-            const size_t n = r->len - off < slice ? r->len - off : slice;
-
-            err = ordered_launch(o, m, op, off == 0 ? r->aad : NULL, off == 0 ? r->aad_len : 0, r->in + off,
-                                 r->out + off, n);
-            off += n;
-        } while (off < r->len && err == cudaSuccess);
-    }
+    if (err == cudaSuccess)
+        err = ordered_request(c->e, o, m, r, op, NULL);
     if (err == cudaSuccess && op != GP_OP_TAG)
-        err = cudaEventRecord(o->last, o->stream);
+        err = cudaEventRecord(o->b->last, o->b->stream);
+    st = err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);   /* the GPU current */
     gp_cuda_device_leave(saved);
-    return err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);
+    return st;
 }
 
 int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
@@ -353,6 +474,263 @@ int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream)
 
     /* CUDA calls need more stack than an async job's (devmem.c) */
     return gp_async_in_job() ? gp_call_off_job_stack(ordered_run_here, &c) : ordered_run_here(&c);
+}
+
+/*
+ * A pipeline call's requests on one stream (gp_exec_cuda.ordered_batch, batching/executor.h): the
+ * messages' data requests or tags in passes (batching/kstate.h, gp_ordered_pass_next), each pass
+ * one launch pair on the stream: gp_ordered_batch_kernel writes every slot's descriptors from its
+ * parameter into the pass's lead block (its first slot's message's), then one batch kernel runs
+ * them all. A slot's work reads and writes its own message's state and key schedule in that
+ * message's block (offsets modulo 2^64 from the lead block, as gp_work's are) and its data in
+ * place; its span counters, AAD, powers, partials and refs are the pass's, in the lead block's
+ * request area, which the stream has finished with before the next pass or request rewrites it.
+ * After the last pass each block's event is recorded once, after tags its messages' states
+ * coming back first (a group's in one copy). The passes are planned once on copies of the shadows
+ * before anything is queued, so each lead block is made or grown to its passes' need first: a GPU
+ * without that room (cudaErrorMemoryAllocation) declines the batch, each request then alone, as
+ * the other reasons to decline do, rather than failing it part-way.
+ */
+typedef struct ordered_batch_call {
+    gp_engine *e;
+    gp_request *reqs;
+    size_t n;
+    uint64_t stream;
+} ordered_batch_call;
+
+/* One pass: its descriptors into `args`, then its two launches. */
+static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request *reqs, const gp_ordered_pass *pass,
+                                       gp_ordered_batch_args *args)
+{
+    ordered_block *lead = os[pass->s[0].req]->b;
+    const size_t at = ORD_REQ_AT(lead->n);   /* the pass's area (planned from 0) */
+    const gp_kernel_shape *ks = shape_of(lead->g, lead->gpu);
+    dim3 grid, block, sgrid = { 1, 1, 1 }, sblock = { GP_COPY_BLOCK, 1, 1 };
+    unsigned int nr = pass->nrefs, flags = 0;
+    uint32_t most = 0;
+    uint8_t *base;
+    gp_unit_ref *drefs;
+    gp_work *dwork;
+    void *sargs[1], *kargs[5];
+    const void *kernel;
+    size_t smem;
+    cudaError_t err;
+
+    if ((err = ordered_reserve(lead, at + pass->end)) != cudaSuccess)   /* reserved already: nothing to do */
+        return err;
+    base = lead->dev;
+    args->base = gpu_addr(base);
+    args->works_at = gpu_addr(base + at + pass->works);
+    args->refs_at = gpu_addr(base + at + pass->refs);
+    args->nworks = pass->n;
+    args->nrefs = pass->nrefs;
+    for (uint32_t k = 0; k < pass->n; k++) {
+        const gp_ordered_slot *sl = &pass->s[k];
+        const gp_request *r = &reqs[sl->req];
+        cuda_ordered *o = os[sl->req];
+        gp_work *w = &args->work[k];
+        const int tag = r->kind == GP_REQ_TAG;
+
+        memset(w, 0, sizeof(*w));
+        w->job = sl->job;
+        w->key_off = gpu_addr(o->b->dev + ORD_KEY_AT(o->b->n)) - gpu_addr(base);
+        w->state_off = gpu_addr(o->b->dev + state_at(o)) - gpu_addr(base);
+        w->partials_off = at + sl->partials;
+        w->spans_off = (uint32_t)(at + sl->spans);
+        w->in_off = (tag ? 0 : gpu_addr(r->in + sl->off)) - gpu_addr(base);
+        w->out_off = (tag ? tag_dev(o) : gpu_addr(r->out + sl->off)) - gpu_addr(base);
+        if (sl->aad_len > 0) {
+            w->job.aad_off = at + sl->aad;
+            memcpy(args->extra + sl->extra_at, r->aad, sl->aad_len);
+        }
+        if (sl->pows) {
+            w->pows_off = at + sl->pow_at;
+            memcpy(args->extra + sl->extra_at + ALIGN16(sl->aad_len),
+                   gp_kstate_pows(r->msg, gp_key_sched_get(r->msg->key), &sl->job), sizeof(gp_mac_pows));
+        }
+        args->ref_first[k] = sl->ref_first;
+        args->extra_at[k] = sl->extra_at;
+        flags |= gp_alg_is_aes(o->shadow.alg) ? GP_BATCH_AES : 0;
+        most = sl->job.nunits + 1 > most ? sl->job.nunits + 1 : most;
+    }
+    sgrid.x = (most + GP_COPY_BLOCK - 1) / GP_COPY_BLOCK;
+    if (sgrid.x > GP_COPY_MAX_GRID)
+        sgrid.x = GP_COPY_MAX_GRID;
+    sgrid.y = pass->n;
+    sargs[0] = args;
+    drefs = (gp_unit_ref *)(base + at + pass->refs);
+    dwork = (gp_work *)(base + at + pass->works);
+    kargs[0] = &drefs;
+    kargs[1] = &nr;
+    kargs[2] = &dwork;
+    kargs[3] = &base;
+    kargs[4] = &flags;
+    kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
+    if ((err = cudaLaunchKernel((const void *)gp_ordered_batch_kernel, sgrid, sblock, sargs, 0, lead->stream))
+        == cudaSuccess)
+        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, lead->stream);
+    OPENSSL_cleanse(args->extra, pass->extra);   /* the launch copied it (the powers are secret) */
+    return err;
+}
+
+/* What a batch needs of the heap: zeroed, cleansed at the end (the powers and shadows are secret). */
+typedef struct ordered_batch_mem {
+    gp_ordered_batch_args args;                /* the launch copies all of it (the slots' rewritten each pass) */
+    gp_msg_state plan[GP_ORDERED_BATCH_MAX];   /* copies of the shadows, the passes first planned on */
+} ordered_batch_mem;
+
+/* The requests reqs[0..n) as the pass planner takes them, from the shadows `sh`. */
+static void ordered_batch_reqs(const gp_request *reqs, size_t n, gp_msg_state *const *sh, gp_ordered_req *q)
+{
+    for (size_t i = 0; i < n; i++)
+        q[i] = (gp_ordered_req){ .shadow = sh[i], .aad_len = (uint32_t)reqs[i].aad_len,
+                                 .op = reqs[i].kind == GP_REQ_TAG ? GP_OP_TAG
+                                       : reqs[i].msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT,
+                                 .len = reqs[i].kind == GP_REQ_TAG ? 0 : reqs[i].len };
+}
+
+static int ordered_batch_here(void *arg)
+{
+    ordered_batch_call *c = arg;
+    gp_request *reqs = c->reqs;
+    const size_t n = c->n;
+    cuda_ordered *os[GP_ORDERED_BATCH_MAX];
+    gp_msg *fresh[GP_ORDERED_BATCH_MAX];
+    gp_msg_state *sh[GP_ORDERED_BATCH_MAX];
+    gp_ordered_req q[GP_ORDERED_BATCH_MAX];
+    size_t need[GP_ORDERED_BATCH_MAX], group_need = 0;   /* a lead's request area; the group's */
+    gp_ordered_pass pass;
+    gp_ordered_batch_args *args;
+    ordered_batch_mem *mem;
+    cudaError_t err = cudaSuccess;
+    int gpu = -1, saved;
+    unsigned int nfresh = 0;
+
+    if (n < 2 || n > GP_ORDERED_BATCH_MAX)
+        return GP_REQ_SYNC;
+    /* Whatever one of them needs of the single path (a hand-over, a failure to report, a tag of
+     * nothing queued): all go alone, nothing changed. */
+    for (size_t i = 0; i < n; i++) {
+        const gp_request *r = &reqs[i];
+        const cuda_ordered *o = r->msg->ordered;
+        const int g = r->kind == GP_REQ_CRYPT && r->devmem ? r->gpu : o != NULL ? o->b->gpu : -1;
+
+        if ((r->kind != GP_REQ_CRYPT && r->kind != GP_REQ_TAG) || r->aad_len > GP_MSG_AAD_HOLD || g < 0
+            || (o != NULL && (o->failed || o->b->gpu != g)) || (gpu >= 0 && g != gpu))
+            return GP_REQ_SYNC;
+        gpu = g;
+        if (r->kind == GP_REQ_CRYPT) {
+            gp_job j;
+
+            gp_job_plan(&j, o != NULL ? &o->shadow : &r->msg->st, r->msg->enc ? GP_OP_ENCRYPT : GP_OP_DECRYPT, r->len,
+                        (uint32_t)r->aad_len);
+            if (j.nunits > 0 && ((gpu_addr(r->in + j.head_len) & 15) != 0 || (gpu_addr(r->out + j.head_len) & 15) != 0))
+                return GP_REQ_SYNC;
+        }
+    }
+    if ((mem = OPENSSL_zalloc(sizeof(*mem))) == NULL)
+        return GP_REQ_SYNC;
+    args = &mem->args;
+    /* The passes planned first on copies of the shadows (nothing moved): what each pass's lead
+     * block needs of its request area, so that every block has its room before anything is
+     * queued, and a GPU without that room declines the batch rather than failing mid-way. */
+    for (size_t i = 0; i < n; i++) {
+        const cuda_ordered *o = reqs[i].msg->ordered;
+
+        mem->plan[i] = o != NULL ? o->shadow : reqs[i].msg->st;
+        sh[i] = &mem->plan[i];
+        need[i] = 0;
+    }
+    ordered_batch_reqs(reqs, n, sh, q);
+    while (gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), 0, &pass))
+        if (pass.end > need[pass.s[0].req])
+            need[pass.s[0].req] = pass.end;
+    if (!gp_cuda_device_enter(gpu, &saved)) {
+        OPENSSL_clear_free(mem, sizeof(*mem));
+        return GP_REQ_SYNC;
+    }
+    /* Messages not queued before: one block for them all where they share a key (a pipeline's
+     * first call), else one each; each made at the size its passes need. */
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].msg->ordered == NULL && reqs[i].msg->key == reqs[0].msg->key) {
+            fresh[nfresh++] = reqs[i].msg;
+            group_need = need[i] > group_need ? need[i] : group_need;
+        }
+    if (nfresh >= 2 && nfresh == n
+        && !ordered_block_new(c->e, fresh, nfresh, gpu, c->stream, ORD_REQ_AT(nfresh) + group_need, &err))
+        (void)cudaGetLastError();   /* then one each, below */
+    for (size_t i = 0; i < n; i++) {
+        gp_msg *m = reqs[i].msg;
+
+        if ((os[i] = m->ordered) == NULL
+            && (os[i] = ordered_new(c->e, m, gpu, c->stream, ORD_REQ_AT(1) + need[i], &err)) == NULL) {
+            /* no chunk or no room now (those made stay their messages'): each alone */
+            (void)cudaGetLastError();
+            gp_cuda_device_leave(saved);
+            OPENSSL_clear_free(mem, sizeof(*mem));
+            return GP_REQ_SYNC;
+        }
+    }
+    /* Blocks made before: grown to what their passes need (a block made above has its room). */
+    err = cudaSuccess;
+    for (size_t i = 0; i < n && err == cudaSuccess; i++)
+        if (need[i] > 0)
+            err = ordered_reserve(os[i]->b, ORD_REQ_AT(os[i]->b->n) + need[i]);
+    if (err == cudaErrorMemoryAllocation) {
+        /* no room now, nothing queued (the blocks are whole: ordered_reserve): each alone */
+        (void)cudaGetLastError();
+        gp_cuda_device_leave(saved);
+        OPENSSL_clear_free(mem, sizeof(*mem));
+        return GP_REQ_SYNC;
+    }
+    for (size_t i = 0; i < n; i++) {
+        os[i]->state_back = 0;
+        sh[i] = &os[i]->shadow;
+    }
+    ordered_batch_reqs(reqs, n, sh, q);
+    /* From the first pass planned the shadows have moved: every request is queued, or fails. Each
+     * pass is the one planned above, so its lead block has its room already. */
+    while (err == cudaSuccess && gp_ordered_pass_next(q, n, gp_kstate_slice_bytes(c->e), 0, &pass))
+        err = ordered_pass_launch(os, reqs, &pass, args);
+    /* Behind the last pass, each block once: its messages' states back after tags, its event. */
+    for (size_t i = 0; i < n && err == cudaSuccess; i++) {
+        ordered_block *b = os[i]->b;
+        int tags = 0, seen = 0;
+
+        for (size_t k = 0; k < i; k++)
+            seen |= os[k]->b == b;
+        if (seen)
+            continue;
+        for (size_t k = i; k < n; k++)
+            tags |= os[k]->b == b && reqs[k].kind == GP_REQ_TAG;
+        if (tags && b->n == 1)
+            err = ordered_state_back(os[i]);
+        else if (tags && (err = cudaMemcpyAsync(b->chunk->host + ORD_CH_STATE(b->n), b->dev,
+                                                (size_t)b->n * ORD_STATE_STRIDE, cudaMemcpyDeviceToHost,
+                                                b->stream)) == cudaSuccess)
+            for (size_t k = i; k < n; k++)
+                os[k]->state_back |= os[k]->b == b;   /* every state of the block: behind the event below */
+        if (err == cudaSuccess && !(tags && b->n == 1))
+            err = cudaEventRecord(b->last, b->stream);
+    }
+    OPENSSL_clear_free(mem, sizeof(*mem));
+    for (size_t i = 0; i < n; i++) {
+        if (err != cudaSuccess)
+            os[i]->failed = os[i]->b->failed = 1;
+        reqs[i].status = err == cudaSuccess ? GP_REQ_OK : GP_REQ_FAILED;
+    }
+    if (err != cudaSuccess)   /* with the stream's GPU current: the fault names it */
+        gp_cuda_failed(c->e, "stream-ordered batch launch", err);
+    gp_cuda_device_leave(saved);
+    return GP_REQ_OK;
+}
+
+int gp_cuda_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream)
+{
+    ordered_batch_call c = { e, reqs, n, stream };
+
+    /* CUDA calls need more stack than an async job's (devmem.c) */
+    return gp_async_in_job() ? gp_call_off_job_stack(ordered_batch_here, &c) : ordered_batch_here(&c);
 }
 
 static int ordered_wait_here(void *arg)
@@ -366,20 +744,24 @@ static int ordered_wait_here(void *arg)
         return GP_REQ_OK;   /* nothing queued: the state is the message's own */
     if (o->failed)
         return GP_REQ_FAILED;
-    if (!gp_cuda_device_enter(o->gpu, &saved))
+    if (!gp_cuda_device_enter(o->b->gpu, &saved))
         return GP_REQ_FAILED;
     /* Behind a tag the state is on its way already; else (a copy of the context mid-message) it is
-     * fetched now, and the wait covers what the caller queued since too. */
+     * fetched now, and the wait covers what the caller queued since too (in a group: what it
+     * queued for the block's other messages as well). */
     if (!o->state_back)
         err = ordered_state_back(o);
     if (err == cudaSuccess)
-        err = cudaEventSynchronize(o->last);
+        err = cudaEventSynchronize(o->b->last);
+    if (err != cudaSuccess) {
+        (void)ordered_failed(o, "stream-ordered work", err);   /* the GPU current: the fault names it */
+        gp_cuda_device_leave(saved);
+        return GP_REQ_FAILED;
+    }
     gp_cuda_device_leave(saved);
-    if (err != cudaSuccess)
-        return ordered_failed(o, "stream-ordered work", err);
-    memcpy(&c->m->st, o->chunk->host + ORD_CH_STATE, sizeof(gp_msg_state));
+    memcpy(&c->m->st, state_host(o), sizeof(gp_msg_state));
     if (c->tag != NULL)
-        memcpy(c->tag, o->chunk->host + ORD_CH_TAG, 16);
+        memcpy(c->tag, tag_host(o), 16);
     return GP_REQ_OK;
 }
 
@@ -390,42 +772,70 @@ int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16])
     return gp_async_in_job() ? gp_call_off_job_stack(ordered_wait_here, &c) : ordered_wait_here(&c);
 }
 
-/* After the message's last work, on the stream's host-function thread (no CUDA call there): the
+/* After the block's last work, on the stream's host-function thread (no CUDA call there): the
  * chunk cleansed and back in the pool. */
 static void CUDART_CB ordered_chunk_back(void *arg)
 {
-    cuda_ordered *o = arg;
+    ordered_block_drop(arg);
+}
 
-    OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-    gp_stage_put(&o->g->stage, o->chunk);
-    OPENSSL_clear_free(o, sizeof(*o));
+/*
+ * A group's message let go while others still hold the block: its state (a Poly1305 key, E_K(J0),
+ * keystream) must not outlive it there. Behind its work on the stream: its slot in the block
+ * zeroed, then that zeroed slot copied over its state going up and coming back in the chunk and
+ * over its tag there (the stream orders these after the copies that wrote them; nothing of the
+ * group's reads the slot again). A call the stream does not take leaves the slot to the last
+ * release, which clears the block and the chunk whole.
+ */
+static void ordered_slot_clear(const cuda_ordered *o)
+{
+    ordered_block *b = o->b;
+    const uint8_t *zero = b->dev + state_at(o);
+    cudaError_t err;
+    int saved;
+
+    if (!gp_cuda_device_enter(b->gpu, &saved))
+        return;
+    if ((err = cudaMemsetAsync(b->dev + state_at(o), 0, ORD_STATE_STRIDE, b->stream)) == cudaSuccess
+        && (err = cudaMemcpyAsync(b->chunk->host + state_at(o), zero, ORD_STATE_STRIDE, cudaMemcpyDeviceToHost,
+                                  b->stream)) == cudaSuccess
+        && (err = cudaMemcpyAsync(state_host(o), zero, ORD_STATE_STRIDE, cudaMemcpyDeviceToHost, b->stream))
+           == cudaSuccess)
+        err = cudaMemcpyAsync(tag_host(o), zero, 16, cudaMemcpyDeviceToHost, b->stream);
+    if (err != cudaSuccess)
+        (void)cudaGetLastError();
+    gp_cuda_device_leave(saved);
 }
 
 static int ordered_release_here(void *arg)
 {
     gp_msg *m = arg;
     cuda_ordered *o = m->ordered;
+    ordered_block *b = o->b;
     cudaError_t err = cudaErrorUnknown;
     int saved;
 
     m->ordered = NULL;
-    if (gp_cuda_device_enter(o->gpu, &saved)) {
-        /* The block cleared (state, key, powers, partials) and freed behind the message's work,
-         * then the chunk back. An event may be destroyed before it completes. */
-        if ((err = cudaMemsetAsync(o->dev, 0, o->dev_cap, o->stream)) == cudaSuccess
-            && (err = cudaFreeAsync(o->dev, o->stream)) == cudaSuccess)
-            err = cudaLaunchHostFunc(o->stream, ordered_chunk_back, o);
-        (void)cudaEventDestroy(o->last);
+    if (--b->holders > 0) {
+        /* In a group, the others still run: only this message's slot is cleared, behind its work. */
+        ordered_slot_clear(o);
+        OPENSSL_clear_free(o, sizeof(*o));
+        return 0;
+    }
+    OPENSSL_clear_free(o, sizeof(*o));
+    if (gp_cuda_device_enter(b->gpu, &saved)) {
+        /* The block cleared (states, key, powers, partials) and freed behind its work, then the
+         * chunk back. An event may be destroyed before it completes. */
+        if ((err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) == cudaSuccess
+            && (err = cudaFreeAsync(b->dev, b->stream)) == cudaSuccess)
+            err = cudaLaunchHostFunc(b->stream, ordered_chunk_back, b);
+        (void)cudaEventDestroy(b->last);
         (void)cudaGetLastError();
         gp_cuda_device_leave(saved);
     }
-    if (err != cudaSuccess && !o->failed) {
-        /* The stream took none of it: nothing of the message's can still run there. */
-        OPENSSL_cleanse(o->chunk->host, ORD_CH_USED);
-        gp_stage_put(&o->g->stage, o->chunk);
-        OPENSSL_clear_free(o, sizeof(*o));
-    }
-    /* (a failed GPU's stream may still hold the message's work: its chunk and state are left) */
+    if (err != cudaSuccess && !b->failed)
+        ordered_block_drop(b);   /* the stream took none of it: nothing of the block's can still run there */
+    /* (a failed GPU's stream may still hold the block's work: its chunk and states are left) */
     return 0;
 }
 

@@ -316,5 +316,6 @@ const gp_executor gp_exec_cuda = {
      * gp_cuda_issue_after_callers). */
     .stream_check = gp_cuda_stream_check,
     .ordered_run = gp_cuda_ordered_run,
+    .ordered_batch = gp_cuda_ordered_batch,
     .ordered_wait = gp_cuda_ordered_wait,
 };

@@ -101,10 +101,11 @@ with35() {   # with35 COMMAND...: run under the 3.5 libcrypto, or fail saying th
   [ -f "$ossl35/lib/libcrypto.so.3" ] || { echo "no OpenSSL 3.5 in $ossl35 (OPENSSL35_PREFIX): the pipeline API is not there to test"; return 1; }
   LD_LIBRARY_PATH="$ossl35/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 }
-step pipeline with35 meson test -C "$build" pipeline-cuda pipeline-hybrid-cuda pipeline-devmem-cuda --print-errorlogs --num-processes 1
+step pipeline with35 meson test -C "$build" pipeline-cuda pipeline-hybrid-cuda pipeline-devmem-cuda pipeline-stream-cuda \
+  pipeline-stream-cuda-slices --print-errorlogs --num-processes 1
 grep -hE "skipped: needs|wycheproof through pipes" "$build/meson-logs/testlog.txt" 2>/dev/null | sort | uniq -c
-step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda --print-errorlogs \
-  --num-processes 1 --timeout-multiplier 20 \
+step memcheck-pipeline with35 env GPTEST_PIPE_QUICK=1 meson test -C "$build" pipeline-cuda pipeline-devmem-cuda pipeline-stream-cuda \
+  --print-errorlogs --num-processes 1 --timeout-multiplier 20 \
   --wrapper "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20"
 step pipeline-bench with35 env GPUPROV_STATS=1 "$build/bench/pipeline_bench" --module-dir "$build/provider"
 grep -E "^pipeline_bench|GB/s|gpuprov (stats|hybrid)" "$out/pipeline-bench.log" 2>/dev/null

@@ -115,6 +115,7 @@ static const knob_case cases[] = {
     { "GPUPROV_TEST_SLICE_BYTES", "4k", 4096, 0 }, { "GPUPROV_TEST_SLICE_BYTES", "0", 0, 0 },
     { "GPUPROV_TEST_SLICE_BYTES", "slice", BAD, 0 },
     { "GPUPROV_TEST_HOST_DEVMEM", "1", 1, 0 }, { "GPUPROV_TEST_HOST_DEVMEM", "device", BAD, 0 },
+    { "GPUPROV_TEST_ORDERED_ALONE", "1", 1, 0 }, { "GPUPROV_TEST_ORDERED_ALONE", "alone", BAD, 0 },
     { "GPUPROV_TEST_CPUS_FREE", "1", 1, 0 }, { "GPUPROV_TEST_CPUS_FREE", "free", BAD, 0 },
     { "GPUPROV_TEST_HOST_FAIL_AFTER", "0", 0, 0 }, { "GPUPROV_TEST_HOST_FAIL_AFTER", "7", 7, 0 },
     { "GPUPROV_TEST_HOST_FAIL_AFTER", "-1", BAD, 0 },
@@ -282,6 +283,7 @@ static void test_table(void **state)
     assert_int_equal(k.test.host_inflight, 0);
     assert_int_equal(k.test.host_stage, 0);
     assert_int_equal(k.test.host_devmem, 0);
+    assert_int_equal(k.test.ordered_alone, 0);
     assert_int_equal(k.test.cuda_fault_call, GP_CF_NONE);
     assert_string_equal(k.test.cuda_fault_file, "");
     assert_int_equal(k.test.cuda_fault_line, 0);
@@ -417,7 +419,8 @@ static void test_flavour(void **state)
         "GPUPROV_TEST_CUDA_FAULT_AFTER", "GPUPROV_TEST_CUDA_SILENT_AFTER", "GPUPROV_TEST_GHASH_MMA_ANY_BATCH",
         "GPUPROV_TEST_NO_EARLY_LAUNCH", "GPUPROV_TEST_STAGE_ONE_THREAD", "GPUPROV_TEST_UNWATCH_DELAY_US",
         "GPUPROV_TEST_GATHER_OPS", "GPUPROV_TEST_HOST_INFLIGHT", "GPUPROV_TEST_HOST_STAGE", "GPUPROV_TEST_SLICE_BYTES",
-        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER", "GPUPROV_TEST_GPU_MODEL",
+        "GPUPROV_TEST_HOST_DEVMEM", "GPUPROV_TEST_ORDERED_ALONE", "GPUPROV_TEST_CPUS_FREE", "GPUPROV_TEST_HOST_FAIL_AFTER",
+        "GPUPROV_TEST_GPU_MODEL",
         "GPUPROV_TEST_SHARE_KEY", "GPUPROV_TEST_CUDA_FAULT_FILE", "GPUPROV_TEST_CUDA_FAULT_LINE", "GPUPROV_TEST_CUDA_FAULT_SKIP",
         "GPUPROV_TEST_CUDA_FAULT_TIMES", "GPUPROV_TEST_CUDA_FAULT_DEVICE", "GPUPROV_TEST_CUDA_FAULT_AT_MS"
     };
