@@ -25,7 +25,9 @@
  *      bench/devmem.sh puts kernel_bench's raw-kernel figure beside each row.
  *   2. threads: --threads threads, each with its own context and device region, encrypt
  *      --msg-kib messages synchronously as a TLS record would be (IV re-init, 13 bytes of host AAD,
- *      one device-memory update, Final, GET_TAG); GB/s in total.
+ *      one device-memory update, Final, GET_TAG); GB/s in total. --thread-streams: each thread's
+      context is stream-ordered on a non-blocking stream of its own (GET_TAG waits for the message,
+      so each call is still synchronous to the thread), beside the synchronous figure.
  *   3. stream (--stream U, MiB; 0: off): stream-ordered device mode (gpuprov-cuda-stream,
  *      docs/config.md): one context encrypts the --buffer-mib buffer as one message in updates of U
  *      MiB queued on one non-blocking CUDA stream, Final, then GET_TAG (AEAD; it waits for the
@@ -44,6 +46,7 @@
 static OSSL_LIB_CTX *libctx;
 static double seconds = 2.0;
 static int in_place;             /* --in-place: the large cell's timed updates write over their input */
+static int thread_streams;       /* --thread-streams: each thread's messages ordered on its own stream */
 
 static void die(const char *what)
 {
@@ -238,6 +241,7 @@ typedef struct worker {
     unsigned char *in, *out;     /* this thread's device region */
     size_t len;
     _Atomic int *go, *stop;
+    cudaStream_t stream;         /* NULL: synchronous device mode */
     long ops;
 } worker;
 
@@ -245,7 +249,7 @@ static void *worker_main(void *arg)
 {
     worker *w = arg;
     unsigned char key[32] = { 7 }, iv[16] = { 8 }, aad[AAD_LEN] = { 9 }, tag[16];
-    EVP_CIPHER_CTX *ctx = device_ctx(w->cipher, key);
+    EVP_CIPHER_CTX *ctx = device_ctx_on(w->cipher, key, w->stream);
 
     iv[2] = (unsigned char)(uintptr_t)w;   /* any IV: the output is not kept */
     message(ctx, w->cipher, iv, aad, w->in, w->out, w->len, w->len, tag);   /* warm */
@@ -260,27 +264,37 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void bench_threads(const char *gpu, const char *cipher, int nthreads, size_t msg_kib)
+static void bench_threads(const char *gpu, const char *cipher, int nthreads, size_t msg_kib, int streams)
 {
     const size_t len = msg_kib << 10;
     worker *w = calloc((size_t)nthreads, sizeof(*w));
     unsigned char *in, *out, key[32] = { 7 }, iv[16] = { 8 }, aad[AAD_LEN] = { 9 }, tag[16];
     _Atomic int go = 0, stop = 0;
-    EVP_CIPHER_CTX *ctx = device_ctx(cipher, key);
+    cudaStream_t check_stream = NULL;   /* the check runs the way the cell does */
+    EVP_CIPHER_CTX *ctx;
     double t0, t;
     long ops = 0;
 
     if (w == NULL)
         die("out of memory");
+    if (streams)
+        CHECK(cudaStreamCreateWithFlags(&check_stream, cudaStreamNonBlocking));
+    ctx = device_ctx_on(cipher, key, check_stream);
     CHECK(cudaMalloc((void **)&in, len * (size_t)nthreads));
     CHECK(cudaMalloc((void **)&out, len * (size_t)nthreads));
     fill_random(in, len * (size_t)nthreads);
     message(ctx, cipher, iv, aad, in, out, len, len, tag);
+    if (check_stream != NULL)
+        CHECK(cudaStreamSynchronize(check_stream));
     verify(cipher, key, iv, aad, in, out, len, tag);
     EVP_CIPHER_CTX_free(ctx);
+    if (check_stream != NULL)
+        CHECK(cudaStreamDestroy(check_stream));
     for (int i = 0; i < nthreads; i++) {
         w[i] = (worker){ .cipher = cipher, .in = in + (size_t)i * len, .out = out + (size_t)i * len, .len = len,
                          .go = &go, .stop = &stop };
+        if (streams)
+            CHECK(cudaStreamCreateWithFlags(&w[i].stream, cudaStreamNonBlocking));
         if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0)
             die("pthread_create failed");
     }
@@ -296,10 +310,14 @@ static void bench_threads(const char *gpu, const char *cipher, int nthreads, siz
     for (int i = 0; i < nthreads; i++) {
         pthread_join(w[i].th, NULL);
         ops += w[i].ops;
+        if (w[i].stream != NULL)
+            CHECK(cudaStreamDestroy(w[i].stream));
     }
-    printf("%-18s %3d threads x %zu KiB messages, synchronous: %10.1f GB/s (%.0f messages/s)\n", cipher, nthreads,
-           msg_kib, (double)ops * (double)len / t / 1e9, (double)ops / t);
-    printf("DEVMEM_THREADS,%s,%s,%d,%zu,%.2f\n", gpu, cipher, nthreads, msg_kib, (double)ops * (double)len / t / 1e9);
+    printf("%-18s %3d threads x %zu KiB messages, %s: %10.1f GB/s (%.0f messages/s)\n", cipher, nthreads,
+           msg_kib, streams ? "each thread on its stream" : "synchronous", (double)ops * (double)len / t / 1e9,
+           (double)ops / t);
+    printf("%s,%s,%s,%d,%zu,%.2f\n", streams ? "DEVMEM_THREAD_STREAMS" : "DEVMEM_THREADS", gpu, cipher, nthreads,
+           msg_kib, (double)ops * (double)len / t / 1e9);
     CHECK(cudaFree(in));
     CHECK(cudaFree(out));
     free(w);
@@ -312,7 +330,7 @@ int main(int argc, char **argv)
         { "updates", required_argument, NULL, 'u' },    { "ciphers", required_argument, NULL, 'c' },
         { "seconds", required_argument, NULL, 's' },    { "threads", required_argument, NULL, 't' },
         { "msg-kib", required_argument, NULL, 'k' },    { "in-place", no_argument, NULL, 'i' },
-        { "stream", required_argument, NULL, 'S' },
+        { "stream", required_argument, NULL, 'S' },      { "thread-streams", no_argument, NULL, 'T' },
         { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
@@ -333,10 +351,11 @@ int main(int argc, char **argv)
         case 'k': msg_kib = strtoul(optarg, NULL, 10); break;
         case 'i': in_place = 1; break;
         case 'S': stream_mib = strtoul(optarg, NULL, 10); break;
+        case 'T': thread_streams = 1; break;
         default:
             fprintf(stderr, "usage: devmem_bench [--module-dir DIR] [--buffer-mib 256] [--updates 1,4,16,64,256] "
                             "[--ciphers A,B] [--seconds 2] [--threads 16 (0: none)] [--msg-kib 16] [--in-place] "
-                            "[--stream 1 (MiB updates on one stream; 0: none)]\n");
+                            "[--stream 1 (MiB updates on one stream; 0: none)] [--thread-streams]\n");
             return 2;
         }
     }
@@ -357,7 +376,9 @@ int main(int argc, char **argv)
             bench_large(prop.name, c, buf_mib, strtoul(u, NULL, 10));
     }
     if (nthreads > 0)
-        bench_threads(prop.name, "AES-256-GCM", nthreads, msg_kib);
+        bench_threads(prop.name, "AES-256-GCM", nthreads, msg_kib, 0);
+    if (nthreads > 0 && thread_streams)
+        bench_threads(prop.name, "AES-256-GCM", nthreads, msg_kib, 1);
     /* gpuprov's stats lines (GPUPROV_STATS) print when it unloads. */
     OSSL_PROVIDER_unload(gpuprov);
     OSSL_PROVIDER_unload(dflt);
