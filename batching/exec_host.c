@@ -480,13 +480,27 @@ static void host_ordered_free(host_ordered *o)
     OPENSSL_clear_free(o, sizeof(*o));
 }
 
+/* One of o's queued items has run (on the stream's thread): the waits see it, and the last item
+ * after the engine let go frees the instance. */
+static void host_ordered_item_done(host_ordered *o)
+{
+    int last;
+
+    pthread_mutex_lock(&o->lock);
+    o->done++;
+    last = o->released && o->done == o->queued;
+    pthread_cond_broadcast(&o->ran);
+    pthread_mutex_unlock(&o->lock);
+    if (last)
+        host_ordered_free(o);
+}
+
 /* One queued request, on the stream's thread. The test hook host_fail_after fails it as the GPU
  * would fail a kernel: the request and those after it of the message do not run. */
 static void host_ordered_item_run(void *arg)
 {
     host_ordered_item *it = arg;
     host_ordered *o = it->o;
-    int last;
 
     if (!o->failed) {
         if (host_fails_now(o->e))
@@ -501,13 +515,7 @@ static void host_ordered_item_run(void *arg)
             o->failed = 1;
     }
     OPENSSL_clear_free(it, sizeof(*it) + it->copied);
-    pthread_mutex_lock(&o->lock);
-    o->done++;
-    last = o->released && o->done == o->queued;
-    pthread_cond_broadcast(&o->ran);
-    pthread_mutex_unlock(&o->lock);
-    if (last)
-        host_ordered_free(o);
+    host_ordered_item_done(o);
 }
 
 /* The kernels' op of request r (a tag request's, a verdict's too). */
@@ -675,18 +683,8 @@ static void host_batch_item_run(void *arg)
             o->failed = 1;
         OPENSSL_cleanse(&j, sizeof(j));
     }
-    for (size_t i = 0; i < it->nmsgs; i++) {
-        host_ordered *o = it->os[i];
-        int last;
-
-        pthread_mutex_lock(&o->lock);
-        o->done++;
-        last = o->released && o->done == o->queued;
-        pthread_cond_broadcast(&o->ran);
-        pthread_mutex_unlock(&o->lock);
-        if (last)
-            host_ordered_free(o);
-    }
+    for (size_t i = 0; i < it->nmsgs; i++)
+        host_ordered_item_done(it->os[i]);
     host_batch_item_free(it);
 }
 
