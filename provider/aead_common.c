@@ -530,22 +530,24 @@ int gp_aead_cipher(void *vctx, unsigned char *out, size_t *outl, size_t outsize,
     /* ChaCha20-Poly1305's cipher call for 0 bytes: in TLS record mode it is a record shorter than
      * its tag (RFC 7905 §2: payload || tag), refused with the record left pending; otherwise it
      * processes nothing, as its update (closing the AAD there would let two AADs share one
-     * Poly1305 input, RFC 8439 §2.8 pads the AAD once, after all of it), but with a key and an IV
-     * it begins the message: the default provider makes the message's one-time Poly1305 key there
-     * (RFC 8439 §2.6), so a nonce set afterwards (TLS1_IV_FIXED) no longer applies to this message
-     * and is refused until a new one starts (found by fuzz_evp_diff). */
+     * Poly1305 input, RFC 8439 §2.8 pads the AAD once, after all of it), but with a key it begins
+     * the message: the default provider makes the message's one-time Poly1305 key there (RFC 8439
+     * §2.6), so a nonce set afterwards (TLS1_IV_FIXED) no longer applies to this message and is
+     * refused until a new one starts. With no IV, after a Final, or with the IV dropped, the
+     * default begins one on an all-zero or a used nonce: refused as an update would be (found by
+     * fuzz_evp_diff, regressions d15 and d16). */
     if (inl == 0 && !is_gcm(ctx)) {
+        int ok;
+
         *outl = 0;
         if (ctx->tls_aad_len != 0)
             return gp_chachapoly_tls_record(ctx, out, outl, outsize, in, 0);
-        if (ctx->key != NULL && (ctx->iv_state == GP_IV_STARTED || ctx->iv_state == GP_IV_BUFFERED)) {
-            int ok = ensure_started(ctx);
-
-            ctx->begun |= ok;
-            aead_rearm(ctx);
-            return ok;
-        }
-        return 1;
+        if (ctx->key == NULL)
+            return 1;
+        ok = ensure_started(ctx);
+        ctx->begun |= ok;
+        aead_rearm(ctx);
+        return ok;
     }
     /* GCM's cipher call for 0 bytes does what one for more does before it touches data (its update
      * returns before any of it: ciphercommon_gcm.c gcm_cipher_internal): a pending TLS record is
