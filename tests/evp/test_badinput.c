@@ -1157,6 +1157,39 @@ static void test_tls_mode_edges(void **state)
     }
 }
 
+/* ChaCha20-Poly1305's 0-byte EVP_Cipher with a key begins a message on the default provider (it
+ * makes the message's Poly1305 key from the nonce it holds): with no IV (an all-zero nonce) or after
+ * a Final (the used nonce) gpuprov refuses it as it refuses an update there; with an IV it begins
+ * the message, and a TLS1_IV_FIXED after it is refused (tests/fuzz/regress d15, d16). */
+static void test_ccp_empty_cipher(void **state)
+{
+    const int idx = evp_cipher_index("ChaCha20-Poly1305");
+    unsigned char key[32] = { 4 }, iv[12] = { 5 }, fixed[12] = { 6 }, buf[16] = { 0 };
+    int outl;
+    EVP_CIPHER_CTX *c;
+
+    (void)state;
+    c = new_ctx(idx, key, NULL, 1);
+    refused_because(EVP_Cipher(c, buf, buf, 0) < 0 ? 0 : 1, "ChaCha20-Poly1305 0-byte EVP_Cipher with no IV",
+                    "no iv set");
+    proper_message(c, idx, 1);
+    EVP_CIPHER_CTX_free(c);
+    c = new_ctx(idx, key, iv, 1);
+    assert_int_equal(EVP_CipherUpdate(c, buf, &outl, buf, 16), 1);
+    assert_int_equal(EVP_CipherFinal_ex(c, buf, &outl), 1);
+    refused_because(EVP_Cipher(c, buf, buf, 0) < 0 ? 0 : 1, "ChaCha20-Poly1305 0-byte EVP_Cipher after a Final",
+                    "message already finished");
+    proper_message(c, idx, 1);
+    EVP_CIPHER_CTX_free(c);
+    c = new_ctx(idx, key, iv, 1);
+    assert_true(EVP_Cipher(c, buf, buf, 0) >= 0);
+    refused_because(set_octets(c, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, fixed, 12),
+                    "ChaCha20-Poly1305 TLS1_IV_FIXED after a 0-byte EVP_Cipher with a key and an IV",
+                    "finish it or set a new iv");
+    proper_message(c, idx, 1);
+    EVP_CIPHER_CTX_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1177,6 +1210,7 @@ int main(void)
         cmocka_unit_test(test_ctr_tls_mac),
         cmocka_unit_test(test_aead_taglen),
         cmocka_unit_test(test_tls_mode_edges),
+        cmocka_unit_test(test_ccp_empty_cipher),
         cmocka_unit_test(test_negative_inl),
         cmocka_unit_test(test_raw_huge),
         cmocka_unit_test(test_raw_outsize),
