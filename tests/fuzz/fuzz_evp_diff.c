@@ -1409,6 +1409,11 @@ static void op_tls_record(fz *f, reader *r)
                 f->data_seen = 1;
                 f->text += reclen;
             }
+            /* ... and a 0-byte EVP_Cipher there, with a key and an IV, makes the message's
+             * Poly1305 key, as in data_update: begun */
+            if (!f->tls_pending && reclen == 0 && via_cipher && !gcm && f->key_set
+                && (f->msg == MSG_BUFFERED || f->msg == MSG_STARTED))
+                after_started(f);
         }
         /* a 0-byte record is no call at all on either side, but for GCM's EVP_Cipher */
         if (reclen > 0 || (via_cipher && gcm))
