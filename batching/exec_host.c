@@ -671,9 +671,11 @@ static void host_batch_item_run(void *arg)
             pass_failed = host_fails_now(o->e);
         if (o->failed)
             continue;
+        /* The instance's copy of the message: the provider may have freed its own since (a
+         * pipeline's re-init with another numpipes ends it with this work queued). */
+        sl->r.msg = o->msg;
         gp_job_plan(&j, &o->msg->st, op_of_kind(&sl->r), sl->r.kind == GP_REQ_TAG ? 0 : sl->r.len,
                     (uint32_t)sl->r.aad_len);
-        sl->r.msg = o->msg;
         sl->r.status = GP_REQ_FAILED;
         if (!pass_failed && gp_kstate_shadow_matches(&o->msg->st, &sl->expect) && memcmp(&j, &sl->job, sizeof(j)) == 0)
             host_run_one(&sl->r);

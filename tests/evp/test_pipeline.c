@@ -452,6 +452,103 @@ static void test_large_pipes(void **state)
     fixed_len = fixed_first = 0;
 }
 
+/*
+ * One context re-initialised call after call (new IVs, the key given again), as a program that
+ * encrypts batch after batch does: each re-init ends every pipe's message, with the calls before
+ * still queued where stream-ordered (every other call's tags not read before the next init; the
+ * host stand-in's queued batch once read the freed message there); the last call changes numpipes
+ * (a new pipeline: the old one's messages freed with their work queued).
+ * Every pipe of every call is the default provider's message, tags included where read.
+ */
+#define REINIT_CALLS 5
+
+static void reinit_call(EVP_CIPHER_CTX *c, int idx, int k, const unsigned char *key, msg *m, size_t n,
+                        unsigned char **in, unsigned char **out)
+{
+    const EVP_CIPHER *ciph = evp_cipher(g_env, idx, 1);
+    const size_t ivlen = evp_ciphers[idx].ivlen;
+    const unsigned char *ivs[PIPE_MAX], *inp[PIPE_MAX];
+    unsigned char *outp[PIPE_MAX], tags[PIPE_MAX][16], *tagp[PIPE_MAX], **tp = tagp;
+    size_t outl[PIPE_MAX], outsize[PIPE_MAX], inl[PIPE_MAX];
+    OSSL_PARAM prm[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
+    msgs_new(idx, m, n, ivlen, 20000);
+    for (size_t i = 0; i < n; i++) {
+        reference(idx, 1, key, ivlen, &m[i], m[i].ref, m[i].tag);
+        in[i] = buf_new(m[i].len, devmem);
+        out[i] = buf_new(m[i].len, devmem);
+        memcpy(in[i], m[i].in, m[i].len);   /* the stand-in's memory is host memory underneath */
+        ivs[i] = m[i].iv;
+        tagp[i] = tags[i];
+    }
+    /* The cipher at the first init only: given again, 3.5's EVP resets the context (and with it
+     * device mode and the stream, which the context otherwise keeps over re-inits). */
+    assert_int_equal(api.encrypt_init(c, k == 0 ? ciph : NULL, key, evp_ciphers[idx].keylen, n, ivs, ivlen), 1);
+    if (k == 0 && devmem)
+        assert_int_equal(set_memory(c, "device"), 1);
+    if (k == 0 && stream != NULL)
+        assert_int_equal(set_stream(c, stream), 1);
+    if (is_aead(idx)) {
+        for (size_t i = 0; i < n; i++) {
+            inp[i] = m[i].aad;
+            inl[i] = m[i].aadlen;
+        }
+        assert_int_equal(api.update(c, NULL, outl, NULL, inp, inl), 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        inp[i] = in[i];
+        inl[i] = outsize[i] = m[i].len;
+        outp[i] = out[i];
+    }
+    assert_int_equal(api.update(c, outp, outl, outsize, inp, inl), 1);
+    for (size_t i = 0; i < n; i++) {
+        outp[i] = out[i] + m[i].len;
+        outsize[i] = 0;
+    }
+    assert_int_equal(api.final(c, outp, outl, outsize), 1);
+    if (!is_aead(idx) || k % 2 == 1)
+        return;   /* its tags not read: the next init ends its messages with their work queued */
+    prm[0] = pipe_tag_param(&tp, 16);
+    assert_int_equal(EVP_CIPHER_CTX_get_params(c, prm), 1);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(tags[i], m[i].tag, 16) != 0)
+            fail_msg("%s re-init call %d: pipe %zu of %zu: tag differs from the default provider's",
+                     evp_ciphers[idx].name, k, i, n);
+}
+
+static void test_reinit(void **state)
+{
+    static const char *const names[] = { "AES-256-GCM", "ChaCha20-Poly1305", "AES-128-CTR" };
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(names) / sizeof(names[0]); a++) {
+        const int idx = evp_cipher_index(names[a]);
+        EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+        unsigned char key[32], *in[REINIT_CALLS][PIPE_MAX], *out[REINIT_CALLS][PIPE_MAX];
+        msg m[REINIT_CALLS][PIPE_MAX];
+        size_t np[REINIT_CALLS];
+
+        assert_non_null(c);
+        gptest_rand_bytes(key, sizeof(key));
+        for (int k = 0; k < REINIT_CALLS; k++) {
+            np[k] = k < REINIT_CALLS - 1 ? 8 : 5;
+            reinit_call(c, idx, k, key, m[k], np[k], in[k], out[k]);
+        }
+        gpu_sync();
+        for (int k = 0; k < REINIT_CALLS; k++) {
+            for (size_t i = 0; i < np[k]; i++) {
+                if (memcmp(out[k][i], m[k][i].ref, m[k][i].len) != 0)
+                    fail_msg("%s re-init call %d: pipe %zu of %zu (%zu bytes) differs from the default provider",
+                             names[a], k, i, np[k], m[k][i].len);
+                buf_free(in[k][i], devmem);
+                buf_free(out[k][i], devmem);
+            }
+            msgs_free(m[k], np[k]);
+        }
+        EVP_CIPHER_CTX_free(c);
+    }
+}
+
 /* A forged tag in one pipe fails the Final, names the pipe, clears that pipe's output (host
  * memory); every other pipe's plaintext stands. */
 static void test_forged_tag(void **state)
@@ -1039,6 +1136,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_can_pipeline),
         cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_reinit),
         cmocka_unit_test(test_forged_tag),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mixed_memory),
@@ -1050,6 +1148,7 @@ int main(void)
      * mode's). */
     const struct CMUnitTest stream_tests[] = {
         cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_reinit),
         cmocka_unit_test(test_skewed_pipe),
         cmocka_unit_test(test_large_pipes),
         cmocka_unit_test(test_forged_tag),
