@@ -543,6 +543,16 @@ static void end_ordered(gp_msg *m)
     m->ordered_tag = 0;
 }
 
+void gp_msgs_end_ordered(gp_msg *const *ms, size_t n)
+{
+    /* An executor's msgs_clear takes all of its messages at once (their m->ordered NULL after). */
+    for (size_t i = 0; i < n; i++)
+        if (ms[i]->ordered != NULL && ms[i]->exec != NULL && ms[i]->exec->msgs_clear != NULL)
+            ms[i]->exec->msgs_clear(ms, n);
+    for (size_t i = 0; i < n; i++)
+        end_ordered(ms[i]);
+}
+
 int gp_msg_start(gp_msg *m, gp_key *k, const uint8_t *iv, size_t ivlen, int enc)
 {
     /* Device mode: straight to the executor that reads device memory; no routing, no lane. */

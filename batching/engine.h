@@ -80,6 +80,10 @@ int gp_engine_streams(gp_engine *e);
 void gp_msg_set_stream(gp_msg *m, uint64_t stream);
 int gp_msg_tag_pending(const gp_msg *m);
 int gp_msg_tag_wait(gp_msg *m, uint8_t tag[16]);   /* enum gp_req_status */
+/* Messages whose stream-ordered state ends together (a pipeline's, at its re-init or its end):
+ * released at once, as each one's next gp_msg_start or gp_msg_free would release it alone (the
+ * executor may then clear what they share once: gp_executor.msgs_clear). */
+void gp_msgs_end_ordered(gp_msg *const *ms, size_t n);
 
 /* Run several requests as one batch (what the provider's single calls do with n = 1). Requests of
  * one message run in submission order. Returns 1 when every request succeeded; each request's

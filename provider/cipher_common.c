@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "cipher_ctx.h"
+#include "pipeline.h"   /* GP_MAX_PIPES */
 
 void *gp_cipher_newctx(void *provctx, const gp_cipher_info *info)
 {
@@ -49,12 +50,24 @@ void gp_cipher_freectx(void *vctx)
     OPENSSL_clear_free(ctx, sizeof(*ctx));
 }
 
+void gp_cipher_pipes_end_ordered(gp_pipeline *pl)
+{
+    gp_msg *ms[GP_MAX_PIPES];
+    size_t n = 0;
+
+    for (size_t i = 0; i < pl->numpipes; i++)
+        if (pl->pipes[i].msg != NULL)
+            ms[n++] = pl->pipes[i].msg;
+    gp_msgs_end_ordered(ms, n);
+}
+
 void gp_cipher_pipe_end(gp_cipher_ctx *ctx)
 {
     gp_pipeline *pl = ctx->pipe;
 
     if (pl == NULL)
         return;
+    gp_cipher_pipes_end_ordered(pl);
     for (size_t i = 0; i < pl->numpipes; i++) {
         gp_msg_free(pl->pipes[i].msg);
         if (pl->pipes[i].lane_ctx != NULL)

@@ -302,6 +302,9 @@ static inline int gp_lane_tail(gp_cipher_ctx *ctx, unsigned char *out, size_t *o
 /* A pipeline's messages and state: dropped at a single-message init and at freectx (the context
  * returns to single messages); kept by dupctx (cipher_common.c). */
 void gp_cipher_pipe_end(gp_cipher_ctx *ctx);
+/* The pipes' stream-ordered state released at once (their messages end together: the pipeline's
+ * re-init, or its end), so that what they share is cleared once (gp_msgs_end_ordered). */
+void gp_cipher_pipes_end_ordered(gp_pipeline *pl);
 /* The single-message calls (update, Final, cipher) on a context initialised for a pipeline: refused
  * with an error (out of line: no good call raises). */
 void gp_raise_pipeline_context(void);

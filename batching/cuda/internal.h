@@ -268,6 +268,7 @@ int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream);
 int gp_cuda_ordered_batch(gp_engine *e, gp_request *reqs, size_t n, uint64_t stream);
 int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16]);
 void gp_cuda_ordered_release(gp_msg *m);
+void gp_cuda_ordered_release_all(gp_msg *const *ms, size_t n);
 
 /* devmem.c: device mode. */
 int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu);

@@ -35,7 +35,9 @@
  * chunk and event (ordered_block: a group): their states side by side, one key schedule, their
  * tags and states coming back side by side in the chunk. One released while others still hold
  * the block has its own slot cleared behind its work (ordered_slot_clear); the last of them to be
- * released clears and frees the block. A lone message's block is a group of one.
+ * released clears and frees the block; messages released together (gp_cuda_ordered_release_all: a
+ * pipeline's re-init or end) that hold all of it clear and free it once. A lone message's block
+ * is a group of one.
  *
  * Requests it does not queue (GP_REQ_SYNC: the engine runs them synchronously, ordered after the
  * stream; the next one is queued again): a data request with body units whose buffers are off
@@ -74,6 +76,7 @@ typedef struct ordered_block {
     size_t cap;
     gp_stage_chunk *chunk;
     cudaEvent_t last;            /* after the block's last queued work */
+    int synced;                  /* `last` waited for since it was last recorded (block_mark) */
     int failed;                  /* work of one of its messages failed */
 } ordered_block;
 
@@ -163,6 +166,13 @@ static void ordered_block_drop(ordered_block *b)
     OPENSSL_cleanse(b->chunk->host, ORD_CH_USED(b->n));
     gp_stage_put(&b->g->stage, b->chunk);
     OPENSSL_clear_free(b, sizeof(*b));
+}
+
+/* The block's event recorded behind the work queued so far: what a wait now waits for. */
+static cudaError_t block_mark(ordered_block *b)
+{
+    b->synced = 0;
+    return cudaEventRecord(b->last, b->stream);
 }
 
 /*
@@ -339,7 +349,7 @@ static cudaError_t ordered_state_back(cuda_ordered *o)
 
     if ((err = cudaMemcpyAsync(state_host(o), b->dev + state_at(o), sizeof(gp_msg_state), cudaMemcpyDeviceToHost,
                                b->stream)) == cudaSuccess
-        && (err = cudaEventRecord(b->last, b->stream)) == cudaSuccess)
+        && (err = block_mark(b)) == cudaSuccess)
         o->state_back = 1;
     return err;
 }
@@ -462,7 +472,7 @@ static int ordered_run_here(void *arg)
     if (err == cudaSuccess)
         err = ordered_request(c->e, o, m, r, op, NULL);
     if (err == cudaSuccess && op != GP_OP_TAG)
-        err = cudaEventRecord(o->b->last, o->b->stream);
+        err = block_mark(o->b);
     st = err == cudaSuccess ? GP_REQ_OK : ordered_failed(o, "stream-ordered launch", err);   /* the GPU current */
     gp_cuda_device_leave(saved);
     return st;
@@ -711,7 +721,7 @@ static int ordered_batch_here(void *arg)
             for (size_t k = i; k < n; k++)
                 os[k]->state_back |= os[k]->b == b;   /* every state of the block: behind the event below */
         if (err == cudaSuccess && !(tags && b->n == 1))
-            err = cudaEventRecord(b->last, b->stream);
+            err = block_mark(b);
     }
     OPENSSL_clear_free(mem, sizeof(*mem));
     for (size_t i = 0; i < n; i++) {
@@ -744,21 +754,25 @@ static int ordered_wait_here(void *arg)
         return GP_REQ_OK;   /* nothing queued: the state is the message's own */
     if (o->failed)
         return GP_REQ_FAILED;
-    if (!gp_cuda_device_enter(o->b->gpu, &saved))
-        return GP_REQ_FAILED;
     /* Behind a tag the state is on its way already; else (a copy of the context mid-message) it is
      * fetched now, and the wait covers what the caller queued since too (in a group: what it
-     * queued for the block's other messages as well). */
-    if (!o->state_back)
-        err = ordered_state_back(o);
-    if (err == cudaSuccess)
-        err = cudaEventSynchronize(o->b->last);
-    if (err != cudaSuccess) {
-        (void)ordered_failed(o, "stream-ordered work", err);   /* the GPU current: the fault names it */
+     * queued for the block's other messages as well). A group's messages share the event: once
+     * one has waited for it, the others' states and tags behind it are there (no CUDA call). */
+    if (!o->state_back || !o->b->synced) {
+        if (!gp_cuda_device_enter(o->b->gpu, &saved))
+            return GP_REQ_FAILED;
+        if (!o->state_back)
+            err = ordered_state_back(o);
+        if (err == cudaSuccess)
+            err = cudaEventSynchronize(o->b->last);
+        if (err != cudaSuccess) {
+            (void)ordered_failed(o, "stream-ordered work", err);   /* the GPU current: the fault names it */
+            gp_cuda_device_leave(saved);
+            return GP_REQ_FAILED;
+        }
+        o->b->synced = 1;
         gp_cuda_device_leave(saved);
-        return GP_REQ_FAILED;
     }
-    gp_cuda_device_leave(saved);
     memcpy(&c->m->st, state_host(o), sizeof(gp_msg_state));
     if (c->tag != NULL)
         memcpy(c->tag, tag_host(o), 16);
@@ -807,25 +821,14 @@ static void ordered_slot_clear(const cuda_ordered *o)
     gp_cuda_device_leave(saved);
 }
 
-static int ordered_release_here(void *arg)
+/* The block's last holder gone: the block cleared (states, key, powers, partials) and freed behind
+ * its work, then the chunk back. An event may be destroyed before it completes. */
+static void ordered_block_release(ordered_block *b)
 {
-    gp_msg *m = arg;
-    cuda_ordered *o = m->ordered;
-    ordered_block *b = o->b;
     cudaError_t err = cudaErrorUnknown;
     int saved;
 
-    m->ordered = NULL;
-    if (--b->holders > 0) {
-        /* In a group, the others still run: only this message's slot is cleared, behind its work. */
-        ordered_slot_clear(o);
-        OPENSSL_clear_free(o, sizeof(*o));
-        return 0;
-    }
-    OPENSSL_clear_free(o, sizeof(*o));
     if (gp_cuda_device_enter(b->gpu, &saved)) {
-        /* The block cleared (states, key, powers, partials) and freed behind its work, then the
-         * chunk back. An event may be destroyed before it completes. */
         if ((err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) == cudaSuccess
             && (err = cudaFreeAsync(b->dev, b->stream)) == cudaSuccess)
             err = cudaLaunchHostFunc(b->stream, ordered_chunk_back, b);
@@ -836,6 +839,23 @@ static int ordered_release_here(void *arg)
     if (err != cudaSuccess && !b->failed)
         ordered_block_drop(b);   /* the stream took none of it: nothing of the block's can still run there */
     /* (a failed GPU's stream may still hold the block's work: its chunk and states are left) */
+}
+
+static int ordered_release_here(void *arg)
+{
+    gp_msg *m = arg;
+    cuda_ordered *o = m->ordered;
+    ordered_block *b = o->b;
+
+    m->ordered = NULL;
+    if (--b->holders > 0) {
+        /* In a group, the others still run: only this message's slot is cleared, behind its work. */
+        ordered_slot_clear(o);
+        OPENSSL_clear_free(o, sizeof(*o));
+        return 0;
+    }
+    OPENSSL_clear_free(o, sizeof(*o));
+    ordered_block_release(b);
     return 0;
 }
 
@@ -848,4 +868,60 @@ void gp_cuda_ordered_release(gp_msg *m)
         (void)gp_call_off_job_stack(ordered_release_here, m);
     else
         (void)ordered_release_here(m);
+}
+
+/*
+ * gp_executor.msgs_clear: messages that end together (a pipeline's, at its re-init or free). A
+ * block whose every holder is among them is cleared and freed whole, once: no slot of it is
+ * cleared on its own first (ordered_slot_clear, four calls on the stream a message), which for a
+ * pipeline call of 32 was most of the cost of queueing it. The others go one by one, as
+ * gp_cuda_ordered_release.
+ */
+typedef struct ordered_ending {
+    gp_msg *const *ms;
+    size_t n;
+} ordered_ending;
+
+static int is_cuda_ordered(const gp_msg *m)
+{
+    return m->ordered != NULL && m->exec == &gp_exec_cuda;
+}
+
+static int ordered_release_all_here(void *arg)
+{
+    const ordered_ending *g = arg;
+
+    for (size_t i = 0; i < g->n; i++) {
+        ordered_block *b;
+        unsigned int going = 0;
+
+        if (!is_cuda_ordered(g->ms[i]))
+            continue;
+        b = ((cuda_ordered *)g->ms[i]->ordered)->b;
+        for (size_t k = i; k < g->n; k++)
+            going += is_cuda_ordered(g->ms[k]) && ((cuda_ordered *)g->ms[k]->ordered)->b == b;
+        if (going < b->holders) {   /* others of the block stay: this one's slot alone */
+            (void)ordered_release_here(g->ms[i]);
+            continue;
+        }
+        for (size_t k = i; k < g->n; k++)
+            if (is_cuda_ordered(g->ms[k]) && ((cuda_ordered *)g->ms[k]->ordered)->b == b) {
+                OPENSSL_clear_free(g->ms[k]->ordered, sizeof(cuda_ordered));
+                g->ms[k]->ordered = NULL;
+            }
+        b->holders = 0;
+        ordered_block_release(b);
+    }
+    return 0;
+}
+
+void gp_cuda_ordered_release_all(gp_msg *const *ms, size_t n)
+{
+    ordered_ending g = { ms, n };
+
+    /* A job's stack is too small for CUDA calls (devmem.c). */
+    if (gp_async_in_job())
+        (void)gp_call_off_job_stack(ordered_release_all_here, &g);
+    else
+        (void)ordered_release_all_here(&g);
 }

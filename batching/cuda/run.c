@@ -307,6 +307,7 @@ const gp_executor gp_exec_cuda = {
     .run = cuda_run,
     .msg_copy = NULL,
     .msg_clear = gp_cuda_ordered_release,   /* a stream-ordered message's block and chunk */
+    .msgs_clear = gp_cuda_ordered_release_all,   /* a group's block once */
     .stage_pool = gp_cuda_stage_pool,
     .prepare = cuda_prepare,
     .key_forget = gp_cuda_key_forget,

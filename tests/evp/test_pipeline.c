@@ -454,7 +454,8 @@ static void test_large_pipes(void **state)
 
 /*
  * One context re-initialised call after call (new IVs, the key given again), as a program that
- * encrypts batch after batch does: each re-init ends every pipe's message, with the calls before
+ * encrypts batch after batch does: each re-init ends every pipe's message at once
+ * (gp_msgs_end_ordered: the cuda executor clears and frees a group's block once), with the calls before
  * still queued where stream-ordered (every other call's tags not read before the next init; the
  * host stand-in's queued batch once read the freed message there); the last call changes numpipes
  * (a new pipeline: the old one's messages freed with their work queued).
