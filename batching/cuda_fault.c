@@ -24,7 +24,7 @@ static const char *const call_names[GP_CF_COUNT] = {
     [GP_CF_EVENT_QUERY] = "cudaEventQuery", [GP_CF_EVENT_SYNCHRONIZE] = "cudaEventSynchronize",
     [GP_CF_STREAM_SYNCHRONIZE] = "cudaStreamSynchronize", [GP_CF_EVENT_ELAPSED] = "cudaEventElapsedTime",
     [GP_CF_STREAM_WAIT_EVENT] = "cudaStreamWaitEvent", [GP_CF_HOST_REGISTER] = "cudaHostRegister",
-    [GP_CF_POINTER_GET_ATTRIBUTES] = "cudaPointerGetAttributes", [GP_CF_MALLOC_ASYNC] = "cudaMallocAsync",
+    [GP_CF_POINTER_GET_ATTRIBUTES] = "cudaPointerGetAttributes", [GP_CF_MALLOC_ASYNC] = "cudaMallocFromPoolAsync",
 };
 
 /* Everything under one lock: the test module's CUDA calls are not what its tests time. */

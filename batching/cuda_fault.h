@@ -79,7 +79,7 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
 /* The runtime names them macros only for per-thread default streams, which gpuprov does not use. */
 #if defined(cudaMemcpyAsync) || defined(cudaMemsetAsync) || defined(cudaLaunchKernel) \
     || defined(cudaLaunchKernelExC) || defined(cudaEventRecord) || defined(cudaStreamSynchronize) \
-    || defined(cudaStreamWaitEvent) || defined(cudaMallocAsync)
+    || defined(cudaStreamWaitEvent) || defined(cudaMallocFromPoolAsync)
 # error "batching/cuda_fault.h expects the legacy default stream's function names"
 #endif
 
@@ -96,7 +96,8 @@ static inline cudaError_t gp_cuda_fault_drained_event(cudaEvent_t ev)
 #define cudaHostGetDevicePointer(...) \
     GP_CUDA_FAULT(GP_CF_HOST_GET_DEVICE_POINTER, cudaErrorInvalidValue, cudaHostGetDevicePointer(__VA_ARGS__))
 #define cudaMalloc(...) GP_CUDA_FAULT(GP_CF_MALLOC, cudaErrorMemoryAllocation, cudaMalloc(__VA_ARGS__))
-#define cudaMallocAsync(...) GP_CUDA_FAULT(GP_CF_MALLOC_ASYNC, cudaErrorMemoryAllocation, cudaMallocAsync(__VA_ARGS__))
+#define cudaMallocFromPoolAsync(...) \
+    GP_CUDA_FAULT(GP_CF_MALLOC_ASYNC, cudaErrorMemoryAllocation, cudaMallocFromPoolAsync(__VA_ARGS__))
 #define cudaStreamCreateWithFlags(...) \
     GP_CUDA_FAULT(GP_CF_STREAM_CREATE, cudaErrorMemoryAllocation, cudaStreamCreateWithFlags(__VA_ARGS__))
 #define cudaEventCreateWithFlags(...) \

@@ -44,7 +44,7 @@ static const gp_setting_word cuda_call_words[] = {
     { "cudaEventQuery", GP_CF_EVENT_QUERY }, { "cudaEventSynchronize", GP_CF_EVENT_SYNCHRONIZE },
     { "cudaStreamSynchronize", GP_CF_STREAM_SYNCHRONIZE }, { "cudaEventElapsedTime", GP_CF_EVENT_ELAPSED },
     { "cudaStreamWaitEvent", GP_CF_STREAM_WAIT_EVENT }, { "cudaHostRegister", GP_CF_HOST_REGISTER },
-    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES }, { "cudaMallocAsync", GP_CF_MALLOC_ASYNC },
+    { "cudaPointerGetAttributes", GP_CF_POINTER_GET_ATTRIBUTES }, { "cudaMallocFromPoolAsync", GP_CF_MALLOC_ASYNC },
     { NULL, 0 }
 };
 _Static_assert(GP_CF_COUNT == 23, "every gp_cuda_fault_call has its word in cuda_call_words");

@@ -233,6 +233,37 @@ static const gp_key_table_ops keys_ops = {
     .wipes_done = keys_wipes_done,
 };
 
+/*
+ * GPU `dev`'s pool of stream-ordered blocks (ordered.c; current device: dev): one of gpuprov's own
+ * that keeps ORD_POOL_KEEP bytes reserved across synchronisations. The device's default pool
+ * keeps none (its release threshold is 0), so each block made after a wait had its memory mapped
+ * anew, stalling the stream (bench/RESULTS.md, "Stream-ordered pipelines"). Where the GPU makes
+ * no pool, its default one. 0: neither (no stream-ordered mode).
+ */
+static int ordered_pool_open(struct gp_cuda_ord_pool *p, int dev)
+{
+    struct cudaMemPoolProps props;
+    uint64_t keep = ORD_POOL_KEEP;
+
+    memset(&props, 0, sizeof(props));
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    if (cudaMemPoolCreate(&p->pool, &props) == cudaSuccess) {
+        p->own = 1;
+        if (cudaMemPoolSetAttribute(p->pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess)
+            return 1;
+        (void)cudaMemPoolDestroy(p->pool);
+    }
+    (void)cudaGetLastError();
+    p->own = 0;
+    if (cudaDeviceGetDefaultMemPool(&p->pool, dev) == cudaSuccess)
+        return 1;
+    (void)cudaGetLastError();
+    p->pool = NULL;
+    return 0;
+}
+
 /* GPU `dev`'s key table (current device: dev); without one, keys go in every batch as before. */
 static void keys_open(gp_cuda_keys *k, int dev)
 {
@@ -468,7 +499,8 @@ int gp_cuda_open(gp_engine *e)
     c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
     c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
     c->stream_ctx = (PFN_cuStreamGetCtx_v9020)driver_call("cuStreamGetCtx", 9020);
-    if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL)
+    if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL
+        || (c->ord_pool = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->ord_pool))) == NULL)
         c->mem_range = NULL;
     c->stage_ready = gp_stage_pool_init(&c->stage, STAGE_POOL_MAX, stage_alloc, stage_release, c);
     gp_copy_crew_init(&c->crew, copy_threads(e));
@@ -527,6 +559,8 @@ int gp_cuda_open(gp_engine *e)
         if (i % per_gpu == 0 && c->ctx_current != NULL && c->primary != NULL
             && c->ctx_current(&c->primary[i / per_gpu]) != CUDA_SUCCESS)
             c->mem_range = NULL;
+        if (i % per_gpu == 0 && c->ord_pool != NULL && !ordered_pool_open(&c->ord_pool[i / per_gpu], sl->device))
+            c->stream_ctx = NULL;   /* no pool for its blocks: the mode is not offered */
         open_step_end(c, GP_OPEN_OBJECTS, &t_step);
     }
     /* The queue may now flush a batch while others run (queue.c). */
@@ -615,11 +649,15 @@ void gp_cuda_close(gp_engine *e)
     }
     for (int d = 0; d < GP_KEY_TABLE_GPUS; d++)
         keys_close(&c->keys[d]);
+    for (int d = 0; c->ord_pool != NULL && d < c->ngpus; d++)
+        if (c->ord_pool[d].own)
+            (void)cudaMemPoolDestroy(c->ord_pool[d].pool);   /* freed once its last block is */
     if (c->stage_ready)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     gp_copy_crew_stop(&c->crew);
     OPENSSL_free(c->slots);
     OPENSSL_free(c->primary);
+    OPENSSL_free(c->ord_pool);
     OPENSSL_free(c);
     e->cuda = NULL;
 }

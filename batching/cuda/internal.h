@@ -49,6 +49,10 @@
 /* Requests of a wave whose input crosses from the caller's registered memory, at most (the rest
  * are copied in as before). */
 #define GP_DIRECT_MAX 16
+/* What each GPU's pool of stream-ordered blocks keeps reserved across synchronisations (device.c,
+ * ordered_pool_open): blocks freed behind a message's work are made again from it without the
+ * driver mapping memory anew. */
+#define ORD_POOL_KEEP ((uint64_t)64 << 20)
 
 /*
  * One slot per batch in flight: its own stream, pinned and device arenas and layout scratch, on one
@@ -158,6 +162,12 @@ typedef struct gp_cuda {
     PFN_cuStreamGetCtx_v9020 stream_ctx;   /* stream-ordered device mode: the caller's stream's
                                             * context (NULL: the mode is not offered) */
     CUcontext *primary;
+    /* Stream-ordered device mode's blocks (ordered.c) come from these, one per GPU (ngpus
+     * entries): a pool of gpuprov's own (own: destroyed at close), else the GPU's default pool. */
+    struct gp_cuda_ord_pool {
+        cudaMemPool_t pool;
+        int own;
+    } *ord_pool;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     uint64_t open_ns[GP_OPEN_STEPS];   /* the opening's time by step (gp_open_step), for stats */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];

@@ -15,7 +15,8 @@
  * stream-ordered message has a block of its own on the GPU that holds its data (allocated in
  * stream order on the caller's stream: cudaMallocAsync, freed by cudaFreeAsync behind its last
  * work, so no call here synchronises the device): its state, its key schedule, and one request's
- * descriptors, refs, span counters, carried AAD, powers of r and partial MACs. Each request is two
+ * descriptors, refs, span counters, carried AAD, powers of r and partial MACs (from the GPU's pool
+ * of such blocks, device.c ordered_pool_open). Each request is two
  * launches on the caller's stream and the call returns:
  *   1. gp_ordered_kernel writes the request's descriptors into the block from its launch
  *      parameter (no host buffer has to outlive the call);
@@ -72,7 +73,7 @@ typedef struct ordered_block {
     unsigned int n;              /* messages laid out in it */
     unsigned int holders;        /* messages still holding it (the last one's release frees it) */
     cudaStream_t stream;
-    uint8_t *dev;                /* cudaMallocAsync on `stream` */
+    uint8_t *dev;                /* cudaMallocFromPoolAsync on `stream` */
     size_t cap;
     gp_stage_chunk *chunk;
     cudaEvent_t last;            /* after the block's last queued work */
@@ -123,6 +124,12 @@ static int ordered_failed(cuda_ordered *o, const char *what, cudaError_t err)
     return GP_REQ_FAILED;
 }
 
+/* The pool the block's memory comes from: its GPU's (device.c). */
+static cudaMemPool_t pool_of(const ordered_block *b)
+{
+    return b->g->ord_pool[b->gpu - b->g->stage_device].pool;
+}
+
 /* A block's size for `need` bytes from `cap`: at least ORD_MIN_BLOCK, doubled until it holds them. */
 static size_t ordered_cap(size_t cap, size_t need)
 {
@@ -147,7 +154,7 @@ static cudaError_t ordered_reserve(ordered_block *b, size_t need)
 
     if (need <= b->cap)
         return cudaSuccess;
-    if ((err = cudaMallocAsync((void **)&grown, cap, b->stream)) != cudaSuccess)
+    if ((err = cudaMallocFromPoolAsync((void **)&grown, cap, pool_of(b), b->stream)) != cudaSuccess)
         return err;
     if ((err = cudaMemcpyAsync(grown, old, ORD_REQ_AT(b->n), cudaMemcpyDeviceToDevice, b->stream)) != cudaSuccess) {
         (void)cudaFreeAsync(grown, b->stream);
@@ -218,7 +225,7 @@ static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, in
     if ((*err = cudaEventCreateWithFlags(&b->last, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
     b->cap = ordered_cap(0, need > ORD_REQ_AT(n) ? need : ORD_REQ_AT(n));
-    if ((*err = cudaMallocAsync((void **)&b->dev, b->cap, b->stream)) != cudaSuccess)
+    if ((*err = cudaMallocFromPoolAsync((void **)&b->dev, b->cap, pool_of(b), b->stream)) != cudaSuccess)
         goto fail_event;
     if ((*err = cudaMemcpyAsync(b->dev, b->chunk->host, ORD_KEY_AT(n) + GP_KEY_SCHED_DEVICE_BYTES,
                                 cudaMemcpyHostToDevice, b->stream)) != cudaSuccess) {

@@ -434,7 +434,7 @@ static void test_skewed_pipe(void **state)
 /* AES-256-GCM, every pipe 2 MiB and more, with AAD the message holds: stream-ordered, a call's pass of
  * 32 such pipes needs more than the 1 MiB a block starts at (their partial MACs and refs). In one
  * update the group is made at its passes' size; after a first update of 4 KiB a pipe it is grown
- * at the second (the cuda executor; with that growth's cudaMallocAsync refused, the batch is
+ * at the second (the cuda executor; with that growth's cudaMallocFromPoolAsync refused, the batch is
  * declined and each pipe runs alone: .device-ordpipe-review.sh). */
 static void test_large_pipes(void **state)
 {
