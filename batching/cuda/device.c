@@ -320,6 +320,117 @@ gp_stage_pool *gp_cuda_stage_pool(gp_engine *e)
     return g != NULL && g->stage_ready ? &g->stage : NULL;
 }
 
+/*
+ * A staging chunk that work queued on a caller's stream still writes (stream-ordered device mode:
+ * a released block's states and tags come back into it), given back cleansed once `done`, recorded
+ * behind that work, has completed. A host function on the stream would give it back at the same
+ * point, but the stream waits for the host thread that runs it, and a stream of many messages
+ * stalled at each (bench/RESULTS.md, "Stream-ordered pipelines"); here the stream never waits.
+ * The event becomes the list's, destroyed when the chunk goes back.
+ */
+struct gp_cuda_retired {
+    gp_stage_chunk *chunk;
+    size_t used;                 /* the bytes of it to cleanse */
+    cudaEvent_t done;
+    struct gp_cuda_retired *next;
+};
+
+static void retired_put(gp_cuda *g, struct gp_cuda_retired *r)
+{
+    (void)cudaEventDestroy(r->done);
+    OPENSSL_cleanse(r->chunk->host, r->used);
+    gp_stage_put(&g->stage, r->chunk);
+    OPENSSL_free(r);
+}
+
+void gp_cuda_chunk_retire(gp_cuda *g, gp_stage_chunk *ch, size_t used, cudaEvent_t done)
+{
+    struct gp_cuda_retired *r = OPENSSL_malloc(sizeof(*r));
+
+    if (r == NULL) {   /* no room to remember it: its work waited for here, then it goes back */
+        if (cudaEventSynchronize(done) == cudaSuccess) {
+            (void)cudaEventDestroy(done);
+            OPENSSL_cleanse(ch->host, used);
+            gp_stage_put(&g->stage, ch);
+        }
+        (void)cudaGetLastError();
+        return;
+    }
+    *r = (struct gp_cuda_retired){ ch, used, done, NULL };
+    pthread_mutex_lock(&g->retired_lock);
+    r->next = g->retired;
+    g->retired = r;
+    pthread_mutex_unlock(&g->retired_lock);
+}
+
+/* The retired chunks whose work has completed, back in the pool; `wait`: when none has, wait for
+ * one (a caller that needs a chunk). A chunk whose event fails (its stream's GPU failed) stays
+ * out of the pool: work there may still write it. Returns the chunks given back. */
+size_t gp_cuda_chunks_reap(gp_cuda *g, int wait)
+{
+    struct gp_cuda_retired **at, *r, *ready = NULL, *oldest = NULL;
+    size_t n = 0;
+
+    pthread_mutex_lock(&g->retired_lock);
+    for (at = &g->retired; (r = *at) != NULL;) {
+        const cudaError_t q = cudaEventQuery(r->done);
+
+        if (q == cudaSuccess) {
+            *at = r->next;
+            r->next = ready;
+            ready = r;
+            continue;
+        }
+        if (q != cudaErrorNotReady) {   /* left to leak: its stream may still write it */
+            *at = r->next;
+            OPENSSL_free(r);
+            continue;
+        }
+        oldest = r;   /* the list holds the newest first */
+        at = &r->next;
+    }
+    if (ready == NULL && wait && oldest != NULL) {
+        for (at = &g->retired; *at != oldest; at = &(*at)->next)
+            ;
+        *at = oldest->next;
+        oldest->next = NULL;
+    } else {
+        oldest = NULL;
+    }
+    pthread_mutex_unlock(&g->retired_lock);
+    (void)cudaGetLastError();   /* a query's cudaErrorNotReady */
+    if (oldest != NULL) {
+        if (cudaEventSynchronize(oldest->done) == cudaSuccess) {
+            oldest->next = ready;
+            ready = oldest;
+        } else {
+            (void)cudaGetLastError();
+            OPENSSL_free(oldest);
+        }
+    }
+    for (; ready != NULL; n++) {
+        r = ready->next;
+        retired_put(g, ready);
+        ready = r;
+    }
+    return n;
+}
+
+/* At close: every retired chunk's work waited for, and the chunk back (or left, its GPU failed). */
+static void chunks_drain(gp_cuda *g)
+{
+    while (g->retired != NULL) {
+        struct gp_cuda_retired *r = g->retired;
+
+        g->retired = r->next;
+        if (cudaEventSynchronize(r->done) == cudaSuccess)
+            retired_put(g, r);
+        else
+            OPENSSL_free(r);
+    }
+    (void)cudaGetLastError();
+}
+
 static cudaError_t step_events_create(gp_engine *e, gp_cuda_slot *sl)
 {
     cudaError_t err = cudaSuccess;
@@ -482,6 +593,7 @@ int gp_cuda_open(gp_engine *e)
         OPENSSL_free(c);
         return 0;
     }
+    pthread_mutex_init(&c->retired_lock, NULL);
 #if GP_TEST_HOOKS
     atomic_init(&c->fault_after, e->knobs.test.cuda_fault_after);
     atomic_init(&c->silent_after, e->knobs.test.cuda_silent_after);
@@ -652,6 +764,8 @@ void gp_cuda_close(gp_engine *e)
     for (int d = 0; c->ord_pool != NULL && d < c->ngpus; d++)
         if (c->ord_pool[d].own)
             (void)cudaMemPoolDestroy(c->ord_pool[d].pool);   /* freed once its last block is */
+    chunks_drain(c);
+    pthread_mutex_destroy(&c->retired_lock);
     if (c->stage_ready)
         gp_stage_pool_cleanup(&c->stage);   /* no job holds a chunk: the engine is being freed */
     gp_copy_crew_stop(&c->crew);

@@ -168,6 +168,10 @@ typedef struct gp_cuda {
         cudaMemPool_t pool;
         int own;
     } *ord_pool;
+    /* Staging chunks that work queued on a stream still writes (a released stream-ordered block's
+     * last copies): back in the pool once their events have completed (gp_cuda_chunk_retire). */
+    pthread_mutex_t retired_lock;
+    struct gp_cuda_retired *retired;
     unsigned open_gen;           /* gp_fork_generation() at open: a child never touches the GPU */
     uint64_t open_ns[GP_OPEN_STEPS];   /* the opening's time by step (gp_open_step), for stats */
     gp_cuda_keys keys[GP_KEY_TABLE_GPUS];
@@ -272,6 +276,8 @@ void gp_cuda_device_leave(int saved);
 gp_cuda_keys *gp_cuda_keys_of(gp_cuda *g, const gp_cuda_slot *sl);
 void gp_cuda_key_forget(gp_engine *e, gp_key *k);
 gp_stage_pool *gp_cuda_stage_pool(gp_engine *e);
+void gp_cuda_chunk_retire(gp_cuda *g, gp_stage_chunk *ch, size_t used, cudaEvent_t done);
+size_t gp_cuda_chunks_reap(gp_cuda *g, int wait);
 
 /* ordered.c: stream-ordered device mode. */
 int gp_cuda_ordered_run(gp_engine *e, gp_request *r, uint64_t stream);

@@ -29,8 +29,8 @@
  * the message's mapped pinned chunk (batching/stage.h), and the state behind it; an event after
  * them is what GET_TAG and a decrypt Final wait for. The block, the chunk and the key's copy in
  * the block belong to the message until its release (gp_cuda_ordered_release), which clears the
- * block and frees it behind the message's work, and hands the chunk back from a host function
- * that the stream runs after that work.
+ * block and frees it behind the message's work, and retires the chunk (device.c: back in the
+ * pool once an event after that work has completed).
  *
  * A pipeline call's messages that start being queued together (ordered_batch) share one block,
  * chunk and event (ordered_block: a group): their states side by side, one key schedule, their
@@ -203,7 +203,9 @@ static int ordered_block_new(gp_engine *e, gp_msg *const *ms, unsigned int n, in
     gp_stage_grow(&g->stage);
     if ((b = OPENSSL_zalloc(sizeof(*b))) == NULL)
         return 0;
-    if ((b->chunk = gp_stage_get(&g->stage)) == NULL) {
+    (void)gp_cuda_chunks_reap(g, 0);   /* released blocks' chunks whose work has run */
+    if ((b->chunk = gp_stage_get(&g->stage)) == NULL
+        && (gp_cuda_chunks_reap(g, 1) == 0 || (b->chunk = gp_stage_get(&g->stage)) == NULL)) {
         OPENSSL_free(b);
         return 0;
     }
@@ -793,13 +795,6 @@ int gp_cuda_ordered_wait(gp_engine *e, gp_msg *m, uint8_t tag[16])
     return gp_async_in_job() ? gp_call_off_job_stack(ordered_wait_here, &c) : ordered_wait_here(&c);
 }
 
-/* After the block's last work, on the stream's host-function thread (no CUDA call there): the
- * chunk cleansed and back in the pool. */
-static void CUDART_CB ordered_chunk_back(void *arg)
-{
-    ordered_block_drop(arg);
-}
-
 /*
  * A group's message let go while others still hold the block: its state (a Poly1305 key, E_K(J0),
  * keystream) must not outlive it there. Behind its work on the stream: its slot in the block
@@ -829,21 +824,30 @@ static void ordered_slot_clear(const cuda_ordered *o)
 }
 
 /* The block's last holder gone: the block cleared (states, key, powers, partials) and freed behind
- * its work, then the chunk back. An event may be destroyed before it completes. */
+ * its work, its event recorded behind that, and the chunk retired (device.c: back in the pool once
+ * the event has completed, the event with it). */
 static void ordered_block_release(ordered_block *b)
 {
+    gp_cuda *g = b->g;
     cudaError_t err = cudaErrorUnknown;
     int saved;
 
     if (gp_cuda_device_enter(b->gpu, &saved)) {
         if ((err = cudaMemsetAsync(b->dev, 0, b->cap, b->stream)) == cudaSuccess
-            && (err = cudaFreeAsync(b->dev, b->stream)) == cudaSuccess)
-            err = cudaLaunchHostFunc(b->stream, ordered_chunk_back, b);
-        (void)cudaEventDestroy(b->last);
+            && (err = cudaFreeAsync(b->dev, b->stream)) == cudaSuccess
+            && (err = cudaEventRecord(b->last, b->stream)) == cudaSuccess) {
+            gp_cuda_chunk_retire(g, b->chunk, ORD_CH_USED(b->n), b->last);
+            OPENSSL_clear_free(b, sizeof(*b));
+        } else {
+            (void)cudaEventDestroy(b->last);   /* may be destroyed before it completes */
+        }
         (void)cudaGetLastError();
+        (void)gp_cuda_chunks_reap(g, 0);
         gp_cuda_device_leave(saved);
     }
-    if (err != cudaSuccess && !b->failed)
+    if (err == cudaSuccess)
+        return;
+    if (!b->failed)
         ordered_block_drop(b);   /* the stream took none of it: nothing of the block's can still run there */
     /* (a failed GPU's stream may still hold the block's work: its chunk and states are left) */
 }
