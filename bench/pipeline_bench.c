@@ -28,8 +28,10 @@
  *           Final, GET_TAG each); ChaCha20-Poly1305 and AES-256-GCM; both GB/s and the ratio.
  *   device: (a CUDA build) data in GPU memory, gpuprov-memory = "device", AES-256-GCM: 1,024
  *           messages of 16 KiB in pipeline calls of 32, and a ResNet-50-shaped set (its state_dict's
- *           320 tensors, 98 MiB in float32: many small, a few large) in pipeline calls of 32; each
- *           beside the same messages one EVP message per call in device mode.
+ *           320 tensors, 98 MiB in float32: many small, a few large) in pipeline calls of 32, each
+ *           call synchronous, and stream-ordered (gpuprov-cuda-stream: a context per call, every
+ *           call queued on one stream before any tag is read); beside the same messages one EVP
+ *           message per call in device mode.
  * Output: a table, and CSV lines (PIPE_HOST, PIPE_DEVICE) for scripts.
  *
  * Running it. It needs a 3.5 libcrypto at run time (the pipeline API); built against 3.0's headers
@@ -40,8 +42,11 @@
  * GPUPROV_STATS=1 adds gpuprov's stats lines at exit (mean_batch: the requests per batch; a pipeline
  * call of 32 on the GPU side is one batch of 32). Options: --part host|device|all, --seconds,
  * --repeats; --calls N --side gpuprov|default runs N untimed calls of one host side (32 messages
- * each), for instruction counts (bench/pipeline_cost.sh). Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default,
- * AES-256-GCM >= 0.97x; device 1,024 x 16 KiB >= 30 GB/s; ResNet-50 set >= 100 GB/s.
+ * each), for instruction counts (bench/pipeline_cost.sh); --call-times P prints, instead of the
+ * device cells, each call's time (synchronous, and stream-ordered queueing) over P passes.
+ * Targets (issue 51, H200 host): ChaCha20-Poly1305 host pipeline >= 2.5x the default, AES-256-GCM
+ * >= 0.97x; device 1,024 x 16 KiB >= 30 GB/s synchronous, >= 100 stream-ordered; ResNet-50 set
+ * >= 100 GB/s.
  */
 
 #ifndef GP_BUILD_MODULE_DIR
@@ -58,6 +63,7 @@ static size_t host_msg = MSG;   /* --msg-bytes: the host cells' message length *
 static char host_ciphers[128] = "ChaCha20-Poly1305,AES-256-GCM";   /* --ciphers: the host cells' */
 static long fixed_calls;        /* --calls N: N calls of one side, untimed (instruction counts) */
 static const char *fixed_side = "gpuprov";   /* --side gpuprov|default: which side --calls runs */
+static int call_times;          /* --call-times P: the device sets call by call over P passes, no cells */
 
 static void die(const char *what)
 {
@@ -118,45 +124,59 @@ static EVP_CIPHER *fetch(const char *name, const char *prov)
 }
 
 /*
- * One pipeline call of n messages: in[i] -> out[i], len[i] bytes each, IVs of messages first..,
- * tags[i]. `device`: the context is in device mode (set once, it stays over re-inits).
+ * One pipeline call of n messages queued: in[i] -> out[i], len[i] bytes each, IVs of messages
+ * first..; `once` (or NULL): parameters set after the context's first init (device mode and a
+ * stream: the context keeps them over re-inits). With a stream the call returns once its work is
+ * queued on it; pipe_tags then waits for this call's messages only.
  */
-static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned char *key, size_t n,
-                      unsigned char *const *in, unsigned char *const *out, const size_t *len, uint64_t first,
-                      unsigned char tags[][16], int *device)
+static void pipe_queue(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned char *key, size_t n,
+                       unsigned char *const *in, unsigned char *const *out, const size_t *len, uint64_t first,
+                       const OSSL_PARAM *once)
 {
-    unsigned char ivs[NPIPES][16], *tagp[NPIPES], **tp = tagp;
+    unsigned char ivs[NPIPES][16];
     const unsigned char *ivp[NPIPES];
     size_t outl[NPIPES], outsize[NPIPES];
-    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
 
     for (size_t i = 0; i < n; i++) {
         iv_for(ivs[i], first + i);
         ivp[i] = ivs[i];
-        tagp[i] = tags[i];
         outsize[i] = len[i];
     }
     /* The cipher only at the context's first init: given again, OpenSSL 3.5's EVP resets the
      * context (EVP_CIPHER_CTX_reset) after taking numpipes, and frees gpuprov's pipeline with it. */
     if (api.encrypt_init(ctx, EVP_CIPHER_CTX_get0_cipher(ctx) == NULL ? c : NULL, key, (size_t)key_len, n, ivp, (size_t)iv_len) != 1)
         die("pipeline init failed");
-    if (device != NULL && *device) {
-        p[0] = OSSL_PARAM_construct_utf8_string("gpuprov-memory", "device", 0);
-        if (EVP_CIPHER_CTX_set_params(ctx, p) != 1)
-            die("device mode refused");
-        *device = 0;   /* set once: the context keeps it */
-    }
+    if (once != NULL && EVP_CIPHER_CTX_set_params(ctx, once) != 1)
+        die("device mode (or its stream) refused");
     if (api.update(ctx, (unsigned char **)out, outl, outsize, (const unsigned char **)in, len) != 1)
         die("pipeline update failed");
     for (size_t i = 0; i < n; i++)
         outsize[i] = 0;
     if (api.final(ctx, (unsigned char **)out, outl, outsize) != 1)
         die("pipeline Final failed");
+}
+
+/* The n tags of the context's last pipeline call (AEAD ciphers). */
+static void pipe_tags(EVP_CIPHER_CTX *ctx, size_t n, unsigned char tags[][16])
+{
+    unsigned char *tagp[NPIPES], **tp = tagp;
+    OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+
     if (!aead)
         return;
+    for (size_t i = 0; i < n; i++)
+        tagp[i] = tags[i];
     p[0] = pipe_tag_param(&tp, 16);
     if (EVP_CIPHER_CTX_get_params(ctx, p) != 1)
         die("pipeline tags failed");
+}
+
+static void pipe_call(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned char *key, size_t n,
+                      unsigned char *const *in, unsigned char *const *out, const size_t *len, uint64_t first,
+                      unsigned char tags[][16], const OSSL_PARAM *once)
+{
+    pipe_queue(ctx, c, key, n, in, out, len, first, once);
+    pipe_tags(ctx, n, tags);
 }
 
 /* One message on a context whose key is set: IV re-init, update, Final, tag. */
@@ -359,15 +379,41 @@ static size_t set_bytes(const dev_set *s)
     return b;
 }
 
-/* The whole set in pipeline calls of NPIPES; tags[] gets every message's tag. */
+/* The calls of a set: NPIPES messages each, the last one short. */
+static size_t set_calls(const dev_set *s)
+{
+    return (s->n + NPIPES - 1) / NPIPES;
+}
+
+/* The whole set in synchronous pipeline calls of NPIPES on one context; tags[] gets every message's
+ * tag. `*once`: the context's parameters, set at its first call (then NULL). */
 static void set_pipelined(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned char *key, const dev_set *s,
-                          uint64_t first, unsigned char (*tags)[16], int *device)
+                          uint64_t first, unsigned char (*tags)[16], const OSSL_PARAM **once)
 {
     for (size_t i = 0; i < s->n; i += NPIPES) {
         size_t m = s->n - i < NPIPES ? s->n - i : NPIPES;
 
-        pipe_call(ctx, c, key, m, s->in + i, s->out + i, s->len + i, first + i, tags + i, device);
+        pipe_call(ctx, c, key, m, s->in + i, s->out + i, s->len + i, first + i, tags + i, *once);
+        *once = NULL;
     }
+}
+
+/* The whole set stream-ordered: call k on context ctx[k] (its device mode and stream set at its
+ * first call: fresh[k]), every call queued before any tag is read (a tag waits for its own call),
+ * as a program that encrypts many tensors on its stream does (python/gpuprov_tensors.py). */
+static void set_ordered(EVP_CIPHER_CTX **ctx, const EVP_CIPHER *c, const unsigned char *key, const dev_set *s,
+                        uint64_t first, unsigned char (*tags)[16], const OSSL_PARAM *once, int *fresh)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < s->n; i += NPIPES, k++) {
+        pipe_queue(ctx[k], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i, first + i,
+                   fresh[k] ? once : NULL);
+        fresh[k] = 0;
+    }
+    k = 0;
+    for (size_t i = 0; i < s->n; i += NPIPES, k++)
+        pipe_tags(ctx[k], s->n - i < NPIPES ? s->n - i : NPIPES, tags + i);
 }
 
 static void set_per_call(EVP_CIPHER_CTX *ctx, const dev_set *s, uint64_t first, unsigned char (*tags)[16])
@@ -401,15 +447,92 @@ static void set_check(const dev_set *s, const unsigned char *key, uint64_t first
     EVP_CIPHER_free(df);
 }
 
+/*
+ * --call-times: where a pass's time goes, call by call: each synchronous pipeline call's wall time,
+ * each stream-ordered call's time to queue, and each stream-ordered call alone (queued, then its
+ * tags read: the GPU's time for it too); medians over `passes` passes, with the call's
+ * messages, bytes and largest message (a batch's kernel runs at least as long as its largest
+ * message alone: bench/kernel_bench).
+ */
+static void set_call_times(EVP_CIPHER_CTX *pc, EVP_CIPHER_CTX **oc, const EVP_CIPHER *c, const unsigned char *key,
+                           const dev_set *s, uint64_t *k, unsigned char (*tags)[16], int passes, cudaStream_t stream)
+{
+    const size_t calls = set_calls(s);
+    double *sync_us = malloc(calls * passes * sizeof(double)), *queue_us = malloc(calls * passes * sizeof(double));
+    double *alone_us = malloc(calls * passes * sizeof(double)), *tags_us = malloc(passes * sizeof(double)), col[64];
+
+    if (sync_us == NULL || queue_us == NULL || alone_us == NULL || tags_us == NULL)
+        die("out of memory");
+    for (int p = 0; p < passes; p++) {
+        size_t j = 0;
+        double t;
+
+        for (size_t i = 0; i < s->n; i += NPIPES, j++) {
+            size_t m = s->n - i < NPIPES ? s->n - i : NPIPES;
+
+            t = now_s();
+            pipe_call(pc, c, key, m, s->in + i, s->out + i, s->len + i, (*k += NPIPES), tags + i, NULL);
+            sync_us[j * passes + p] = (now_s() - t) * 1e6;
+        }
+        j = 0;
+        for (size_t i = 0; i < s->n; i += NPIPES, j++) {
+            t = now_s();
+            pipe_queue(oc[j], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i,
+                       (*k += NPIPES), NULL);
+            queue_us[j * passes + p] = (now_s() - t) * 1e6;
+        }
+        t = now_s();
+        j = 0;
+        for (size_t i = 0; i < s->n; i += NPIPES, j++)
+            pipe_tags(oc[j], s->n - i < NPIPES ? s->n - i : NPIPES, tags + i);
+        tags_us[p] = (now_s() - t) * 1e6;
+        /* Each stream-ordered call alone: queued, its Final's tags read (which wait for it). */
+        j = 0;
+        for (size_t i = 0; i < s->n; i += NPIPES, j++) {
+            t = now_s();
+            pipe_call(oc[j], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i,
+                      (*k += NPIPES), tags + i, NULL);
+            alone_us[j * passes + p] = (now_s() - t) * 1e6;
+        }
+        CHECK(cudaStreamSynchronize(stream));
+    }
+    printf("call | msgs | MiB | largest MiB | synchronous call us | stream-ordered queue us | stream-ordered alone us\n");
+    for (size_t j = 0; j < calls; j++) {
+        size_t m = s->n - j * NPIPES < NPIPES ? s->n - j * NPIPES : NPIPES, big = 0, bytes = 0;
+        double a, b, d;
+
+        for (size_t i = j * NPIPES; i < j * NPIPES + m; i++) {
+            bytes += s->len[i];
+            big = s->len[i] > big ? s->len[i] : big;
+        }
+        memcpy(col, sync_us + j * passes, passes * sizeof(double));
+        a = median(col, passes);
+        memcpy(col, queue_us + j * passes, passes * sizeof(double));
+        b = median(col, passes);
+        memcpy(col, alone_us + j * passes, passes * sizeof(double));
+        d = median(col, passes);
+        printf("%4zu | %4zu | %6.2f | %6.2f | %8.1f | %8.1f | %8.1f\n", j, m, bytes / 1048576.0, big / 1048576.0, a, b, d);
+        printf("PIPE_CALL_US,%zu,%zu,%zu,%zu,%.1f,%.1f,%.1f\n", j, m, bytes, big, a, b, d);
+    }
+    printf("stream-ordered: reading every call's tags after the queueing %.1f us (median)\n", median(tags_us, passes));
+    free(sync_us);
+    free(queue_us);
+    free(alone_us);
+    free(tags_us);
+}
+
 static void bench_device_set(const char *name, const size_t *len, size_t n)
 {
     EVP_CIPHER *gp = fetch("AES-256-GCM", "provider=gpuprov");
-    EVP_CIPHER_CTX *pc = EVP_CIPHER_CTX_new(), *sc = EVP_CIPHER_CTX_new();
-    OSSL_PARAM dev[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    EVP_CIPHER_CTX *pc = EVP_CIPHER_CTX_new(), *sc = EVP_CIPHER_CTX_new(), *oc[64];
+    OSSL_PARAM dev[3] = { OSSL_PARAM_END, OSSL_PARAM_END, OSSL_PARAM_END }, ord[3];
+    const OSSL_PARAM *once = dev;
     unsigned char key[32], (*tags)[16] = malloc(n * 16);
-    double pgs[64], sgs[64], t0, bytes;
-    int device = 1;
-    uint64_t k = 0;
+    double pgs[64], ogs[64], sgs[64], t0, bytes;
+    int fresh[64];
+    uint64_t k = 0, sv;
+    cudaStream_t stream;
+    size_t calls;
     dev_set s;
 
     if (pc == NULL || sc == NULL || tags == NULL || repeats > 64)
@@ -417,31 +540,60 @@ static void bench_device_set(const char *name, const size_t *len, size_t n)
     fill(key, sizeof(key), 2);
     set_make(&s, len, n);
     bytes = (double)set_bytes(&s);
+    if ((calls = set_calls(&s)) > 64)
+        die("a set of more than 64 calls");
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    sv = (uint64_t)(uintptr_t)stream;
     dev[0] = OSSL_PARAM_construct_utf8_string("gpuprov-memory", "device", 0);
+    ord[0] = dev[0];
+    ord[1] = OSSL_PARAM_construct_uint64("gpuprov-cuda-stream", &sv);
+    ord[2] = OSSL_PARAM_construct_end();
+    for (size_t j = 0; j < calls; j++) {
+        if ((oc[j] = EVP_CIPHER_CTX_new()) == NULL)
+            die("out of memory");
+        fresh[j] = 1;
+    }
     if (EVP_EncryptInit_ex2(sc, gp, key, NULL, dev) != 1)
         die("device-mode context refused");
-    set_pipelined(pc, gp, key, &s, 0, tags, &device);
+    set_pipelined(pc, gp, key, &s, 0, tags, &once);
+    set_check(&s, key, 0, tags);
+    CHECK(cudaMemset(s.out_base, 0, s.total));
+    set_ordered(oc, gp, key, &s, 0, tags, ord, fresh);
+    CHECK(cudaStreamSynchronize(stream));
     set_check(&s, key, 0, tags);
     set_per_call(sc, &s, 0, tags);
     set_check(&s, key, 0, tags);
+    if (call_times > 0) {
+        set_call_times(pc, oc, gp, key, &s, &k, tags, call_times, stream);
+        goto done;
+    }
     for (int r = 0; r < repeats; r++) {
         size_t passes = 0;
 
         for (t0 = now_s(); now_s() - t0 < seconds; passes++)
-            set_pipelined(pc, gp, key, &s, k += n, tags, &device);
+            set_pipelined(pc, gp, key, &s, k += n, tags, &once);
         pgs[r] = (double)passes * bytes / (now_s() - t0) / 1e9;
+        passes = 0;
+        for (t0 = now_s(); now_s() - t0 < seconds; passes++)
+            set_ordered(oc, gp, key, &s, k += n, tags, ord, fresh);
+        ogs[r] = (double)passes * bytes / (now_s() - t0) / 1e9;
         passes = 0;
         for (t0 = now_s(); now_s() - t0 < seconds; passes++)
             set_per_call(sc, &s, k += n, tags);
         sgs[r] = (double)passes * bytes / (now_s() - t0) / 1e9;
     }
     {
-        double p = median(pgs, repeats), q = median(sgs, repeats);
+        double p = median(pgs, repeats), o = median(ogs, repeats), q = median(sgs, repeats);
 
-        printf("AES-256-GCM device, %-28s (%zu msgs, %.1f MiB): pipeline of %d %7.2f GB/s   one per call %7.2f GB/s   "
-               "ratio %.1fx\n", name, n, bytes / 1048576.0, NPIPES, p, q, p / q);
-        printf("PIPE_DEVICE,%s,%zu,%.0f,%.3f,%.3f,%.3f\n", name, n, bytes, p, q, p / q);
+        printf("AES-256-GCM device, %-28s (%zu msgs, %.1f MiB): pipeline of %d %7.2f GB/s   on a stream %7.2f GB/s   "
+               "one per call %7.2f GB/s   ratio %.1fx\n", name, n, bytes / 1048576.0, NPIPES, p, o, q, p / q);
+        printf("PIPE_DEVICE,%s,%zu,%.0f,%.3f,%.3f,%.3f,%.3f\n", name, n, bytes, p, q, p / q, o);
     }
+done:
+    CHECK(cudaStreamSynchronize(stream));
+    for (size_t j = 0; j < calls; j++)
+        EVP_CIPHER_CTX_free(oc[j]);
+    CHECK(cudaStreamDestroy(stream));
     set_free(&s);
     free(tags);
     EVP_CIPHER_CTX_free(pc);
@@ -471,6 +623,7 @@ int main(int argc, char **argv)
         { "repeats", required_argument, NULL, 'r' },    { "part", required_argument, NULL, 'p' },
         { "msg-bytes", required_argument, NULL, 'b' },  { "ciphers", required_argument, NULL, 'c' },
         { "calls", required_argument, NULL, 'n' },      { "side", required_argument, NULL, 'd' },
+        { "call-times", required_argument, NULL, 't' },
         { NULL, 0, NULL, 0 },
     };
     const char *dir = getenv("OPENSSL_MODULES") != NULL ? getenv("OPENSSL_MODULES") : GP_BUILD_MODULE_DIR;
@@ -488,15 +641,19 @@ int main(int argc, char **argv)
         case 'c': snprintf(host_ciphers, sizeof(host_ciphers), "%s", optarg); break;
         case 'n': fixed_calls = atol(optarg); break;
         case 'd': fixed_side = optarg; break;
+        case 't': call_times = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: pipeline_bench [--module-dir DIR] [--seconds 0.5] [--repeats 5] "
                             "[--part host|device|all] [--msg-bytes 16384] [--ciphers A,B (host)]\n"
-                            "                      [--calls N --side gpuprov|default (host: N untimed calls)]\n");
+                            "                      [--calls N --side gpuprov|default (host: N untimed calls)]\n"
+                            "                      [--call-times P (device: each call's time over P passes)]\n");
             return 2;
         }
     }
     if (repeats < 1 || repeats > 64)
         repeats = 5;
+    if (call_times < 0 || call_times > 64)
+        call_times = 0;
     if (host_msg == 0 || host_msg > ((size_t)1 << 30))
         host_msg = MSG;
     if (!pipe_api_load(&api)) {
