@@ -255,6 +255,27 @@ static cuda_ordered *ordered_new(gp_engine *e, gp_msg *m, int gpu, uint64_t stre
 }
 
 /*
+ * A launch pair on `stream`: the descriptor kernel `desc` (grid `sgrid` of GP_COPY_BLOCK threads,
+ * its one parameter `desc_args`) writes the work descriptors and refs into the block at `base`,
+ * then the batch kernel runs the `nr` refs at `refs` of the works at `works` there.
+ */
+static cudaError_t ordered_launch_pair(const void *desc, dim3 sgrid, void *desc_args, uint8_t *base, gp_unit_ref *refs,
+                                       unsigned int nr, gp_work *works, unsigned int flags, const gp_kernel_shape *ks,
+                                       cudaStream_t stream)
+{
+    const dim3 sblock = { GP_COPY_BLOCK, 1, 1 };
+    void *sargs[1] = { desc_args }, *kargs[5] = { &refs, &nr, &works, &base, &flags };
+    dim3 grid, block;
+    size_t smem;
+    const void *kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
+    cudaError_t err;
+
+    if ((err = cudaLaunchKernel(desc, sgrid, sblock, sargs, 0, stream)) == cudaSuccess)
+        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, stream);
+    return err;
+}
+
+/*
  * One request on the stream: its descriptors from the launch parameter (gp_ordered_kernel), then
  * the batch kernel on its refs. `in`/`out`: the data (device memory), an AAD piece (`in` in the
  * block's AAD room), or a tag's destination (`out`: the chunk, mapped). The shadow moves on.
@@ -270,12 +291,7 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     ordered_layout l;
     unsigned int nr, flags = gp_alg_is_aes(o->shadow.alg) ? GP_BATCH_AES : 0;
     uint8_t *base;
-    gp_unit_ref *drefs;
-    gp_work *dwork;
-    dim3 grid, block, sgrid = { 1, 1, 1 }, sblock = { GP_COPY_BLOCK, 1, 1 };
-    size_t smem;
-    const void *kernel;
-    void *sargs[1], *kargs[5];
+    dim3 sgrid = { 1, 1, 1 };
     cudaError_t err;
 
     gp_job_plan(&j, &o->shadow, op, op == GP_OP_TAG ? 0 : len, (uint32_t)aad_len);
@@ -314,19 +330,10 @@ static cudaError_t ordered_launch(cuda_ordered *o, gp_msg *m, uint32_t op, const
     sgrid.x = (unsigned int)((j.nunits + 2 + GP_COPY_BLOCK - 1) / GP_COPY_BLOCK);
     if (sgrid.x > GP_COPY_MAX_GRID)
         sgrid.x = GP_COPY_MAX_GRID;
-    sargs[0] = args;
     /* The lead always runs (no idle lead: the state it would change is on the GPU, not here). */
     nr = j.nunits + 1;
-    drefs = (gp_unit_ref *)(base + l.refs);
-    dwork = (gp_work *)(base + l.work);
-    kargs[0] = &drefs;
-    kargs[1] = &nr;
-    kargs[2] = &dwork;
-    kargs[3] = &base;
-    kargs[4] = &flags;
-    kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
-    if ((err = cudaLaunchKernel((const void *)gp_ordered_kernel, sgrid, sblock, sargs, 0, b->stream)) == cudaSuccess)
-        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, b->stream);
+    err = ordered_launch_pair((const void *)gp_ordered_kernel, sgrid, args, base, (gp_unit_ref *)(base + l.refs), nr,
+                              (gp_work *)(base + l.work), flags, ks, b->stream);
     OPENSSL_cleanse(args, sizeof(*args));   /* the launch copied it (the powers are secret) */
     OPENSSL_cleanse(&j, sizeof(j));
     if (err == cudaSuccess)
@@ -524,15 +531,10 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
     ordered_block *lead = os[pass->s[0].req]->b;
     const size_t at = ORD_REQ_AT(lead->n);   /* the pass's area (planned from 0) */
     const gp_kernel_shape *ks = shape_of(lead->g, lead->gpu);
-    dim3 grid, block, sgrid = { 1, 1, 1 }, sblock = { GP_COPY_BLOCK, 1, 1 };
-    unsigned int nr = pass->nrefs, flags = 0;
+    dim3 sgrid = { 1, 1, 1 };
+    unsigned int flags = 0;
     uint32_t most = 0;
     uint8_t *base;
-    gp_unit_ref *drefs;
-    gp_work *dwork;
-    void *sargs[1], *kargs[5];
-    const void *kernel;
-    size_t smem;
     cudaError_t err;
 
     if ((err = ordered_reserve(lead, at + pass->end)) != cudaSuccess)   /* reserved already: nothing to do */
@@ -576,18 +578,9 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
     if (sgrid.x > GP_COPY_MAX_GRID)
         sgrid.x = GP_COPY_MAX_GRID;
     sgrid.y = pass->n;
-    sargs[0] = args;
-    drefs = (gp_unit_ref *)(base + at + pass->refs);
-    dwork = (gp_work *)(base + at + pass->works);
-    kargs[0] = &drefs;
-    kargs[1] = &nr;
-    kargs[2] = &dwork;
-    kargs[3] = &base;
-    kargs[4] = &flags;
-    kernel = gp_kernel_geometry(nr, flags, ks, &grid, &block, &smem);
-    if ((err = cudaLaunchKernel((const void *)gp_ordered_batch_kernel, sgrid, sblock, sargs, 0, lead->stream))
-        == cudaSuccess)
-        err = cudaLaunchKernel(kernel, grid, block, kargs, smem, lead->stream);
+    err = ordered_launch_pair((const void *)gp_ordered_batch_kernel, sgrid, args, base,
+                              (gp_unit_ref *)(base + at + pass->refs), pass->nrefs, (gp_work *)(base + at + pass->works),
+                              flags, ks, lead->stream);
     OPENSSL_cleanse(args->extra, pass->extra);   /* the launch copied it (the powers are secret) */
     return err;
 }
