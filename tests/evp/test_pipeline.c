@@ -1112,6 +1112,77 @@ static void test_served_without_pipeline_api(void **state)
     }
 }
 
+/*
+ * Stream-ordered, a pass failing in the middle of a call of several passes (run with slices of
+ * 4 KiB and a failure armed: the stand-in's GPUPROV_TEST_HOST_FAIL_AFTER, which fails a whole
+ * pass when the stream runs it, or on a GPU a launch of batching/cuda/ordered.c made to fail,
+ * GPUPROV_TEST_CUDA_FAULT_*, at queue time): the call that queued it, its Final or its tags fail
+ * with the device-mode failure's reason, nothing crashes or hangs, and a new call on the same
+ * context is refused cleanly (device mode needs a usable GPU after a GPU failure).
+ */
+#define FAIL_PIPES 8
+#define FAIL_LEN (20 * 1024)
+
+static void test_pass_failure(void **state)
+{
+    const int idx = evp_cipher_index("AES-256-GCM");
+    const EVP_CIPHER *ciph = evp_cipher(g_env, idx, 1);
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    unsigned char key[32], ivb[FAIL_PIPES][12], tags[FAIL_PIPES][16], *tagp[FAIL_PIPES], **tp = tagp;
+    unsigned char *in[FAIL_PIPES], *out[FAIL_PIPES], *outp[FAIL_PIPES];
+    const unsigned char *ivs[FAIL_PIPES], *inp[FAIL_PIPES];
+    size_t outl[FAIL_PIPES], outsize[FAIL_PIPES], inl[FAIL_PIPES];
+    OSSL_PARAM prm[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
+    int ok;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(stream);
+    gptest_rand_bytes(key, sizeof(key));
+    for (size_t i = 0; i < FAIL_PIPES; i++) {
+        gptest_rand_bytes(ivb[i], sizeof(ivb[i]));
+        ivs[i] = ivb[i];
+        in[i] = buf_new(FAIL_LEN, 1);
+        out[i] = buf_new(FAIL_LEN, 1);
+        memset(in[i], (int)i, FAIL_LEN);
+        inp[i] = in[i];
+        outp[i] = out[i];
+        inl[i] = outsize[i] = FAIL_LEN;
+        tagp[i] = tags[i];
+    }
+    assert_int_equal(api.encrypt_init(c, ciph, key, 32, FAIL_PIPES, ivs, 12), 1);
+    assert_int_equal(set_memory(c, "device"), 1);
+    assert_int_equal(set_stream(c, stream), 1);
+    /* Five passes (20 KiB pipes in 4 KiB slices), and the tags' pass: the failure is among them. */
+    ok = api.update(c, outp, outl, outsize, inp, inl);
+    if (ok) {
+        for (size_t i = 0; i < FAIL_PIPES; i++) {
+            outp[i] = out[i] + FAIL_LEN;
+            outsize[i] = 0;
+        }
+        ok = api.final(c, outp, outl, outsize);
+    }
+    if (ok) {
+        prm[0] = pipe_tag_param(&tp, 16);
+        ok = EVP_CIPHER_CTX_get_params(c, prm);
+    }
+    expect_error(ok, "a stream-ordered call whose pass failed", "device memory has no CPU fallback", NULL);
+    gpu_sync();
+    /* The same context, a new call: device mode is refused now. */
+    for (size_t i = 0; i < FAIL_PIPES; i++) {
+        outp[i] = out[i];
+        outsize[i] = FAIL_LEN;
+    }
+    assert_int_equal(api.encrypt_init(c, NULL, key, 32, FAIL_PIPES, ivs, 12), 1);
+    expect_error(api.update(c, outp, outl, outsize, inp, inl), "a call after the failure",
+                 "device memory needs a usable GPU", NULL);
+    EVP_CIPHER_CTX_free(c);
+    for (size_t i = 0; i < FAIL_PIPES; i++) {
+        buf_free(in[i], 1);
+        buf_free(out[i], 1);
+    }
+}
+
 static int group_setup(void **state)
 {
     int rc = evp_group_setup(state);
@@ -1132,7 +1203,7 @@ static int group_teardown(void **state)
     return evp_group_teardown(state);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_can_pipeline),
@@ -1156,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_bad_stream),
     };
     const struct CMUnitTest old_tests[] = { cmocka_unit_test(test_served_without_pipeline_api) };
+    const struct CMUnitTest failure_tests[] = { cmocka_unit_test(test_pass_failure) };
     const char *st = getenv("GPTEST_PIPE_STREAM");
 #ifdef PIPE_TEST_CUDA
     const char *hd = getenv("GPTEST_PIPE_DEVMEM");
@@ -1178,6 +1250,8 @@ int main(void)
     }
     if (devmem && st != NULL && st[0] == '1') {
         stream_wanted = 1;
+        if (argc > 1 && strcmp(argv[1], "failure") == 0)   /* a failure armed by the environment */
+            return cmocka_run_group_tests(failure_tests, group_setup, group_teardown);
         return cmocka_run_group_tests(stream_tests, group_setup, group_teardown);
     }
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
