@@ -222,6 +222,7 @@ void gp_cuda_wave_wipe(gp_wave *wv)
         atomic_fetch_add_explicit(&g->st_ns_in, wv->t1 - wv->t0 - wv->t_grow, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_gpu, wv->t2 - wv->t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_issue, wv->t_issued - wv->t1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_order, wv->t_ordered - wv->t1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->st_ns_out, t3 - wv->t2, memory_order_relaxed);
         {
             uint_fast64_t unset = 0;

@@ -609,6 +609,7 @@ int gp_cuda_open(gp_engine *e)
     c->open_gen = gp_fork_generation();
     c->mem_range = (PFN_cuMemGetAddressRange_v3020)driver_call("cuMemGetAddressRange", 3020);
     c->ptr_attr = (PFN_cuPointerGetAttribute_v4000)driver_call("cuPointerGetAttribute", 4000);
+    c->ptr_attrs = (PFN_cuPointerGetAttributes_v7000)driver_call("cuPointerGetAttributes", 7000);
     c->ctx_current = (PFN_cuCtxGetCurrent_v4000)driver_call("cuCtxGetCurrent", 4000);
     c->stream_ctx = (PFN_cuStreamGetCtx_v9020)driver_call("cuStreamGetCtx", 9020);
     if ((c->primary = OPENSSL_zalloc((size_t)ngpus * sizeof(*c->primary))) == NULL
@@ -710,9 +711,13 @@ void gp_cuda_close(gp_engine *e)
                              + c->open_ns[GP_OPEN_OBJECTS]) / 1e6,
                     (double)c->open_ns[GP_OPEN_RUNTIME] / 1e6, (double)c->open_ns[GP_OPEN_CONTEXTS] / 1e6,
                     (double)c->open_ns[GP_OPEN_KERNELS] / 1e6, (double)c->open_ns[GP_OPEN_OBJECTS] / 1e6);
-        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f%s; arena growths=%.0f taking %.1f ms\n",
-                    (double)atomic_load(&c->st_ns_issue) / nb / 1e3, steps, (double)atomic_load(&c->st_grows),
-                    (double)atomic_load(&c->st_ns_grow) / 1e6);
+        gp_log_line("gpuprov cuda: per batch on the GPU: issue_us=%.1f (after_callers_us=%.1f)%s; arena growths=%.0f "
+                    "taking %.1f ms; device-mode pointer checks=%.0f at %.2f us\n",
+                    (double)atomic_load(&c->st_ns_issue) / nb / 1e3, (double)atomic_load(&c->st_ns_order) / nb / 1e3,
+                    steps, (double)atomic_load(&c->st_grows), (double)atomic_load(&c->st_ns_grow) / 1e6,
+                    (double)atomic_load(&c->st_checks),
+                    atomic_load(&c->st_checks) > 0
+                        ? (double)atomic_load(&c->st_ns_check) / (double)atomic_load(&c->st_checks) / 1e3 : 0.0);
     }
     if (e->knobs.stats && gp_reg_cache_on()) {
         gp_reg_counts rn;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Device mode: whether a caller's pointer is CUDA memory the cuda executor may use, and on which GPU; whether its stream is that GPU's. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,6 +24,51 @@ typedef struct mem_query {
     int gpu;
 } mem_query;
 
+/*
+ * The common case in one driver call: cuPointerGetAttributes answers for any pointer, CUDA's or
+ * not, without a context current and without an error for a pointer it does not know, with the
+ * memory's type, whether it is managed, its GPU, its owning context, its memory pool and its
+ * allocation's bounds. Each driver call takes locks that every thread's CUDA calls share, so
+ * callers on many threads made each other's checks, and the batches' launches, wait
+ * (bench/RESULTS.md, "Stream-ordered device mode and many threads"). -1 where it cannot say for
+ * certain and the long way decides: the call failed, managed memory (the runtime's answer decides
+ * it), or an allocation whose range may be wider than what is mapped (a VMM mapping, which names
+ * no context; a stream-ordered pool's block, whose range is the pool's).
+ */
+static int mem_query_fast(mem_query *q)
+{
+    CUpointer_attribute at[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                 CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE };
+    /* Each answer in a zeroed 8-byte word: whatever width the driver writes (bool, int, pointer),
+     * the word reads it (little-endian). */
+    uint64_t v[sizeof(at) / sizeof(at[0])];
+    void *data[sizeof(at) / sizeof(at[0])];
+    const uintptr_t p = (uintptr_t)q->p;
+    int dev;
+
+    memset(v, 0, sizeof(v));
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+        data[i] = &v[i];
+    if (q->g->ptr_attrs == NULL
+        || q->g->ptr_attrs((unsigned int)(sizeof(at) / sizeof(at[0])), at, data, (CUdeviceptr)p) != CUDA_SUCCESS)
+        return -1;
+    if (v[1] != 0)
+        return -1;   /* managed */
+    if (v[0] == 0 || v[0] == CU_MEMORYTYPE_HOST)
+        return GP_MEM_NOT_DEVICE;   /* not CUDA's (freed, never allocated), or pinned host memory */
+    if (v[0] != CU_MEMORYTYPE_DEVICE || v[3] == 0 || v[4] != 0)
+        return -1;
+    dev = (int)(int32_t)(uint32_t)v[2];
+    q->gpu = dev;
+    if (dev < q->g->stage_device || dev >= q->g->stage_device + q->g->ngpus)
+        return GP_MEM_GPU_NOT_OPEN;
+    if ((CUcontext)(uintptr_t)v[3] != q->g->primary[dev - q->g->stage_device])
+        return GP_MEM_NOT_DEVICE;   /* another context's: the GPU would fault on it in ours */
+    return p < v[5] || p - v[5] > v[6] || q->len > v[6] - (p - v[5]) ? GP_MEM_PAST_END : GP_MEM_OK;
+}
+
 static int mem_query_run(void *arg)
 {
     mem_query *q = arg;
@@ -32,6 +78,8 @@ static int mem_query_run(void *arg)
     size_t size = 0;
     int saved, st;
 
+    if ((st = mem_query_fast(q)) >= 0)
+        return st;
     memset(&a, 0, sizeof(a));
     if (cudaPointerGetAttributes(&a, q->p) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -60,11 +108,18 @@ int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
     mem_query q = { g, p, len, -1 };
     int st;
 
+    uint64_t t0;
+
     if (g == NULL || g->mem_range == NULL || g->ptr_attr == NULL || g->ctx_current == NULL
         || g->open_gen != gp_fork_generation())
         return GP_MEM_NO_EXECUTOR;
+    t0 = e->knobs.stats ? gp_now_ns() : 0;
     st = gp_async_in_job() ? gp_call_off_job_stack(mem_query_run, &q) : mem_query_run(&q);
     *gpu = q.gpu;
+    if (t0 != 0) {
+        atomic_fetch_add_explicit(&g->st_checks, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g->st_ns_check, gp_now_ns() - t0, memory_order_relaxed);
+    }
     return st;
 }
 

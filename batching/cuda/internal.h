@@ -144,6 +144,8 @@ typedef struct gp_cuda {
     atomic_uint_fast64_t st_batches, st_reqs, st_ns_in, st_ns_gpu, st_ns_out, st_staged;
     atomic_uint_fast64_t st_lone;       /* batches run as one launch (gp_lone_kernel) */
     atomic_uint_fast64_t st_ns_issue;   /* of st_ns_gpu: issuing the batch's CUDA calls */
+    atomic_uint_fast64_t st_ns_order;   /* of st_ns_issue: ordering it after the callers' streams */
+    atomic_uint_fast64_t st_checks, st_ns_check;   /* device mode's pointer checks, their time */
     atomic_uint_fast64_t st_ns_step[GP_GPU_STEPS];   /* GPU time per step (the slots' step events) */
     atomic_uint_fast64_t st_first_ns, st_last_ns;     /* the first batch's start, the last one's end */
     atomic_uint_fast64_t st_grows, st_ns_grow;        /* arena growths after the opening, and their time */
@@ -158,6 +160,7 @@ typedef struct gp_cuda {
      * where the slots' streams live (ngpus entries). */
     PFN_cuMemGetAddressRange_v3020 mem_range;
     PFN_cuPointerGetAttribute_v4000 ptr_attr;
+    PFN_cuPointerGetAttributes_v7000 ptr_attrs;   /* NULL: every check takes the long way (devmem.c) */
     PFN_cuCtxGetCurrent_v4000 ctx_current;
     PFN_cuStreamGetCtx_v9020 stream_ctx;   /* stream-ordered device mode: the caller's stream's
                                             * context (NULL: the mode is not offered) */
@@ -260,6 +263,7 @@ typedef struct gp_wave {
     /* issue and wait: */
     gp_batch_end end;
     uint64_t t0, t1, t2, t_issued;   /* stats; t1: the first CUDA call (0: none made) */
+    uint64_t t_ordered;          /* stats: ordered after the callers' streams (from t1) */
     uint64_t t_grow;             /* stats: of t1 - t0, growing the slot's arenas (counted apart) */
     int ok;
 } gp_wave;

@@ -237,6 +237,8 @@ int gp_cuda_wave_issue(gp_wave *wv)
         gp_cuda_failed(e, "ordering after the caller's device work", err);
         return 0;
     }
+    if (e->knobs.stats)
+        wv->t_ordered = gp_now_ns();
     if ((err = step_mark(c, 0)) != cudaSuccess
         || (!wv->fold && wv->nchunks == 1 && (err = gp_cuda_issue_copy_in(wv)) != cudaSuccess)
         || (err = step_mark(c, 1)) != cudaSuccess) {
