@@ -759,6 +759,8 @@ static void test_async_failure(void **state)
 typedef struct worker {
     pthread_t th;
     int idx;
+    const EVP_CIPHER *cipher;    /* fetched before the threads start (evp_cipher's cache is not
+                                  * thread-safe: two threads fetching at once leaked one) */
     unsigned char *din, *dout, *plain, *ref;
     unsigned char key[32], iv[16], aad[13], tag[THREAD_MSGS][16], rtag[16];
     int ok;
@@ -774,7 +776,7 @@ static void *worker_main(void *arg)
     int outl;
 
     p[0] = OSSL_PARAM_construct_utf8_string(MEMORY_PARAM, "device", 0);
-    w->ok = ctx != NULL && EVP_EncryptInit_ex2(ctx, evp_cipher(g_env, w->idx, 1), w->key, NULL, p) == 1;
+    w->ok = ctx != NULL && EVP_EncryptInit_ex2(ctx, w->cipher, w->key, NULL, p) == 1;
     for (int m = 0; m < THREAD_MSGS && w->ok; m++) {
         unsigned char fin[16];
 
@@ -812,6 +814,7 @@ static void test_threads(void **state)
 
     for (int i = 0; i < NTHREADS; i++) {
         w[i].idx = idx;
+        w[i].cipher = evp_cipher(g_env, idx, 1);
         gptest_rand_bytes(w[i].key, sizeof(w[i].key));
         gptest_rand_bytes(w[i].iv, sizeof(w[i].iv));
         gptest_rand_bytes(w[i].aad, sizeof(w[i].aad));
