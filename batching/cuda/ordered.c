@@ -13,11 +13,11 @@
 /*
  * gp_executor.ordered_run and ordered_wait (batching/executor.h; engine.h, gp_msg_set_stream). A
  * stream-ordered message has a block of its own on the GPU that holds its data (allocated in
- * stream order on the caller's stream: cudaMallocAsync, freed by cudaFreeAsync behind its last
- * work, so no call here synchronises the device): its state, its key schedule, and one request's
- * descriptors, refs, span counters, carried AAD, powers of r and partial MACs (from the GPU's pool
- * of such blocks, device.c ordered_pool_open). Each request is two
- * launches on the caller's stream and the call returns:
+ * stream order on the caller's stream from the GPU's pool of such blocks, device.c
+ * ordered_pool_open, and freed by cudaFreeAsync behind its last work, so no call here synchronises
+ * the device): its state, its key schedule, and one request's descriptors, refs, span counters,
+ * carried AAD, powers of r and partial MACs. Each request is two launches on the caller's stream
+ * and the call returns:
  *   1. gp_ordered_kernel writes the request's descriptors into the block from its launch
  *      parameter (no host buffer has to outlive the call);
  *   2. the batch kernel runs the request in place on the caller's buffers and leaves the
