@@ -10,10 +10,6 @@
 
 #include "batching/exec_cpu.h"
 
-/* Kept out of line: the per-request loop (cpu_run) then needs no stack frame for OSSL_PARAM arrays
- * and saves fewer registers. "Cold" only in the sense of not being the AAD/text path. */
-#define GP_COLD __attribute__((noinline))
-
 /* Index of a (algorithm, key length) pair in gp_engine.cpu_ciphers. */
 static int cipher_slot(uint32_t alg, size_t keylen)
 {
@@ -172,9 +168,12 @@ static void cpu_close(gp_engine *e)
 
 static void cpu_msg_clear(gp_msg *m);
 
+/* The functions off the AAD/text path are GP_NOINLINE: the per-request loop (cpu_run) then needs no
+ * stack frame for OSSL_PARAM arrays and saves fewer registers. */
+
 /* GCM: tell the context a new IV length before the IV (rare: TLS and most callers keep 12). Apart
  * from direct_start so that the common start does not build an OSSL_PARAM array. */
-static GP_COLD int direct_set_ivlen(const gp_cpu_direct *d, void *ac, size_t ivlen)
+static GP_NOINLINE int direct_set_ivlen(const gp_cpu_direct *d, void *ac, size_t ivlen)
 {
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
 
@@ -183,7 +182,7 @@ static GP_COLD int direct_set_ivlen(const gp_cpu_direct *d, void *ac, size_t ivl
 }
 
 /* A fresh provider context for m (dropping whatever m held before). */
-static GP_COLD int direct_newctx(const gp_cpu_direct *d, gp_msg *m)
+static GP_NOINLINE int direct_newctx(const gp_cpu_direct *d, gp_msg *m)
 {
     cpu_msg_clear(m);
     if ((m->cpu_algctx = d->newctx(d->provctx)) == NULL)
@@ -260,7 +259,7 @@ err:
 /* GP_REQ_TAG and GP_REQ_VERIFY on the provider's own context. Kept apart from the data path so
  * that AAD and text requests do not pay for building an OSSL_PARAM array. Sizes as EVP passes
  * them for ciphers of block size 1: final's output size is 0. */
-static GP_COLD int direct_tag(const gp_cpu_direct *d, void *ac, gp_request *r)
+static GP_NOINLINE int direct_tag(const gp_cpu_direct *d, void *ac, gp_request *r)
 {
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
     unsigned char none[16];
@@ -270,7 +269,7 @@ static GP_COLD int direct_tag(const gp_cpu_direct *d, void *ac, gp_request *r)
     return d->final(ac, none, &outl, 0) && d->get_ctx_params(ac, p) ? GP_REQ_OK : GP_REQ_FAILED;
 }
 
-static GP_COLD int direct_verify(const gp_cpu_direct *d, void *ac, gp_request *r)
+static GP_NOINLINE int direct_verify(const gp_cpu_direct *d, void *ac, gp_request *r)
 {
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
     unsigned char none[16];
@@ -313,7 +312,7 @@ static int direct_run_one(gp_request *r)
 }
 
 /* One request through EVP (the slots whose provider functions were not found). */
-static GP_COLD int evp_run_one(gp_request *r)
+static GP_NOINLINE int evp_run_one(gp_request *r)
 {
     EVP_CIPHER_CTX *ctx = r->msg->cpu_ctx;
     OSSL_PARAM p[2] = { OSSL_PARAM_END, OSSL_PARAM_END };
@@ -360,7 +359,7 @@ int gp_cpu_update_evp(gp_msg *m, const uint8_t *in, uint8_t *out, size_t len)
 
 /* The AAD a request carries (gp_request.aad: held for the GPU side before its message came here
  * after a GPU failure), as a call of its own before the request's. */
-static GP_COLD int run_carried_aad(gp_request *r)
+static GP_NOINLINE int run_carried_aad(gp_request *r)
 {
     gp_request a = { .msg = r->msg, .kind = GP_REQ_AAD, .in = r->aad, .len = r->aad_len };
 

@@ -11,9 +11,8 @@
 #include "params.h"
 #include "provctx.h"
 
-/* Kept out of line: the general path of an update, so that the lane's shortcut before it needs no
- * stack frame and ends in a tail call (provider/stream_common.c). */
-#define GP_NOINLINE __attribute__((noinline))
+/* GP_NOINLINE (batching/base/base.h) keeps the general path of an update out of line, so that the
+ * lane's shortcut before it needs no stack frame and ends in a tail call (provider/stream_common.c). */
 /* The lane's shortcuts are the expected path of a context on it: the compiler lays them out
  * straight and the general path after them. */
 #define GP_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -12,6 +12,9 @@
 /* Executors counted by the stats (batching/executor.h: GP_EXEC_COUNT, checked there). */
 #define GP_ST_EXECUTORS 3
 
+/* Kept out of line (each use says why: a frame, registers or stack kept off a hot caller). */
+#define GP_NOINLINE __attribute__((noinline))
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t gp_now_ns(void);
 /* Sleep one millisecond (the polls for a GPU being opened or a warm-up finishing). */
