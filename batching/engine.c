@@ -784,8 +784,7 @@ static int submit_ordered(gp_msg *m, gp_request *r)
  * Out of line: its 4 KiB of requests are on the stack only while it runs, not under the rest of
  * gp_msgs_submit's calls (inside an async job, whose stack is 32 KiB).
  */
-static GP_NOINLINE void submit_ordered_together(gp_engine *e, gp_request *reqs, size_t n,
-                                                              unsigned char *taken)
+static GP_NOINLINE void submit_ordered_together(gp_engine *e, gp_request *reqs, size_t n, unsigned char *taken)
 {
     gp_request q[GP_ORDERED_BATCH_MAX];
     size_t at[GP_ORDERED_BATCH_MAX], k = 0;

@@ -34,8 +34,8 @@ typedef struct gp_executor {
     int (*msg_copy)(gp_msg *dst, const gp_msg *src);   /* NULL: plain data, copied by the engine */
     void (*msg_clear)(gp_msg *m);   /* free executor-owned state; NULL: none (the engine cleanses
                                      * the whole message when it frees it) */
-    /* msg_clear of messages that end together (engine.h, gp_msgs_end): those of ms[0..n) whose
-     * m->exec is this executor, at once; NULL: msg_clear each. */
+    /* msg_clear of messages that end together (engine.h, gp_msgs_end_ordered): those of ms[0..n)
+     * whose m->exec is this executor, at once; NULL: msg_clear each. */
     void (*msgs_clear)(gp_msg *const *ms, size_t n);
     /* Where async jobs stage their data for this executor (stage.h); NULL, or a NULL result: they
      * do not. */

@@ -145,7 +145,8 @@ static int pipe_init(gp_cipher_ctx *ctx, const unsigned char *key, size_t keylen
     ctx->iv_gen = 0;
     if ((pl = pipeline_for(ctx, numpipes)) == NULL)
         return 0;
-    gp_cipher_pipes_end_ordered(pl);   /* every pipe starts a new message (pipe_start) */
+    if (ctx->devmem)   /* every pipe starts a new message (pipe_start): their stream-ordered state at once */
+        gp_cipher_pipes_end_ordered(pl);
     ctx->enc = enc;
     ctx->ivlen = ivlen;
     pl->ivlen = ivlen;
