@@ -106,9 +106,8 @@ int gp_cuda_mem_check(gp_engine *e, const void *p, size_t len, int *gpu)
 {
     gp_cuda *g = e->cuda;
     mem_query q = { g, p, len, -1 };
-    int st;
-
     uint64_t t0;
+    int st;
 
     if (g == NULL || g->mem_range == NULL || g->ptr_attr == NULL || g->ctx_current == NULL
         || g->open_gen != gp_fork_generation())

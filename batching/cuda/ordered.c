@@ -579,8 +579,8 @@ static cudaError_t ordered_pass_launch(cuda_ordered *const *os, const gp_request
         sgrid.x = GP_COPY_MAX_GRID;
     sgrid.y = pass->n;
     err = ordered_launch_pair((const void *)gp_ordered_batch_kernel, sgrid, args, base,
-                              (gp_unit_ref *)(base + at + pass->refs), pass->nrefs, (gp_work *)(base + at + pass->works),
-                              flags, ks, lead->stream);
+                              (gp_unit_ref *)(base + at + pass->refs), pass->nrefs,
+                              (gp_work *)(base + at + pass->works), flags, ks, lead->stream);
     OPENSSL_cleanse(args->extra, pass->extra);   /* the launch copied it (the powers are secret) */
     return err;
 }

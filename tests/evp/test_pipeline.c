@@ -434,8 +434,8 @@ static void test_skewed_pipe(void **state)
 /* AES-256-GCM, every pipe 2 MiB and more, with AAD the message holds: stream-ordered, a call's pass of
  * 32 such pipes needs more than the 1 MiB a block starts at (their partial MACs and refs). In one
  * update the group is made at its passes' size; after a first update of 4 KiB a pipe it is grown
- * at the second (the cuda executor; with that growth's cudaMallocFromPoolAsync refused, the batch is
- * declined and each pipe runs alone: .device-ordpipe-review.sh). */
+ * at the second (the cuda executor; with that growth's cudaMallocFromPoolAsync refused, the batch
+ * is declined and each pipe runs alone: .device-ordpipe-review.sh). */
 static void test_large_pipes(void **state)
 {
     static const size_t firsts[] = { 0, 4096 };
@@ -455,11 +455,11 @@ static void test_large_pipes(void **state)
 /*
  * One context re-initialised call after call (new IVs, the key given again), as a program that
  * encrypts batch after batch does: each re-init ends every pipe's message at once
- * (gp_msgs_end_ordered: the cuda executor clears and frees a group's block once), with the calls before
- * still queued where stream-ordered (every other call's tags not read before the next init; the
- * host stand-in's queued batch once read the freed message there); the last call changes numpipes
- * (a new pipeline: the old one's messages freed with their work queued).
- * Every pipe of every call is the default provider's message, tags included where read.
+ * (gp_msgs_end_ordered: the cuda executor clears and frees a group's block once), with the calls
+ * before still queued where stream-ordered (every other call's tags not read before the next
+ * init; the host stand-in's queued batch once read the freed message there); the last call
+ * changes numpipes (a new pipeline: the old one's messages freed with their work queued). Every
+ * pipe of every call is the default provider's message, tags included where read.
  */
 #define REINIT_CALLS 5
 
