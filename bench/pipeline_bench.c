@@ -385,13 +385,19 @@ static size_t set_calls(const dev_set *s)
     return (s->n + NPIPES - 1) / NPIPES;
 }
 
+/* The messages of the call that starts at message i. */
+static size_t call_msgs(const dev_set *s, size_t i)
+{
+    return s->n - i < NPIPES ? s->n - i : NPIPES;
+}
+
 /* The whole set in synchronous pipeline calls of NPIPES on one context; tags[] gets every message's
  * tag. `*once`: the context's parameters, set at its first call (then NULL). */
 static void set_pipelined(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *c, const unsigned char *key, const dev_set *s,
                           uint64_t first, unsigned char (*tags)[16], const OSSL_PARAM **once)
 {
     for (size_t i = 0; i < s->n; i += NPIPES) {
-        size_t m = s->n - i < NPIPES ? s->n - i : NPIPES;
+        size_t m = call_msgs(s, i);
 
         pipe_call(ctx, c, key, m, s->in + i, s->out + i, s->len + i, first + i, tags + i, *once);
         *once = NULL;
@@ -407,13 +413,13 @@ static void set_ordered(EVP_CIPHER_CTX **ctx, const EVP_CIPHER *c, const unsigne
     size_t k = 0;
 
     for (size_t i = 0; i < s->n; i += NPIPES, k++) {
-        pipe_queue(ctx[k], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i, first + i,
+        pipe_queue(ctx[k], c, key, call_msgs(s, i), s->in + i, s->out + i, s->len + i, first + i,
                    fresh[k] ? once : NULL);
         fresh[k] = 0;
     }
     k = 0;
     for (size_t i = 0; i < s->n; i += NPIPES, k++)
-        pipe_tags(ctx[k], s->n - i < NPIPES ? s->n - i : NPIPES, tags + i);
+        pipe_tags(ctx[k], call_msgs(s, i), tags + i);
 }
 
 static void set_per_call(EVP_CIPHER_CTX *ctx, const dev_set *s, uint64_t first, unsigned char (*tags)[16])
@@ -468,7 +474,7 @@ static void set_call_times(EVP_CIPHER_CTX *pc, EVP_CIPHER_CTX **oc, const EVP_CI
         double t;
 
         for (size_t i = 0; i < s->n; i += NPIPES, j++) {
-            size_t m = s->n - i < NPIPES ? s->n - i : NPIPES;
+            size_t m = call_msgs(s, i);
 
             t = now_s();
             pipe_call(pc, c, key, m, s->in + i, s->out + i, s->len + i, (*k += NPIPES), tags + i, NULL);
@@ -477,20 +483,20 @@ static void set_call_times(EVP_CIPHER_CTX *pc, EVP_CIPHER_CTX **oc, const EVP_CI
         j = 0;
         for (size_t i = 0; i < s->n; i += NPIPES, j++) {
             t = now_s();
-            pipe_queue(oc[j], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i,
+            pipe_queue(oc[j], c, key, call_msgs(s, i), s->in + i, s->out + i, s->len + i,
                        (*k += NPIPES), NULL);
             queue_us[j * passes + p] = (now_s() - t) * 1e6;
         }
         t = now_s();
         j = 0;
         for (size_t i = 0; i < s->n; i += NPIPES, j++)
-            pipe_tags(oc[j], s->n - i < NPIPES ? s->n - i : NPIPES, tags + i);
+            pipe_tags(oc[j], call_msgs(s, i), tags + i);
         tags_us[p] = (now_s() - t) * 1e6;
         /* Each stream-ordered call alone: queued, its Final's tags read (which wait for it). */
         j = 0;
         for (size_t i = 0; i < s->n; i += NPIPES, j++) {
             t = now_s();
-            pipe_call(oc[j], c, key, s->n - i < NPIPES ? s->n - i : NPIPES, s->in + i, s->out + i, s->len + i,
+            pipe_call(oc[j], c, key, call_msgs(s, i), s->in + i, s->out + i, s->len + i,
                       (*k += NPIPES), tags + i, NULL);
             alone_us[j * passes + p] = (now_s() - t) * 1e6;
         }
@@ -498,7 +504,7 @@ static void set_call_times(EVP_CIPHER_CTX *pc, EVP_CIPHER_CTX **oc, const EVP_CI
     }
     printf("call | msgs | MiB | largest MiB | synchronous call us | stream-ordered queue us | stream-ordered alone us\n");
     for (size_t j = 0; j < calls; j++) {
-        size_t m = s->n - j * NPIPES < NPIPES ? s->n - j * NPIPES : NPIPES, big = 0, bytes = 0;
+        size_t m = call_msgs(s, j * NPIPES), big = 0, bytes = 0;
         double a, b, d;
 
         for (size_t i = j * NPIPES; i < j * NPIPES + m; i++) {

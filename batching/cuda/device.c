@@ -335,11 +335,17 @@ struct gp_cuda_retired {
     struct gp_cuda_retired *next;
 };
 
+/* A chunk whose work has completed: its event destroyed, its used bytes cleansed, back in the pool. */
+static void chunk_back(gp_cuda *g, gp_stage_chunk *ch, size_t used, cudaEvent_t done)
+{
+    (void)cudaEventDestroy(done);
+    OPENSSL_cleanse(ch->host, used);
+    gp_stage_put(&g->stage, ch);
+}
+
 static void retired_put(gp_cuda *g, struct gp_cuda_retired *r)
 {
-    (void)cudaEventDestroy(r->done);
-    OPENSSL_cleanse(r->chunk->host, r->used);
-    gp_stage_put(&g->stage, r->chunk);
+    chunk_back(g, r->chunk, r->used, r->done);
     OPENSSL_free(r);
 }
 
@@ -348,11 +354,8 @@ void gp_cuda_chunk_retire(gp_cuda *g, gp_stage_chunk *ch, size_t used, cudaEvent
     struct gp_cuda_retired *r = OPENSSL_malloc(sizeof(*r));
 
     if (r == NULL) {   /* no room to remember it: its work waited for here, then it goes back */
-        if (cudaEventSynchronize(done) == cudaSuccess) {
-            (void)cudaEventDestroy(done);
-            OPENSSL_cleanse(ch->host, used);
-            gp_stage_put(&g->stage, ch);
-        }
+        if (cudaEventSynchronize(done) == cudaSuccess)
+            chunk_back(g, ch, used, done);
         (void)cudaGetLastError();
         return;
     }

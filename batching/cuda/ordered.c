@@ -886,9 +886,10 @@ typedef struct ordered_ending {
     size_t n;
 } ordered_ending;
 
-static int is_cuda_ordered(const gp_msg *m)
+/* Does m hold block b (a stream-ordered message of this executor's)? */
+static int holds(const gp_msg *m, const ordered_block *b)
 {
-    return m->ordered != NULL && m->exec == &gp_exec_cuda;
+    return m->ordered != NULL && m->exec == &gp_exec_cuda && ((const cuda_ordered *)m->ordered)->b == b;
 }
 
 static int ordered_release_all_here(void *arg)
@@ -899,17 +900,17 @@ static int ordered_release_all_here(void *arg)
         ordered_block *b;
         unsigned int going = 0;
 
-        if (!is_cuda_ordered(g->ms[i]))
+        if (g->ms[i]->ordered == NULL || g->ms[i]->exec != &gp_exec_cuda)
             continue;
         b = ((cuda_ordered *)g->ms[i]->ordered)->b;
         for (size_t k = i; k < g->n; k++)
-            going += is_cuda_ordered(g->ms[k]) && ((cuda_ordered *)g->ms[k]->ordered)->b == b;
+            going += holds(g->ms[k], b);
         if (going < b->holders) {   /* others of the block stay: this one's slot alone */
             (void)ordered_release_here(g->ms[i]);
             continue;
         }
         for (size_t k = i; k < g->n; k++)
-            if (is_cuda_ordered(g->ms[k]) && ((cuda_ordered *)g->ms[k]->ordered)->b == b) {
+            if (holds(g->ms[k], b)) {
                 OPENSSL_clear_free(g->ms[k]->ordered, sizeof(cuda_ordered));
                 g->ms[k]->ordered = NULL;
             }
