@@ -565,7 +565,7 @@ int main(int argc, char **argv)
             size_t units;
             float ms;
 
-            /* The executor's lone launches hold a few refs; an AEAD body of more than GP_SPAN_UNITS
+            /* The executor's lone launches hold a few refs; an AEAD body of more than GP_SPANS_FROM
              * units folds in spans, which only the batch kernel's counting makes. */
             if (gp_alg_is_aead(ciphers[c].alg) && gp_spans_of((uint32_t)(msg / GP_UNIT_BYTES)) != 0) {
                 printf("lone %zu KiB message: %-18s (no lone launch: its MAC folds in spans)\n", msg / 1024,

@@ -115,7 +115,7 @@ typedef struct gp_job {
     uint8_t body_ctr[16];         /* counter block of the body's first keystream block */
     uint32_t aad_len;             /* AEAD: AAD absorbed by the lead first (carried with the request,
                                    * so AAD + data, or AAD + tag, is one round trip) */
-    uint32_t nspans;              /* AEAD of more than GP_SPAN_UNITS units: spans of the fold
+    uint32_t nspans;              /* AEAD of more than GP_SPANS_FROM units: spans of the fold
                                    * (kernels/units.h); 0: one fold */
     uint64_t aad_off;             /* cuda: where that AAD is in the arena */
 } gp_job;

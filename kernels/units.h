@@ -22,7 +22,7 @@
  * sequence X_lead, U_0, .., U_(n-2), which the finisher's L lanes split by stride: lane i takes
  * every L-th element counted from the end, steps by Q^L and shifts its sum by Q^i; the lanes' sums
  * add up to T. No chain of multiplications longer than ceil(n / L) + 1 runs on any thread.
- * A request of more than GP_SPAN_UNITS units folds in two levels instead ("Spans" below), so that
+ * A request of more than GP_SPANS_FROM units folds in two levels instead ("Spans" below), so that
  * no chain grows with the message beyond a few dozen multiplications.
  * 64 bytes is a multiple of every block involved (AES 16, ChaCha20 64, GHASH/Poly1305 16), so at
  * the body start no keystream or MAC block is pending and units share nothing but read-only data.
@@ -54,30 +54,45 @@ GP_KFN void gp_ctr_add(uint32_t alg, uint8_t c[16], uint64_t n)
 }
 
 /*
- * Spans. The fold's sequence E_0 = X_lead, E_k = U_(k-1) (k = 1..n-1; see the top of this file) is
- * cut, counted from its end, into spans of G = GP_SPAN_UNITS elements: span s holds the elements
- * whose distance d = n-1-k from the end lies in [sG, sG+G). Its value V_s = sum E_k Q^(d - sG) is
- * a fold of at most G elements (each lane a Horner chain of G/L), and T = sum_s V_s R^s with
- * R = Q^G is a fold of the spans by the same scheme (chains of ceil(spans / L)). On the GPU the
- * last element of a span to finish folds the span (a counter per span), and the last span (or the
- * last unit, which is not an element) finishes the request; the host folds every span in turn.
- * Powers of R are made from Q^L by squaring where they are used (a few dozen multiplications per
- * finisher lane, against the G/L per lane that a span saves).
+ * Spans. The fold's sequence E_0 = X_lead, E_k = U_(k-1) (k = 1..n-1; see the top of this file) of
+ * a request of more than GP_SPANS_FROM units is cut, counted from its end, into spans of G elements
+ * (gp_span_units): span s holds the elements whose distance d = n-1-k from the end lies in
+ * [sG, sG+G). Its value V_s = sum E_k Q^(d - sG) is a fold of at most G elements (each lane a
+ * Horner chain of G/L), and T = sum_s V_s R^s with R = Q^G is a fold of the spans by the same
+ * scheme (chains of ceil(spans / L)). On the GPU the last element of a span to finish folds the
+ * span (a counter per span), and the last span (or the last unit, which is not an element)
+ * finishes the request; the host folds every span in turn. Each fold runs on one warp after the
+ * units it waits for, a chain of dependent multiplications that nothing else hides, so G is short
+ * (GP_SPAN_CHAIN steps a lane) and grows only where that would make more than L*L spans (a chain of
+ * L in the spans' fold); the spans' fold makes the powers of R it needs in one squaring chain per
+ * lane (gp_spans_fold_lane). Below GP_SPANS_FROM units one fold of chains of n/L is the shorter.
+ * Measured: bench/RESULTS.md, "A long AEAD message's fold".
  */
-#define GP_SPAN_UNITS (GP_UNIT_LANES * GP_UNIT_LANES)
+#define GP_SPAN_CHAIN 4u
+#define GP_SPANS_FROM (GP_UNIT_LANES * GP_UNIT_LANES / 2u)
 
-/* The spans of an AEAD request of `nunits` body units; 0: one fold (at most G units). */
+/* G for a request of `nunits` body units: GP_SPAN_CHAIN * L elements, or more where that would
+ * make more than L*L spans. */
+GP_KFN uint32_t gp_span_units(uint32_t nunits)
+{
+    const uint32_t most = GP_UNIT_LANES * GP_UNIT_LANES * GP_UNIT_LANES;
+    const uint32_t per_lane = (nunits + most - 1) / most;
+
+    return GP_UNIT_LANES * (per_lane > GP_SPAN_CHAIN ? per_lane : GP_SPAN_CHAIN);
+}
+
+/* The spans of an AEAD request of `nunits` body units; 0: one fold. */
 GP_KFN uint32_t gp_spans_of(uint32_t nunits)
 {
-    return nunits > GP_SPAN_UNITS ? (nunits + GP_SPAN_UNITS - 1) / GP_SPAN_UNITS : 0;
+    return nunits > GP_SPANS_FROM ? (nunits + gp_span_units(nunits) - 1) / gp_span_units(nunits) : 0;
 }
 
 /* The elements of span s (the last span, which holds E_0, may be short). */
 GP_KFN uint32_t gp_span_size(const gp_job *j, uint32_t s)
 {
-    const uint32_t left = j->nunits - s * GP_SPAN_UNITS;
+    const uint32_t g = gp_span_units(j->nunits), left = j->nunits - s * g;
 
-    return left < GP_SPAN_UNITS ? left : GP_SPAN_UNITS;
+    return left < g ? left : g;
 }
 
 /* The span that counts a ref's completion: the lead is E_0, unit u is E_(u+1); the last unit is
@@ -86,7 +101,7 @@ GP_KFN uint32_t gp_span_of_ref(const gp_job *j, uint32_t unit)
 {
     const uint32_t k = unit == GP_UNIT_LEAD ? 0 : unit + 1;
 
-    return (j->nunits - 1 - k) / GP_SPAN_UNITS;
+    return (j->nunits - 1 - k) / gp_span_units(j->nunits);
 }
 
 /*
@@ -174,8 +189,8 @@ GP_KFN void gp_unit_lead(gp_msg_state *st, const gp_key_sched *k, const gp_job *
 }
 
 /*
- * Whether E_0, the lead, is the only element of its span (nunits = 1 mod GP_SPAN_UNITS, above
- * GP_SPAN_UNITS). Such a lead is never idle: a span is folded only by the ref counted last in it
+ * Whether E_0, the lead, is the only element of its span (a request with spans whose nunits is 1
+ * mod G). Such a lead is never idle: a span is folded only by the ref counted last in it
  * (gp_counts_on_span), and with the lead left out and counted by the planner, no ref would fold
  * that span or count it on `done`, so the finish would never run: no tail written, the state sent
  * back as it came (docs/limitations.md, "A wrong tail on the GPU").
@@ -982,7 +997,7 @@ GP_KFN void gp_fold_element(uint32_t alg, const gp_msg_state *st, const uint8_t 
 GP_KFN void gp_span_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
                               const uint8_t *partials, uint32_t s, uint32_t i, gp_lane_mac *t)
 {
-    const uint32_t n = j->nunits, lo = s * GP_SPAN_UNITS + i, hi = s * GP_SPAN_UNITS + gp_span_size(j, s);
+    const uint32_t n = j->nunits, g = gp_span_units(n), lo = s * g + i, hi = s * g + gp_span_size(j, s);
     gp_lane_mac e, q;
 
     gp_lane_mac_zero(t);
@@ -1009,38 +1024,46 @@ GP_KFN void gp_span_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *
 
 /* Finisher lane i's share of T from the span values (after the units' partials): spans s = i + mL
  * by Horner with R^L, times R^i, times Q when the lanes apply the last unit's shift (P^(4c) = Q,
- * gp_fold_shifts). R = Q^G = (Q^L)^L. */
+ * gp_fold_shifts). R = Q^G = (Q^L)^(G/L). R^i and R^L come from one chain: R^(2^b) squared up
+ * to R^L, each multiplied into R^i where bit b of i is set (or 1 where not, so that the lanes do
+ * the same work and the two products of a step run side by side); L is a power of two. */
 GP_KFN void gp_spans_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
                                uint32_t i, gp_lane_mac *t)
 {
     const uint8_t *spans = partials + (size_t)j->nunits * GP_PARTIAL_BYTES;
-    gp_lane_mac e, ql, p;
+    gp_lane_mac e, rl, ri, one;
 
     gp_lane_mac_zero(t);
     if (i >= j->nspans)
         return;
-    gp_mac_pow_get(&ql, pw, GP_POW_STRIDE);
-    gp_mac_pow_n(alg, &p, &ql, GP_UNIT_LANES * GP_UNIT_LANES);   /* R^L */
+    gp_lane_mac_zero(&one);
+    one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* 1 (GHASH's is the leftmost bit) */
+    gp_mac_pow_get(&e, pw, GP_POW_STRIDE);
+    gp_mac_pow_n(alg, &rl, &e, gp_span_units(j->nunits) / GP_UNIT_LANES);   /* R */
+    ri = one;
+    GP_NO_UNROLL
+    for (uint32_t b = 1; b < GP_UNIT_LANES; b <<= 1) {
+        gp_mac_mul(alg, &ri, i & b ? &rl : &one);
+        gp_mac_mul(alg, &rl, &rl);
+    }
+    /* rl = R^L, ri = R^i */
     GP_NO_UNROLL
     for (uint32_t sp = i + (j->nspans - 1 - i) / GP_UNIT_LANES * GP_UNIT_LANES;; sp -= GP_UNIT_LANES) {
         gp_partial_load(spans + (size_t)sp * GP_PARTIAL_BYTES, &e);
-        gp_mac_mul(alg, t, &p);   /* zero at first */
+        gp_mac_mul(alg, t, &rl);   /* zero at first */
         gp_mac_add(alg, t, &e);
         if (sp == i)
             break;
     }
-    if (i != 0) {
-        gp_mac_pow_n(alg, &p, &ql, GP_UNIT_LANES * i);   /* R^i */
-        gp_mac_mul(alg, t, &p);
-    }
+    gp_mac_mul(alg, t, &ri);
     if (gp_fold_shifts(j)) {
-        gp_mac_pow_get(&p, pw, GP_POW_UNIT + 1);
-        gp_mac_mul(alg, t, &p);
+        gp_mac_pow_get(&e, pw, GP_POW_UNIT + 1);
+        gp_mac_mul(alg, t, &e);
     }
 #if !defined(__CUDA_ARCH__)
     gp_state_wipe(&e, sizeof(e));
-    gp_state_wipe(&ql, sizeof(ql));
-    gp_state_wipe(&p, sizeof(p));
+    gp_state_wipe(&rl, sizeof(rl));
+    gp_state_wipe(&ri, sizeof(ri));
 #endif
 }
 

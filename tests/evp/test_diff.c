@@ -1136,7 +1136,7 @@ static void test_upper_state_clean(void **state)
 }
 
 /*
- * An AEAD data request of more than GP_SPAN_UNITS body units (kernels/units.h, "Spans") whose lead
+ * An AEAD data request of more than GP_SPANS_FROM body units (kernels/units.h, "Spans") whose lead
  * is E_0 alone in its span, from a 64-byte text boundary without AAD: the planner keeps that lead
  * as a ref (gp_lead_alone_in_span); left out, nothing folded its span on the GPU and the request
  * never finished (docs/limitations.md). First updates of 1025 units (2 MiB + 1728 bytes, then a

@@ -965,7 +965,11 @@ static int count_refs_case(uint32_t alg, uint64_t text_len, uint64_t len, int or
 static void test_refs_counted(void **state)
 {
     static const uint32_t algs[] = { GP_ALG_AES_GCM, GP_ALG_CHACHA20_POLY1305, GP_ALG_CHACHA20 };
-    static const uint32_t units[] = { 1, 31, 1023, 1024, 1025, 1026, 2047, 2048, 2049, 3072, 3073, 7169 };
+    /* About the first request with spans, spans of G = 4L (1 mod G: a lead alone), and spans that
+     * grow past 4L (more than 4 L^3 units: 163841 is 1 mod G = 5L). */
+    static const uint32_t units[] = { 1, 31, GP_SPANS_FROM - 1, GP_SPANS_FROM, GP_SPANS_FROM + 1, GP_SPANS_FROM + 2,
+                                      1023, 1024, 1025, 1026, 2047, 2048, 2049, 3072, 3073, 7169, 131072, 131073,
+                                      163841 };
     int alone = 0;
 
     (void)state;
@@ -978,13 +982,92 @@ static void test_refs_counted(void **state)
                 for (uint64_t at = 0; at <= 128; at += 64) {
                     const int lead = count_refs_case(algs[a], at, body + 22, order);
 
-                    alone += lead && at % 64 == 0 && gp_alg_is_aead(algs[a]) && units[u] % GP_SPAN_UNITS == 1
-                             && units[u] > GP_SPAN_UNITS;
+                    alone += lead && at % 64 == 0 && gp_alg_is_aead(algs[a]) && units[u] > GP_SPANS_FROM
+                             && units[u] % gp_span_units(units[u]) == 1;
                     (void)count_refs_case(algs[a], at, body, order);
                 }
                 (void)count_refs_case(algs[a], 5, 59 + body + 22, order);   /* a head: the lead runs */
             }
     assert_true(alone > 0);
+}
+
+/*
+ * The fold in spans (kernels/units.h, "Spans") against one Horner sum over the same elements,
+ * T = sum_k E_k Q^(n-1-k) with Q from the table, for n about the first request with spans and
+ * where G grows past 4L (more units than a host-run request of real data could have here in
+ * time): random partials, a random lead MAC, both MACs.
+ */
+static void test_span_fold(void **state)
+{
+    static const uint32_t algs[] = { GP_ALG_AES_GCM, GP_ALG_CHACHA20_POLY1305 };
+    static const uint32_t counts[] = { GP_SPANS_FROM + 1, GP_SPANS_FROM + 77, 4099, 163841, 200000 };
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+            const uint32_t alg = algs[a], n = counts[c];
+            uint8_t key[32], iv[12];
+            gp_key_sched ks;
+            gp_msg_state st;
+            gp_mac_pows pbuf;
+            const gp_mac_pows *pw;
+            gp_job j;
+            gp_lane_mac q, want, got, ti, e;
+            uint8_t *partials;
+
+            gptest_rand_bytes(key, sizeof(key));
+            gptest_rand_bytes(iv, sizeof(iv));
+            gp_key_schedule(&ks, alg, key, 32);
+            gp_msg_begin(&st, &ks, iv, 12);
+            if (alg == GP_ALG_AES_GCM)
+                gptest_rand_bytes(st.ghash_x, sizeof(st.ghash_x));   /* E_0: the lead's MAC */
+            memset(&j, 0, sizeof(j));
+            j.op = GP_OP_ENCRYPT;
+            j.nunits = n;
+            j.len = j.body_len = (uint64_t)n * GP_UNIT_BYTES;
+            j.nspans = gp_spans_of(n);
+            assert_true(j.nspans > 0 && j.nspans <= GP_UNIT_LANES * GP_UNIT_LANES);
+            assert_int_equal(gp_span_units(n) % GP_UNIT_LANES, 0);
+            pw = gp_request_pows(&ks, &st, &pbuf);
+            partials = xmalloc(gp_partials_bytes(&j));
+            for (uint32_t k = 0; k < n; k++) {   /* partials of 4 words and a zero (GHASH) or 26-bit limbs */
+                gptest_rand_bytes(partials + (size_t)k * GP_PARTIAL_BYTES, GP_PARTIAL_BYTES);
+                for (int w = 0; w < 5; w++) {
+                    uint32_t v = gp_load_le32(partials + (size_t)k * GP_PARTIAL_BYTES + 4 * w);
+
+                    v = alg == GP_ALG_AES_GCM ? (w < 4 ? v : 0) : v & 0x3ffffffu;
+                    gp_store_le32(partials + (size_t)k * GP_PARTIAL_BYTES + 4 * w, v);
+                }
+            }
+            gp_mac_pow_get(&q, pw, GP_POW_UNIT + 1);   /* Q */
+            gp_lane_mac_zero(&want);
+            for (uint32_t k = 0; k < n; k++) {   /* E_0 = the lead's MAC, E_k = U_(k-1) */
+                gp_fold_element(alg, &st, partials, k, &e);
+                if (k != 0)
+                    gp_mac_mul(alg, &want, &q);
+                gp_mac_add(alg, &want, &e);
+            }
+            if (gp_fold_shifts(&j))   /* the lanes apply the last unit's shift Q too */
+                gp_mac_mul(alg, &want, &q);
+            for (uint32_t s = 0; s < j.nspans; s++)
+                gp_unit_span(&j, pw, &st, partials, s);
+            gp_lane_mac_zero(&got);
+            for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
+                gp_fold_lane(&ks, &j, pw, &st, partials, i, &ti);
+                gp_mac_add(alg, &got, &ti);
+            }
+            if (alg == GP_ALG_AES_GCM) {
+                assert_memory_equal(got.w, want.w, sizeof(got.w));
+            } else {
+                BIGNUM *x = p1305_bn(got.w), *y = p1305_bn(want.w);
+
+                if (BN_cmp(x, y) != 0)
+                    fail_msg("ChaCha20-Poly1305, %u units, %u spans: the fold in spans differs", n, j.nspans);
+                BN_free(x);
+                BN_free(y);
+            }
+            free(partials);
+        }
 }
 
 /* A whole request through lead, units and finish from random starting offsets, against the serial
@@ -1010,12 +1093,13 @@ static void test_units_vs_serial(void **state)
          * (the finisher's lanes apply the last unit's shift: gp_fold_shifts), in every other 20
          * up to GP_TAG_POWS of them (GCM's dual fold, gp_fold_dual), else more, up to 3L. */
         const int few = iter / 20 % 2 == 0;
-        /* The 41st, 43rd, 121st and 123rd (GCM, ChaCha20-Poly1305): more than GP_SPAN_UNITS units,
+        /* The 41st, 43rd, 121st and 123rd (GCM, ChaCha20-Poly1305): more than GP_SPANS_FROM units,
          * the fold in spans (kernels/units.h), a body of whole units first, then one with a short
          * last unit. */
         const int spans = iter % 80 == 41 || iter % 80 == 43;
         size_t len = spans ? (iter < 80 ? (64 - pre % 64) % 64 : gptest_rand_range(1, 2047))
-                             + (size_t)gptest_rand_range(GP_SPAN_UNITS + 1, 2 * GP_SPAN_UNITS + 40) * GP_UNIT_BYTES
+                             + (size_t)gptest_rand_range(GP_SPANS_FROM + 1, GP_SPANS_FROM + 3 * gp_span_units(GP_SPANS_FROM) + 40)
+                                   * GP_UNIT_BYTES
                    : iter % 10 == 9 ? gptest_rand_range(GP_UNIT_LANES, 3 * GP_UNIT_LANES) * GP_UNIT_BYTES
                                       + gptest_rand_range(0, 300)
                      : iter % 10 == 4 || iter % 10 == 5
@@ -1284,6 +1368,7 @@ int main(void)
         cmocka_unit_test(test_unit_lanes),
         cmocka_unit_test(test_units_vs_serial),
         cmocka_unit_test(test_refs_counted),
+        cmocka_unit_test(test_span_fold),
         cmocka_unit_test(test_ghash_mma_table),
         cmocka_unit_test(test_ghash_mma_fragments),
     };
