@@ -1025,8 +1025,8 @@ GP_KFN void gp_span_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *
 /* Finisher lane i's share of T from the span values (after the units' partials): spans s = i + mL
  * by Horner with R^L, times R^i, times Q when the lanes apply the last unit's shift (P^(4c) = Q,
  * gp_fold_shifts). R = Q^G = (Q^L)^(G/L). R^i and R^L come from one chain: R^(2^b) squared up
- * to R^L, each multiplied into R^i where bit b of i is set (or 1 where not, so that the lanes do
- * the same work and the two products of a step run side by side); L is a power of two. */
+ * to R^L, each multiplied into R^i where bit b of i is set (1 where not, so that every lane of the
+ * warp runs the same steps); L is a power of two. */
 GP_KFN void gp_spans_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
                                uint32_t i, gp_lane_mac *t)
 {
