@@ -12,11 +12,12 @@
 
 /*
  * usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]   (defaults 256 16 20 0)
- * One arena holds `total / message` messages of one cipher and key (one key schedule, as the
- * engine's per-key reuse intends); the plan, states and inputs are copied once, then each timed
- * launch (CUDA events around the kernel alone) encrypts every message from a restored state. The
- * ceiling is a device-to-device copy of the same bytes (read + write each byte once): the floor
- * for any kernel that reads the input and writes the output once.
+ *        kernel_bench mix LEN[xN],LEN[xN],... [iterations]   (one batch of mixed lengths, in bytes)
+ * One arena holds `total / message` messages (or the mix's) of one cipher and key (one key
+ * schedule, as the engine's per-key reuse intends); the plan, states and inputs are copied once,
+ * then each timed launch (CUDA events around the kernel alone) encrypts every message from a
+ * restored state. The ceiling is a device-to-device copy of the same bytes (read + write each
+ * byte once): the floor for any kernel that reads the input and writes the output once.
  */
 
 /* Launch flags every run adds (the lone rows run with and without GP_BATCH_NARROW). */
@@ -216,18 +217,23 @@ static float launch_median_ms(void **args, size_t nrefs, unsigned int flags, int
  * a timing of a kernel that computes the wrong bytes is no figure. Exits on a mismatch.
  */
 static void check_outputs(uint32_t alg, const gp_key_sched *ks, size_t ivlen, const uint8_t *host,
-                          const uint8_t *dev, const gp_work *work, size_t nmsg, size_t msg)
+                          const uint8_t *dev, const gp_work *work, size_t nmsg, const size_t *lens)
 {
     const size_t pick[3] = { 0, nmsg / 2, nmsg - 1 };
-    uint8_t *want = malloc(msg), *got = malloc(msg), iv[16] = { 0 }, tag[16];
+    size_t most = 0;
+    uint8_t *want, *got, iv[16] = { 0 }, tag[16];
     gp_msg_state st, dst;
 
+    for (int p = 0; p < 3; p++)
+        most = lens[pick[p]] > most ? lens[pick[p]] : most;
+    want = malloc(most + 1);
+    got = malloc(most + 1);
     if (want == NULL || got == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
         exit(1);
     }
     for (int p = 0; p < 3; p++) {
-        const size_t i = pick[p];
+        const size_t i = pick[p], msg = lens[i];
 
         if (p > 0 && i == pick[p - 1])
             continue;   /* fewer than three messages */
@@ -254,45 +260,50 @@ static void check_outputs(uint32_t alg, const gp_key_sched *ks, size_t ivlen, co
     free(got);
 }
 
-static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t msg, int iters,
+static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, const size_t *lens, int iters,
                  size_t *units_out)
 {
     gp_key_sched ks;
     uint8_t key[32], iv[16];
-    size_t nrefs = 0, refs_off = 0, work_off, spans_off, part_stride, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off;
-    size_t total;
+    size_t nrefs = 0, refs_off = 0, work_off, spans_off, key_off, key_stride, mma_off, in_off, part_off, states_off, out_off;
+    size_t total, nspans = 0, in_bytes = 0, part_bytes = 0, units = 0;
     uint8_t *host, *dev, *backup;
     gp_unit_ref *refs;
     gp_work *work;
     gp_job job;
     gp_msg_state st;
-    int use_mma;
+    int use_mma = 0;
     float med;
 
     for (int i = 0; i < 32; i++)
         key[i] = rand_byte();
     gp_key_schedule(&ks, alg, key, keylen);
     memset(iv, 0, sizeof(iv));
-    gp_msg_begin(&st, &ks, iv, ivlen);
-    gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
-    nrefs = nmsg * (!gp_lead_idle(&job, &st) + job.nunits);   /* as batching/cuda/plan.c plans it */
+    /* The batch's refs, span counters, inputs and partials, as batching/cuda/plan.c plans them. */
+    for (size_t i = 0; i < nmsg; i++) {
+        gp_msg_begin(&st, &ks, iv, ivlen);
+        gp_job_plan(&job, &st, GP_OP_ENCRYPT, lens[i], 0);
+        nrefs += !gp_lead_idle(&job, &st) + job.nunits;
+        units += job.nunits;
+        nspans += job.nspans;
+        use_mma |= gp_ghash_mma_wanted(alg, job.nunits, UINT64_MAX, 0);   /* any that might take one */
+        in_bytes += (lens[i] + 127) & ~(size_t)127;
+        part_bytes += ((size_t)gp_partials_bytes(&job) + 127) & ~(size_t)127;
+    }
     /* One key schedule per message: ChaCha20-Poly1305's carries its message's powers of r, as
      * the engine's batches do (batching/cuda/plan.c); the others are copies of one. */
     key_stride = (GP_KEY_SCHED_DEVICE_BYTES + 127) & ~(size_t)127;
     work_off = (refs_off + (nrefs + 1) * sizeof(gp_unit_ref) + 127) & ~(size_t)127;   /* + claim counter */
     spans_off = work_off + nmsg * sizeof(gp_work);   /* span counters, restored with the plan */
-    key_off = spans_off + nmsg * job.nspans * sizeof(uint32_t);
+    key_off = spans_off + nspans * sizeof(uint32_t);
     key_off = (key_off + 127) & ~(size_t)127;
-    part_stride = ((size_t)gp_partials_bytes(&job) + 127) & ~(size_t)127;
     mma_off = key_off + nmsg * key_stride;
     /* GCM's tensor-core matrix, as the cuda executor decides (kernels/ghash_mma.h): one key, one copy. */
-    use_mma = gp_ghash_mma_wanted(alg, job.nunits, nmsg * job.nunits,
-                                  gp_kernel_warps_at_once(&shape));
     in_off = mma_off + (use_mma ? sizeof(gp_ghash_mma) : 0);
-    part_off = in_off + nmsg * msg;
-    states_off = part_off + nmsg * part_stride;
+    part_off = in_off + in_bytes;
+    states_off = part_off + part_bytes;
     out_off = states_off + nmsg * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
-    total = out_off + nmsg * msg;
+    total = out_off + in_bytes;
     host = malloc(total);
     if (host == NULL) {
         fprintf(stderr, "kernel_bench: out of memory\n");
@@ -302,12 +313,12 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     work = (gp_work *)(host + work_off);
     if (use_mma)
         gp_ghash_mma_make((gp_ghash_mma *)(host + mma_off), ks.gcm_h);
-    for (size_t i = 0, r = 0; i < nmsg; i++) {
+    for (size_t i = 0, r = 0, in_at = 0, part_at = 0, span_at = 0; i < nmsg; i++) {
         iv[0] = (uint8_t)i;
         iv[1] = (uint8_t)(i >> 8);
         iv[2] = (uint8_t)(i >> 16);
         gp_msg_begin(&st, &ks, iv, ivlen);
-        gp_job_plan(&job, &st, GP_OP_ENCRYPT, msg, 0);
+        gp_job_plan(&job, &st, GP_OP_ENCRYPT, lens[i], 0);
         memset(&work[i], 0, sizeof(work[i]));
         work[i].job = job;
         work[i].key_off = key_off + i * key_stride;
@@ -315,12 +326,16 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         if (job.nunits > 0 && alg == GP_ALG_CHACHA20_POLY1305)
             (void)gp_request_pows(&ks, &st, &((gp_key_sched *)(host + work[i].key_off))->mac_pows);
         work[i].state_off = states_off + i * ((sizeof(gp_msg_state) + 127) & ~(size_t)127);
-        work[i].in_off = in_off + i * msg;
-        work[i].out_off = out_off + i * msg;
-        work[i].partials_off = part_off + i * part_stride;
-        work[i].ghmma_off = use_mma ? mma_off : 0;
-        work[i].spans_off = (uint32_t)(spans_off + i * job.nspans * sizeof(uint32_t));
+        work[i].in_off = in_off + in_at;
+        work[i].out_off = out_off + in_at;
+        work[i].partials_off = part_off + part_at;
+        work[i].ghmma_off = use_mma && gp_ghash_mma_wanted(alg, job.nunits, units, gp_kernel_warps_at_once(&shape))
+                            ? mma_off : 0;
+        work[i].spans_off = (uint32_t)(spans_off + span_at * sizeof(uint32_t));
         memset(host + work[i].spans_off, 0, job.nspans * sizeof(uint32_t));
+        in_at += (lens[i] + 127) & ~(size_t)127;
+        part_at += ((size_t)gp_partials_bytes(&job) + 127) & ~(size_t)127;
+        span_at += job.nspans;
         const int lead = gp_work_plan_lead(&work[i], &st, (uint32_t *)(host + work[i].spans_off));   /* as cuda/plan.c */
 
         memcpy(host + work[i].state_off, &st, sizeof(st));
@@ -335,7 +350,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
     }
     refs[nrefs].work = 0;   /* the claim counter (kernels/batch_abi.h) */
     refs[nrefs].unit = 0;
-    for (size_t i = 0; i < nmsg * msg; i++)
+    for (size_t i = 0; i < in_bytes; i++)
         host[in_off + i] = rand_byte();
 
     CHECK(cudaMalloc((void **)&dev, total));
@@ -373,7 +388,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
             const lone_image ll = { &la, blocks, pin, host };
 
             med = launch_median_ms(args, nrefs, flags, iters, NULL, &ll);
-            check_outputs(alg, &ks, ivlen, host, pin, work, nmsg, msg);
+            check_outputs(alg, &ks, ivlen, host, pin, work, nmsg, lens);
             for (unsigned int b = 0; b < blocks; b++)
                 if (((volatile uint64_t *)done)[b] != 1) {
                     fprintf(stderr, "FAIL: block %u of the lone launch did not set its done word\n", b);
@@ -384,7 +399,7 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, size_t 
         }
     }
     if (!lone_launch)
-        check_outputs(alg, &ks, ivlen, host, dev, work, nmsg, msg);
+        check_outputs(alg, &ks, ivlen, host, dev, work, nmsg, lens);
     *units_out = nrefs * GP_UNIT_LANES;   /* threads launched */
     cudaFree(dev);
     cudaFree(backup);
@@ -496,6 +511,43 @@ static void print_probes(void)
 #endif
 }
 
+/* A mix "LEN[xN],LEN[xN],...": message lengths in bytes, each N times (1 without xN), in batch
+ * order. The number of messages, 0 if the list is malformed; *lens and *total are set. */
+static size_t parse_mix(const char *spec, size_t **lens, size_t *total)
+{
+    size_t n = 0, cap = 0;
+    const char *p = spec;
+
+    *lens = NULL;
+    *total = 0;
+    while (*p != '\0') {
+        char *end;
+        unsigned long len = strtoul(p, &end, 10), times = 1;
+
+        if (end == p)
+            return 0;
+        if (*end == 'x') {
+            p = end + 1;
+            times = strtoul(p, &end, 10);
+            if (end == p || times == 0)
+                return 0;
+        }
+        if (*end != ',' && *end != '\0')
+            return 0;
+        for (unsigned long k = 0; k < times; k++) {
+            if (n == cap) {
+                cap = cap != 0 ? 2 * cap : 64;
+                if ((*lens = realloc(*lens, cap * sizeof(**lens))) == NULL)
+                    return 0;
+            }
+            (*lens)[n++] = len;
+            *total += len;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *total > 0 ? n : 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; uint32_t alg; size_t keylen, ivlen; } ciphers[] = {
@@ -503,18 +555,32 @@ int main(int argc, char **argv)
         { "AES-256-GCM", GP_ALG_AES_GCM, 32, 12 },
         { "ChaCha20-Poly1305", GP_ALG_CHACHA20_POLY1305, 32, 12 },
     };
-    size_t total_mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
-    size_t msg = (argc > 2 ? strtoul(argv[2], NULL, 10) : 16) * 1024;
+    /* kernel_bench mix LENS [iterations]: one batch of the messages LENS lists (parse_mix), each
+     * cipher, no lone rows: a batch of mixed sizes, as a pipeline call of tensors makes. */
+    const int mix = argc > 2 && strcmp(argv[1], "mix") == 0;
+    size_t *lens = NULL, total = 0, nmsg = 0, msg = 0, total_mib = 0;
     int iters = argc > 3 ? atoi(argv[3]) : 20;
     /* grid cap: 0 = what the GPU holds at once, as the cuda executor launches; N = at most N blocks
      * (a large N gives every lane group one ref of its own, for comparison) */
-    unsigned long cap = argc > 4 ? strtoul(argv[4], NULL, 10) : 0;
-    size_t total = total_mib << 20, nmsg = total / msg;
+    unsigned long cap = !mix && argc > 4 ? strtoul(argv[4], NULL, 10) : 0;
     struct cudaDeviceProp prop;
     float cms;
 
-    if (msg == 0 || nmsg == 0 || iters <= 0) {
-        fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]\n");
+    if (mix) {
+        nmsg = parse_mix(argv[2], &lens, &total);
+        total_mib = total >> 20;
+    } else {
+        total_mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
+        msg = (argc > 2 ? strtoul(argv[2], NULL, 10) : 16) * 1024;
+        total = total_mib << 20;
+        nmsg = msg != 0 ? total / msg : 0;
+        if (nmsg > 0 && (lens = malloc(nmsg * sizeof(*lens))) != NULL)
+            for (size_t i = 0; i < nmsg; i++)
+                lens[i] = msg;
+    }
+    if (nmsg == 0 || lens == NULL || iters <= 0) {
+        fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]\n"
+                        "       kernel_bench mix LEN[xN],LEN[xN],... [iterations]   (lengths in bytes)\n");
         return 2;
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -522,26 +588,38 @@ int main(int argc, char **argv)
     if (cap > 0)
         shape.max_grid = shape.max_grid_plain = cap > 0x7fffffffUL ? 0x7fffffffu : (unsigned int)cap;
     cms = copy_ms(total, iters);
-    printf("kernel_bench: %s (grid capped at %u blocks of %u threads, %s AES table), %zu MiB as %zu messages of %zu KiB, "
-           "median of %d launches\n", prop.name, shape.max_grid, shape.block,
-           shape.aes_smem == GP_AES_TT_WIDE_BYTES ? "wide 128 KiB" : "narrow 64 KiB", total_mib, nmsg, msg / 1024, iters);
+    if (mix)
+        printf("kernel_bench: %s (grid capped at %u blocks of %u threads, %s AES table), %zu messages of %zu bytes "
+               "in all (%s), median of %d launches\n", prop.name, shape.max_grid, shape.block,
+               shape.aes_smem == GP_AES_TT_WIDE_BYTES ? "wide 128 KiB" : "narrow 64 KiB", nmsg, total, argv[2], iters);
+    else
+        printf("kernel_bench: %s (grid capped at %u blocks of %u threads, %s AES table), %zu MiB as %zu messages of "
+               "%zu KiB, median of %d launches\n", prop.name, shape.max_grid, shape.block,
+               shape.aes_smem == GP_AES_TT_WIDE_BYTES ? "wide 128 KiB" : "narrow 64 KiB", total_mib, nmsg, msg / 1024,
+               iters);
 #if defined(GP_GHASH_MMA)
     printf("GCM GHASH: tensor cores for bodies of %u units and up in launches of %llu units and up\n",
            GP_GHASH_MMA_MIN_UNITS, (unsigned long long)gp_kernel_warps_at_once(&shape));
 #else
     printf("GCM GHASH: integer multiplies (build option ghash_mma off)\n");
 #endif
-    printf("copy ceiling: device-to-device %zu MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
-           total_mib, cms, (double)total / cms / 1e6);
+    printf("copy ceiling: device-to-device %.1f MiB in %.3f ms = %.1f GB/s of data (read + write)\n",
+           (double)total / 1048576.0, cms, (double)total / cms / 1e6);
     printf("%-18s %10s %10s %12s %10s\n", "cipher", "threads", "ms", "GB/s", "of ceiling");
     for (size_t c = 0; c < sizeof(ciphers) / sizeof(ciphers[0]); c++) {
         size_t units;
-        float ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, nmsg, msg, iters, &units);
+        float ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, nmsg, lens, iters, &units);
 
         printf("%-18s %10zu %10.3f %12.1f %9.1f%%\n", ciphers[c].name, units, ms,
                (double)total / ms / 1e6, 100.0 * cms / ms);
         printf("CSV,%s,%s,%zu,%zu,%.4f,%.2f,%.2f\n", prop.name, ciphers[c].name, total_mib, msg,
                ms, (double)total / ms / 1e6, (double)total / cms / 1e6);
+        if (mix)
+            print_probes();
+    }
+    if (mix) {
+        free(lens);
+        return 0;
     }
     /* One message alone in a launch: the kernel's share of a lone synchronous EVP call (events
      * around the launch, so launch overhead included; no copies), its units spread over 4 warps
@@ -552,7 +630,7 @@ int main(int argc, char **argv)
             float ms;
 
             extra_flags = narrow ? GP_BATCH_NARROW : 0;
-            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, msg, iters, &units);
+            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, lens, iters, &units);
             extra_flags = 0;
             printf("lone %zu KiB message: %-18s %8.1f us (%s)\n", msg / 1024, ciphers[c].name, ms * 1000.0,
                    narrow ? "a warp a unit" : "units spread");
@@ -573,7 +651,7 @@ int main(int argc, char **argv)
                 continue;
             }
             lone_launch = 1;
-            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, msg, iters, &units);
+            ms = run(ciphers[c].alg, ciphers[c].keylen, ciphers[c].ivlen, 1, lens, iters, &units);
             lone_launch = 0;
             printf("lone %zu KiB message: %-18s %8.1f us (one cluster launch, pinned image in and out)\n",
                    msg / 1024, ciphers[c].name, ms * 1000.0);
@@ -583,5 +661,6 @@ int main(int argc, char **argv)
            empty_launch_ms(0, iters) * 1000.0, empty_launch_ms(GP_BATCH_AES, iters) * 1000.0);
     printf("round trip of the empty launch (host clock, launch + cudaStreamSynchronize): %.1f us\n",
            round_trip_us(0, iters < 200 ? 200 : iters));
+    free(lens);
     return 0;
 }
