@@ -63,6 +63,12 @@ typedef struct gp_mac_pows {
  * finisher whose lanes also make the tag's product (kernels/units.h, gp_fold_dual) reads them. */
 #define GP_TAG_POWS (GP_UNIT_LANES >= 8u ? GP_UNIT_LANES / 2u - 2u : 1u)
 
+/* GCM's stride powers S^e, S = Q^L (the fold's step over every L-th unit), for e < GP_STRIDE_POWS^2
+ * as S^(e mod 16) S^(16 (e div 16)): [0][e] = S^e and [1][j] = S^(16j), e, j = 0..15, as GHASH
+ * words. A unit shifts its partial by its place in the fold with them, and the spans' fold reads
+ * R^i and R^L from them (kernels/units.h, "Shifted partials"). */
+#define GP_STRIDE_POWS 16u
+
 /*
  * Made once per key, read-only afterwards. The device reads only the part before aes.rk (the
  * bitsliced round keys serve the host alone), so a batch copies GP_KEY_SCHED_DEVICE_BYTES.
@@ -75,6 +81,7 @@ typedef struct gp_key_sched {
     gp_mac_pows mac_pows;         /* GCM: powers of H; ChaCha20-Poly1305: a batch's copy of the key
                                    * carries the request's powers of r here (batching/cuda/plan.c) */
     uint32_t gcm_tag_pows[GP_TAG_POWS][4];   /* GCM: Q^(i+1) H (above) */
+    uint32_t gcm_stride_pows[2][GP_STRIDE_POWS][4];   /* GCM: S^e, S^(16j) (above) */
     gp_aes_sched aes;             /* AES algorithms: nr and plain round keys first, then bitsliced */
 } gp_key_sched;
 

@@ -189,7 +189,7 @@ static __device__ __noinline__ void batch_span_fold(const batch_ptrs &p, unsigne
     const uint32_t alg = p.k->alg;
     gp_lane_mac v;
 
-    gp_span_fold_lane(alg, &p.w->job, p.pw, p.st, p.partials, s, lane, &v);
+    gp_span_fold_lane(p.k, &p.w->job, p.pw, p.st, p.partials, s, lane, &v);
     group_sum(alg, mask, &v, 1, GP_UNIT_LANES);
     if (lane == 0)
         gp_partial_store(p.partials + ((size_t)p.w->job.nunits + s) * GP_PARTIAL_BYTES, &v);
@@ -260,8 +260,11 @@ static __device__ __forceinline__ void batch_ref(const gp_unit_ref *ref, unsigne
         GP_PROBE(GP_PROBE_LANE);
         if (gp_alg_is_aead(alg)) {   /* the whole group takes this branch */
             group_sum(alg, mask, &m, 1, GP_UNIT_LANES);
-            if (lane == 0)
+            if (lane == 0) {
+                if (gp_partials_shifted(alg, &w->job))   /* kernels/units.h, "Shifted partials" */
+                    gp_partial_shift(p.k, &w->job, u, &m);
                 gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
+            }
             GP_PROBE(GP_PROBE_PARTIAL);
         }
     }
@@ -321,6 +324,8 @@ static __device__ __forceinline__ void batch_ref_spread(const gp_unit_ref *ref, 
                 gp_mac_add(alg, &m, &xchg[*parity][i]);
                 gp_lane_mac_zero(&xchg[*parity][i]);   /* MAC sums are key material: none outlives the block */
             }
+            if (gp_partials_shifted(alg, &w->job))   /* kernels/units.h, "Shifted partials" */
+                gp_partial_shift(p.k, &w->job, u, &m);
             gp_partial_store(arena + w->partials_off + (size_t)u * GP_PARTIAL_BYTES, &m);
         }
         GP_PROBE(GP_PROBE_PARTIAL);

@@ -162,6 +162,49 @@ GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
     gp_state_wipe(&q, sizeof(q));
 }
 
+/* GCM's stride powers (gp_key_sched.gcm_stride_pows): S^e and S^(16j) from S = Q^L, the key's
+ * table t's stride entry; 2 GP_STRIDE_POWS - 1 multiplications, once per key. */
+GP_KFN void gp_stride_pows_make(uint32_t sp[2][GP_STRIDE_POWS][4], const gp_mac_pows *t)
+{
+    gp_lane_mac s, x;
+
+    gp_mac_pow_get(&s, t, GP_POW_STRIDE);
+    for (int half = 0; half < 2; half++) {
+        gp_lane_mac_zero(&x);
+        x.w[0] = 0x80000000u;   /* S^0 = 1 (GHASH's is the leftmost bit) */
+        for (uint32_t e = 0; e < GP_STRIDE_POWS; e++) {
+            for (int w = 0; w < 4; w++)
+                sp[half][e][w] = x.w[w];
+            if (e + 1 < GP_STRIDE_POWS || half == 0)
+                gp_mac_mul(GP_ALG_AES_GCM, &x, &s);
+        }
+        s = x;   /* after the first half: S^16, the second half's step */
+    }
+    gp_state_wipe(&s, sizeof(s));
+    gp_state_wipe(&x, sizeof(x));
+}
+
+/* S^e for e < GP_STRIDE_POWS^2 from a GCM key's stride powers: at most one multiplication. */
+GP_KFN void gp_stride_pow(const gp_key_sched *k, uint32_t e, gp_lane_mac *x)
+{
+    const uint32_t lo = e % GP_STRIDE_POWS, hi = e / GP_STRIDE_POWS;
+    gp_lane_mac h;
+
+    gp_lane_mac_zero(x);
+    gp_lane_mac_zero(&h);
+    for (int w = 0; w < 4; w++) {
+        x->w[w] = k->gcm_stride_pows[0][lo][w];
+        h.w[w] = k->gcm_stride_pows[1][hi][w];
+    }
+    if (lo == 0)
+        *x = h;
+    else if (hi != 0)
+        gp_mac_mul(GP_ALG_AES_GCM, x, &h);
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&h, sizeof(h));
+#endif
+}
+
 /* GCM's tag powers (gp_key_sched.gcm_tag_pows): Q^(i+1) H from the key's table t. */
 GP_KFN void gp_tag_pows_make(uint32_t tp[GP_TAG_POWS][4], const gp_mac_pows *t, const gp_lane_mac *h)
 {

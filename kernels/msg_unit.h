@@ -60,6 +60,7 @@ GP_KFN void gp_key_schedule(gp_key_sched *k, uint32_t alg, const uint8_t *key, s
             gp_lane_mac_set_x(&h, k->gcm_h);
             gp_mac_pows_make(&k->mac_pows, alg, &h);   /* for the parallel units */
             gp_tag_pows_make(k->gcm_tag_pows, &k->mac_pows, &h);
+            gp_stride_pows_make(k->gcm_stride_pows, &k->mac_pows);
             gp_state_wipe(&h, sizeof(h));
             gp_state_wipe(hb, sizeof(hb));
         }

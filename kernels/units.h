@@ -128,6 +128,56 @@ GP_KFN uint64_t gp_partials_bytes(const gp_job *j)
     return ((uint64_t)j->nunits + j->nspans) * GP_PARTIAL_BYTES;
 }
 
+/*
+ * Shifted partials. A finisher lane's Horner chain over its elements (one multiplication by
+ * S = Q^L an element, each waiting for the last) runs after the request's last unit, on one warp,
+ * with nothing to hide it: up to 16 steps for a fold of L*L/2 units. For GCM each element
+ * instead carries its own steps: the unit that makes E_k multiplies its partial by S^e, e = d / L
+ * for its distance d from the end of the fold (the chain steps between them), from the key's
+ * stride powers (at most one multiplication, gp_stride_pow); the finisher's lanes then only add
+ * their elements and shift by Q^i, and E_0 (the lead's MAC, read from the state) is shifted where
+ * it is added. The units run in parallel, so their shifts leave the batch's end. With spans, only
+ * span 0's elements are shifted (d < G): refs go out in unit order, so span 0, which the last
+ * units fill, is the one whose fold waits for the request's last unit; every other span folds
+ * its chain of GP_SPAN_CHAIN steps while later units still run, where a shift in each of its
+ * units would cost the batch's throughput. ChaCha20-Poly1305's r lives for one message, so a
+ * table would cost the host more multiplications a message: its lanes keep the chain. So does a
+ * fold whose steps pass the table (G / L >= GP_STRIDE_POWS^2: requests of more than 16 GiB).
+ */
+GP_KFN int gp_partials_shifted(uint32_t alg, const gp_job *j)
+{
+    return alg == GP_ALG_AES_GCM && j->nunits > GP_UNIT_LANES
+           && (j->nspans == 0 || gp_span_units(j->nunits) / GP_UNIT_LANES < GP_STRIDE_POWS * GP_STRIDE_POWS);
+}
+
+/* Whether the element at distance d from the end of the request's sequence is shifted. */
+GP_KFN int gp_element_shifted(uint32_t alg, const gp_job *j, uint32_t d)
+{
+    return gp_partials_shifted(alg, j) && (j->nspans == 0 || d < gp_span_units(j->nunits));
+}
+
+/* Element E_el's value m, shifted by its steps where it is shifted. */
+GP_KFN void gp_element_shift(const gp_key_sched *k, const gp_job *j, uint32_t el, gp_lane_mac *m)
+{
+    const uint32_t d = j->nunits - 1 - el;
+    gp_lane_mac s;
+
+    if (!gp_element_shifted(k->alg, j, d) || d < GP_UNIT_LANES)
+        return;
+    gp_stride_pow(k, d / GP_UNIT_LANES, &s);
+    gp_mac_mul(GP_ALG_AES_GCM, m, &s);
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&s, sizeof(s));
+#endif
+}
+
+/* Unit u's partial m before it is stored: unit u is E_(u+1); the last unit is no element. */
+GP_KFN void gp_partial_shift(const gp_key_sched *k, const gp_job *j, uint32_t u, gp_lane_mac *m)
+{
+    if (u + 1 < j->nunits)
+        gp_element_shift(k, j, u + 1, m);
+}
+
 /* Plan a request on the state it will start from (the host does this before a batch). `aad_len`
  * bytes of AAD (AEAD only) go first; they change neither the counter nor the text position. */
 GP_KFN void gp_job_plan(gp_job *j, const gp_msg_state *st, uint32_t op, uint64_t len, uint32_t aad_len)
@@ -646,6 +696,25 @@ GP_KFN void gp_partial_load(const uint8_t *p, gp_lane_mac *m)
 #endif
 }
 
+/* t ^= the GHASH partials at p, p + step, p + 2 step, p + 3 step (words 0-3; word 4 is zero):
+ * four loads in flight at once, each XOR waiting for its own only. */
+GP_KFN void gp_ghash_partials_xor4(gp_lane_mac *t, const uint8_t *p, size_t step)
+{
+#if defined(__CUDA_ARCH__)
+    const uint4 a = __ldcg((const uint4 *)p), b = __ldcg((const uint4 *)(p + step)),
+                c = __ldcg((const uint4 *)(p + 2 * step)), d = __ldcg((const uint4 *)(p + 3 * step));
+
+    t->w[0] ^= a.x ^ b.x ^ c.x ^ d.x;
+    t->w[1] ^= a.y ^ b.y ^ c.y ^ d.y;
+    t->w[2] ^= a.z ^ b.z ^ c.z ^ d.z;
+    t->w[3] ^= a.w ^ b.w ^ c.w ^ d.w;
+#else
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++)
+            t->w[i] ^= gp_load_le32(p + k * step + 4 * i);
+#endif
+}
+
 /* The host's body unit: every lane in turn, their sum as the partial. */
 GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_pows *pw, uint32_t u,
                          const uint8_t *in, uint8_t *out, uint8_t partial[GP_PARTIAL_BYTES])
@@ -659,6 +728,7 @@ GP_KFN void gp_unit_body(const gp_job *j, const gp_key_sched *k, const gp_mac_po
         if (gp_alg_is_aead(alg))
             gp_mac_add(alg, &sum, &v);
     }
+    gp_partial_shift(k, j, u, &sum);
     gp_partial_store(partial, &sum);
     gp_state_wipe(&sum, sizeof(sum));
     gp_state_wipe(&v, sizeof(v));
@@ -762,6 +832,7 @@ GP_KFN void gp_unit_body_spread(const gp_job *j, const gp_key_sched *k, const gp
             gp_mac_add(alg, &sum, &m);
         }
     }
+    gp_partial_shift(k, j, u, &sum);
     gp_partial_store(partial, &sum);
     gp_state_wipe(&sum, sizeof(sum));
     gp_state_wipe(&m, sizeof(m));
@@ -992,59 +1063,106 @@ GP_KFN void gp_fold_element(uint32_t alg, const gp_msg_state *st, const uint8_t 
         gp_partial_load(partials + (size_t)(el - 1) * GP_PARTIAL_BYTES, e);
 }
 
+/*
+ * A lane's elements at distances dlo, dlo + L, .., dhi from the end of the request's sequence (in
+ * one span, or the request's fold without spans), combined as the fold needs them: shifted
+ * partials ("Shifted partials" above) are added as they are, E_0 shifted here, four loads in
+ * flight at a time (each add waits for its own load only); otherwise Horner with S = Q^L from the
+ * farthest.
+ */
+GP_KFN void gp_lane_elements(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
+                             const uint8_t *partials, uint32_t dlo, uint32_t dhi, gp_lane_mac *t)
+{
+    const uint32_t alg = k->alg, n = j->nunits, L = GP_UNIT_LANES, count = (dhi - dlo) / L + 1;
+    uint32_t c = 0;
+    gp_lane_mac e, f;
+
+    gp_lane_mac_zero(t);
+    if (gp_element_shifted(alg, j, dhi)) {   /* dlo..dhi lie in one span */
+        if (dhi == n - 1) {   /* E_0 */
+            gp_state_mac(alg, st, t);
+            gp_element_shift(k, j, 0, t);
+            c = 1;
+        }
+        /* element E_(n-1-d) is unit n-2-d's partial */
+        GP_NO_UNROLL
+        for (; c + 4 <= count; c += 4) {
+            const uint8_t *p = partials + (size_t)(n - 2 - (dhi - c * L)) * GP_PARTIAL_BYTES;
+
+            gp_ghash_partials_xor4(t, p, (size_t)L * GP_PARTIAL_BYTES);
+        }
+        GP_NO_UNROLL
+        for (; c < count; c++) {
+            gp_partial_load(partials + (size_t)(n - 2 - (dhi - c * L)) * GP_PARTIAL_BYTES, &e);
+            gp_mac_add(alg, t, &e);
+        }
+    } else {
+        gp_mac_pow_get(&f, pw, GP_POW_STRIDE);
+        GP_NO_UNROLL
+        for (; c < count; c++) {
+            gp_fold_element(alg, st, partials, n - 1 - (dhi - c * L), &e);
+            if (c != 0)
+                gp_mac_mul(alg, t, &f);
+            gp_mac_add(alg, t, &e);
+        }
+    }
+#if !defined(__CUDA_ARCH__)
+    gp_state_wipe(&e, sizeof(e));
+    gp_state_wipe(&f, sizeof(f));
+#endif
+}
+
 /* Lane i's share of span s's value V_s ("Spans" above): the span's elements at distances
- * sG + i + mL, by Horner with Q^L from the farthest, times Q^i. Zero when the span is shorter. */
-GP_KFN void gp_span_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
+ * sG + i + mL (gp_lane_elements), times Q^i. Zero when the span is shorter. */
+GP_KFN void gp_span_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
                               const uint8_t *partials, uint32_t s, uint32_t i, gp_lane_mac *t)
 {
-    const uint32_t n = j->nunits, g = gp_span_units(n), lo = s * g + i, hi = s * g + gp_span_size(j, s);
-    gp_lane_mac e, q;
+    const uint32_t g = gp_span_units(j->nunits), lo = s * g + i, hi = s * g + gp_span_size(j, s);
+    gp_lane_mac q;
 
     gp_lane_mac_zero(t);
     if (lo >= hi)
         return;
-    gp_mac_pow_get(&q, pw, GP_POW_STRIDE);
-    GP_NO_UNROLL
-    for (uint32_t d = lo + (hi - 1 - lo) / GP_UNIT_LANES * GP_UNIT_LANES;; d -= GP_UNIT_LANES) {
-        gp_fold_element(alg, st, partials, n - 1 - d, &e);
-        gp_mac_mul(alg, t, &q);   /* zero at first */
-        gp_mac_add(alg, t, &e);
-        if (d == lo)
-            break;
-    }
+    gp_lane_elements(k, j, pw, st, partials, lo, lo + (hi - 1 - lo) / GP_UNIT_LANES * GP_UNIT_LANES, t);
     if (i != 0) {
         gp_mac_pow_get(&q, pw, GP_POW_UNIT + i);
-        gp_mac_mul(alg, t, &q);
+        gp_mac_mul(k->alg, t, &q);
     }
 #if !defined(__CUDA_ARCH__)
-    gp_state_wipe(&e, sizeof(e));
     gp_state_wipe(&q, sizeof(q));
 #endif
 }
 
 /* Finisher lane i's share of T from the span values (after the units' partials): spans s = i + mL
  * by Horner with R^L, times R^i, times Q when the lanes apply the last unit's shift (P^(4c) = Q,
- * gp_fold_shifts). R = Q^G = (Q^L)^(G/L). R^i and R^L come from one chain: R^(2^b) squared up
- * to R^L, each multiplied into R^i where bit b of i is set (1 where not, so that every lane of the
- * warp runs the same steps); L is a power of two. */
-GP_KFN void gp_spans_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
+ * gp_fold_shifts). R = Q^G = S^(G/L). GCM reads R^i and R^L from the key's stride powers where
+ * they reach (G < GP_STRIDE_POWS^2: spans of up to 7 L units); otherwise they come from one
+ * chain: R^(2^b) squared up to R^L, each multiplied into R^i where bit b of i is set (1 where not,
+ * so that every lane of the warp runs the same steps); L is a power of two. */
+GP_KFN void gp_spans_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const uint8_t *partials,
                                uint32_t i, gp_lane_mac *t)
 {
+    const uint32_t alg = k->alg, g = gp_span_units(j->nunits);
     const uint8_t *spans = partials + (size_t)j->nunits * GP_PARTIAL_BYTES;
     gp_lane_mac e, rl, ri, one;
 
     gp_lane_mac_zero(t);
     if (i >= j->nspans)
         return;
-    gp_lane_mac_zero(&one);
-    one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* 1 (GHASH's is the leftmost bit) */
-    gp_mac_pow_get(&e, pw, GP_POW_STRIDE);
-    gp_mac_pow_n(alg, &rl, &e, gp_span_units(j->nunits) / GP_UNIT_LANES);   /* R */
-    ri = one;
-    GP_NO_UNROLL
-    for (uint32_t b = 1; b < GP_UNIT_LANES; b <<= 1) {
-        gp_mac_mul(alg, &ri, i & b ? &rl : &one);
-        gp_mac_mul(alg, &rl, &rl);
+    if (alg == GP_ALG_AES_GCM && g < GP_STRIDE_POWS * GP_STRIDE_POWS) {
+        gp_stride_pow(k, g, &rl);                          /* R^L = S^G */
+        gp_stride_pow(k, i * (g / GP_UNIT_LANES), &ri);    /* R^i */
+    } else {
+        gp_lane_mac_zero(&one);
+        one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* 1 (GHASH's is the leftmost bit) */
+        gp_mac_pow_get(&e, pw, GP_POW_STRIDE);
+        gp_mac_pow_n(alg, &rl, &e, g / GP_UNIT_LANES);   /* R */
+        ri = one;
+        GP_NO_UNROLL
+        for (uint32_t b = 1; b < GP_UNIT_LANES; b <<= 1) {
+            gp_mac_mul(alg, &ri, i & b ? &rl : &one);
+            gp_mac_mul(alg, &rl, &rl);
+        }
     }
     /* rl = R^L, ri = R^i */
     GP_NO_UNROLL
@@ -1069,22 +1187,20 @@ GP_KFN void gp_spans_fold_lane(uint32_t alg, const gp_job *j, const gp_mac_pows 
 
 /*
  * Finisher lane i's share of T (see the top of this file): over the sequence E_0 = X_lead,
- * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L, times Q^i
- * (times Q^(i+1) when gp_fold_shifts). The Horner sum starts from its first element rather than
- * from zero times Q^L: a message of up to L units (64 KiB) costs each lane one multiplication
- * (gp_fold_lane_plan). st: the state the lead left. A dual fold (gp_fold_dual) lays its lanes out
- * as described there.
+ * E_k = U_(k-1) (k = 1..n-1), the elements with (n-1-k) = i mod L, by Horner with Q^L (or added,
+ * where they are shifted: gp_lane_elements), times Q^i (times Q^(i+1) when gp_fold_shifts). A
+ * message of up to L units (64 KiB) costs each lane one multiplication (gp_fold_lane_plan). st:
+ * the state the lead left. A dual fold (gp_fold_dual) lays its lanes out as described there.
  */
 GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
                          const uint8_t *partials, uint32_t i, gp_lane_mac *t)
 {
     const uint32_t alg = k->alg, n = j->nunits;
-    uint32_t first;
     gp_fold_plan f;
-    gp_lane_mac e, s;
+    gp_lane_mac s;
 
     if (j->nspans != 0) {   /* the spans' values are made (gp_unit_span; on the GPU batch_ref_count) */
-        gp_spans_fold_lane(alg, j, pw, partials, i, t);
+        gp_spans_fold_lane(k, j, pw, partials, i, t);
         return;
     }
     gp_fold_lane_plan(k, j, pw, i, &f);
@@ -1098,18 +1214,7 @@ GP_KFN void gp_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_mac_po
     gp_lane_mac_zero(t);
     if (i >= n)
         return;
-    first = (n - 1 - i) % GP_UNIT_LANES;
-    gp_mac_pow_get(&s, pw, GP_POW_STRIDE);   /* n > L */
-    GP_NO_UNROLL
-    for (uint32_t el = first; el <= n - 1 - i; el += GP_UNIT_LANES) {
-        if (el == 0)
-            gp_state_mac(alg, st, &e);
-        else
-            gp_partial_load(partials + (size_t)(el - 1) * GP_PARTIAL_BYTES, &e);
-        if (el != first)
-            gp_mac_mul(alg, t, &s);
-        gp_mac_add(alg, t, &e);
-    }
+    gp_lane_elements(k, j, pw, st, partials, i, n - 1 - (n - 1 - i) % GP_UNIT_LANES, t);   /* n > L */
     gp_mac_pow_get(&s, pw, !gp_fold_shifts(j) ? GP_POW_UNIT + i
                            : i + 1 < GP_UNIT_LANES ? GP_POW_UNIT + i + 1 : GP_POW_STRIDE);
     GP_PROBE_AFTER(GP_PROBE_FOLDIN, t->w[0] ^ s.w[0]);
@@ -1319,14 +1424,14 @@ GP_KFN void gp_unit_finish_fast(gp_msg_state *st, const gp_key_sched *k, const g
 }
 
 /* Span s's value V_s from the lanes' shares, stored after the units' partials (gp_partials_bytes). */
-GP_KFN void gp_unit_span(const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st, uint8_t *partials,
-                         uint32_t s)
+GP_KFN void gp_unit_span(const gp_key_sched *k, const gp_job *j, const gp_mac_pows *pw, const gp_msg_state *st,
+                         uint8_t *partials, uint32_t s)
 {
     gp_lane_mac v, ti;
 
     gp_lane_mac_zero(&v);
     for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
-        gp_span_fold_lane(st->alg, j, pw, st, partials, s, i, &ti);
+        gp_span_fold_lane(k, j, pw, st, partials, s, i, &ti);
         gp_mac_add(st->alg, &v, &ti);
     }
     gp_partial_store(partials + ((size_t)j->nunits + s) * GP_PARTIAL_BYTES, &v);
@@ -1345,7 +1450,7 @@ GP_KFN void gp_unit_finish(gp_msg_state *st, const gp_key_sched *k, const gp_job
     gp_lane_mac_zero(&t);
     gp_lane_mac_zero(&s);
     for (uint32_t sp = 0; sp < j->nspans; sp++)
-        gp_unit_span(j, pw, st, partials, sp);
+        gp_unit_span(k, j, pw, st, partials, sp);
     if (gp_alg_is_aead(st->alg)) {
         for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
             gp_fold_lane(k, j, pw, st, partials, i, &ti);

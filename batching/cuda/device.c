@@ -19,7 +19,7 @@
 
 #define ARENA_MIN (1u << 20)
 #define STAGE_POOL_MAX (256u << 20)   /* mapped pinned memory for staged requests at most */
-#define KEY_TABLE_MAX_SLOTS 65536u    /* resident keys per GPU (key_table.h): 150 MB at most */
+#define KEY_TABLE_MAX_SLOTS 65536u    /* resident keys per GPU (key_table.h): 200 MB at most */
 
 /* A CUDA failure: the engine marks the executor failed at once (no new message comes to it) and
  * says the process's first in its one log line; the sticky error is cleared where there is one.

@@ -992,15 +992,18 @@ static void test_refs_counted(void **state)
 }
 
 /*
- * The fold in spans (kernels/units.h, "Spans") against one Horner sum over the same elements,
- * T = sum_k E_k Q^(n-1-k) with Q from the table, for n about the first request with spans and
- * where G grows past 4L (more units than a host-run request of real data could have here in
- * time): random partials, a random lead MAC, both MACs.
+ * The fold in spans (kernels/units.h, "Spans") and the Horner fold of more than L units, against
+ * one Horner sum over the same elements, T = sum_k E_k Q^(n-1-k) with Q from the table, for n
+ * past L, about the first request with spans and where G grows past 4L (more units than a
+ * host-run request of real data could have here in time): random partials, a random lead MAC,
+ * both MACs. GCM's partials are shifted as their units would shift them (gp_partial_shift,
+ * "Shifted partials") after the reference is made from them as they were.
  */
 static void test_span_fold(void **state)
 {
     static const uint32_t algs[] = { GP_ALG_AES_GCM, GP_ALG_CHACHA20_POLY1305 };
-    static const uint32_t counts[] = { GP_SPANS_FROM + 1, GP_SPANS_FROM + 77, 4099, 163841, 200000 };
+    static const uint32_t counts[] = { GP_UNIT_LANES + 1, 300, GP_SPANS_FROM, GP_SPANS_FROM + 1, GP_SPANS_FROM + 77,
+                                       4099, 163841, 200000 };
 
     (void)state;
     for (size_t a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
@@ -1026,7 +1029,8 @@ static void test_span_fold(void **state)
             j.nunits = n;
             j.len = j.body_len = (uint64_t)n * GP_UNIT_BYTES;
             j.nspans = gp_spans_of(n);
-            assert_true(j.nspans > 0 && j.nspans <= GP_UNIT_LANES * GP_UNIT_LANES);
+            assert_true((j.nspans > 0) == (n > GP_SPANS_FROM) && j.nspans <= GP_UNIT_LANES * GP_UNIT_LANES);
+            assert_int_equal(gp_partials_shifted(alg, &j), alg == GP_ALG_AES_GCM);
             assert_int_equal(gp_span_units(n) % GP_UNIT_LANES, 0);
             pw = gp_request_pows(&ks, &st, &pbuf);
             partials = xmalloc(gp_partials_bytes(&j));
@@ -1049,8 +1053,13 @@ static void test_span_fold(void **state)
             }
             if (gp_fold_shifts(&j))   /* the lanes apply the last unit's shift Q too */
                 gp_mac_mul(alg, &want, &q);
+            for (uint32_t u = 0; u < n; u++) {   /* as the units store them */
+                gp_partial_load(partials + (size_t)u * GP_PARTIAL_BYTES, &e);
+                gp_partial_shift(&ks, &j, u, &e);
+                gp_partial_store(partials + (size_t)u * GP_PARTIAL_BYTES, &e);
+            }
             for (uint32_t s = 0; s < j.nspans; s++)
-                gp_unit_span(&j, pw, &st, partials, s);
+                gp_unit_span(&ks, &j, pw, &st, partials, s);
             gp_lane_mac_zero(&got);
             for (uint32_t i = 0; i < GP_UNIT_LANES; i++) {
                 gp_fold_lane(&ks, &j, pw, &st, partials, i, &ti);
@@ -1062,7 +1071,7 @@ static void test_span_fold(void **state)
                 BIGNUM *x = p1305_bn(got.w), *y = p1305_bn(want.w);
 
                 if (BN_cmp(x, y) != 0)
-                    fail_msg("ChaCha20-Poly1305, %u units, %u spans: the fold in spans differs", n, j.nspans);
+                    fail_msg("ChaCha20-Poly1305, %u units, %u spans: the fold differs", n, j.nspans);
                 BN_free(x);
                 BN_free(y);
             }
