@@ -71,6 +71,14 @@ GP_KFN void gp_lane_mac_zero(gp_lane_mac *m)
         m->w[i] = 0;
 }
 
+/* m = 1 of the MAC's field: GHASH's is the leftmost bit (SP 800-38D §6.3), Poly1305's limb 0's
+ * lowest. */
+GP_KFN void gp_lane_mac_one(gp_lane_mac *m, uint32_t alg)
+{
+    gp_lane_mac_zero(m);
+    m->w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;
+}
+
 /* a = a * b: GF(2^128) (SP 800-38D §6.3) or mod 2^130 - 5. a and b may be the same value. */
 GP_KFN void gp_mac_mul(uint32_t alg, gp_lane_mac *a, const gp_lane_mac *b)
 {
@@ -131,8 +139,7 @@ GP_KFN void gp_mac_pows_make(gp_mac_pows *t, uint32_t alg, const gp_lane_mac *p)
     gp_lane_mac p4 = *p, q, one;
 
     gp_state_wipe(t, sizeof(*t));
-    gp_lane_mac_zero(&one);
-    one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* GHASH's 1 is the leftmost bit */
+    gp_lane_mac_one(&one, alg);
     gp_mac_mul(alg, &p4, &p4);                               /* P^2 */
     gp_mac_pow_set(t, GP_POW_NEAR, &p4);
     q = p4;
@@ -170,8 +177,7 @@ GP_KFN void gp_stride_pows_make(uint32_t sp[2][GP_STRIDE_POWS][4], const gp_mac_
 
     gp_mac_pow_get(&s, t, GP_POW_STRIDE);
     for (int half = 0; half < 2; half++) {
-        gp_lane_mac_zero(&x);
-        x.w[0] = 0x80000000u;   /* S^0 = 1 (GHASH's is the leftmost bit) */
+        gp_lane_mac_one(&x, GP_ALG_AES_GCM);   /* S^0 */
         for (uint32_t e = 0; e < GP_STRIDE_POWS; e++) {
             for (int w = 0; w < 4; w++)
                 sp[half][e][w] = x.w[w];

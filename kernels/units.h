@@ -1153,8 +1153,7 @@ GP_KFN void gp_spans_fold_lane(const gp_key_sched *k, const gp_job *j, const gp_
         gp_stride_pow(k, g, &rl);                          /* R^L = S^G */
         gp_stride_pow(k, i * (g / GP_UNIT_LANES), &ri);    /* R^i */
     } else {
-        gp_lane_mac_zero(&one);
-        one.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* 1 (GHASH's is the leftmost bit) */
+        gp_lane_mac_one(&one, alg);
         gp_mac_pow_get(&e, pw, GP_POW_STRIDE);
         gp_mac_pow_n(alg, &rl, &e, g / GP_UNIT_LANES);   /* R */
         ri = one;
@@ -1296,8 +1295,7 @@ GP_KFN void gp_mac_pows_cover(gp_mac_pows *t, gp_pows_have *have, uint32_t alg, 
             gp_mac_mul(alg, &q, &q);
         for (uint32_t i = have->units; i < need.units; i++) {     /* Q^i */
             if (i == 0) {
-                gp_lane_mac_zero(&x);
-                x.w[0] = alg == GP_ALG_AES_GCM ? 0x80000000u : 1u;   /* 1 (GHASH's is the leftmost bit) */
+                gp_lane_mac_one(&x, alg);
             } else {
                 gp_mac_pow_get(&x, t, GP_POW_UNIT + i - 1);
                 gp_mac_mul(alg, &x, &q);

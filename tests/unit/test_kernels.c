@@ -820,6 +820,30 @@ static void lanes_case(uint32_t alg, size_t keylen, uint32_t op, uint32_t full_u
     free(part);
 }
 
+/* GCM's stride powers (gp_key_sched.gcm_stride_pows, kernels/units.h "Shifted partials"): S^e for
+ * every e < 256 through gp_stride_pow, against S = Q^L multiplied up one step at a time. */
+static void test_stride_pows(void **state)
+{
+    uint8_t key[32];
+    gp_key_sched ks;
+    gp_lane_mac s, want, got;
+
+    (void)state;
+    for (int round = 0; round < 4; round++) {
+        gptest_rand_bytes(key, sizeof(key));
+        gp_key_schedule(&ks, GP_ALG_AES_GCM, key, 32);
+        gp_mac_pow_get(&s, &ks.mac_pows, GP_POW_STRIDE);
+        gp_lane_mac_zero(&want);
+        want.w[0] = 0x80000000u;   /* GHASH's 1 */
+        for (uint32_t e = 0; e < GP_STRIDE_POWS * GP_STRIDE_POWS; e++) {
+            gp_stride_pow(&ks, e, &got);
+            if (memcmp(got.w, want.w, sizeof(got.w)) != 0)
+                fail_msg("S^%u differs", e);
+            gp_mac_mul(GP_ALG_AES_GCM, &want, &s);
+        }
+    }
+}
+
 /* The powers table against plain repeated multiplication: entry e must be P^n(e). */
 static void test_mac_pows(void **state)
 {
@@ -1374,6 +1398,7 @@ int main(void)
         cmocka_unit_test(test_chacha20_counter_carry),
         cmocka_unit_test(test_aes_ttable),
         cmocka_unit_test(test_mac_pows),
+        cmocka_unit_test(test_stride_pows),
         cmocka_unit_test(test_unit_lanes),
         cmocka_unit_test(test_units_vs_serial),
         cmocka_unit_test(test_refs_counted),
