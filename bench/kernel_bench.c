@@ -298,7 +298,6 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, const s
     key_off = spans_off + nspans * sizeof(uint32_t);
     key_off = (key_off + 127) & ~(size_t)127;
     mma_off = key_off + nmsg * key_stride;
-    /* GCM's tensor-core matrix, as the cuda executor decides (kernels/ghash_mma.h): one key, one copy. */
     in_off = mma_off + (use_mma ? sizeof(gp_ghash_mma) : 0);
     part_off = in_off + in_bytes;
     states_off = part_off + part_bytes;
@@ -329,6 +328,8 @@ static float run(uint32_t alg, size_t keylen, size_t ivlen, size_t nmsg, const s
         work[i].in_off = in_off + in_at;
         work[i].out_off = out_off + in_at;
         work[i].partials_off = part_off + part_at;
+        /* GCM's tensor-core matrix where the cuda executor would give one (kernels/ghash_mma.h):
+         * one key, one copy. */
         work[i].ghmma_off = use_mma && gp_ghash_mma_wanted(alg, job.nunits, units, gp_kernel_warps_at_once(&shape))
                             ? mma_off : 0;
         work[i].spans_off = (uint32_t)(spans_off + span_at * sizeof(uint32_t));
@@ -536,9 +537,11 @@ static size_t parse_mix(const char *spec, size_t **lens, size_t *total)
             return 0;
         for (unsigned long k = 0; k < times; k++) {
             if (n == cap) {
-                cap = cap != 0 ? 2 * cap : 64;
-                if ((*lens = realloc(*lens, cap * sizeof(**lens))) == NULL)
-                    return 0;
+                size_t *grown = realloc(*lens, (cap = cap != 0 ? 2 * cap : 64) * sizeof(**lens));
+
+                if (grown == NULL)
+                    return 0;   /* *lens stays the caller's to free */
+                *lens = grown;
             }
             (*lens)[n++] = len;
             *total += len;
@@ -581,6 +584,7 @@ int main(int argc, char **argv)
     if (nmsg == 0 || lens == NULL || iters <= 0) {
         fprintf(stderr, "usage: kernel_bench [total MiB] [message KiB] [iterations] [grid cap]\n"
                         "       kernel_bench mix LEN[xN],LEN[xN],... [iterations]   (lengths in bytes)\n");
+        free(lens);
         return 2;
     }
     CHECK(cudaGetDeviceProperties(&prop, 0));
